@@ -1,0 +1,4 @@
+"""craft-ai services: the Python SDK.
+
+    from craftai import AiClient
+"""

@@ -1,0 +1,1 @@
+"""craft-ai catalogue service: recipes, pins, engine advice and route states."""

@@ -1,0 +1,1 @@
+"""craft-ai services: shared server code."""

@@ -1,0 +1,1 @@
+"""craft-ai infer service: engines, networks, pipelines and sessions."""

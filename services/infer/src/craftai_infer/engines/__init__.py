@@ -1,0 +1,1 @@
+"""Engines that run a loaded route: onnxruntime and torch."""

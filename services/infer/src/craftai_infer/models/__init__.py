@@ -1,0 +1,1 @@
+"""Networks written in PyTorch in this project, one module per network."""

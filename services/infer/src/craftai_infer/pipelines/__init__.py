@@ -1,0 +1,1 @@
+"""Pre- and post-processing pipelines: pure functions around the networks."""

@@ -1,0 +1,1 @@
+"""ONNX -> torch weight conversions, one module per network (pure functions)."""

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Create .venv and install the five packages (editable) with their pinned dependencies.
+#   tools/bootstrap.sh          what the services and the craftai command need
+#   tools/bootstrap.sh --dev    also the test tools and test-only references
+set -euo pipefail
+cd "$(dirname "$0")/.."
+dev=0
+[ "${1:-}" = "--dev" ] && dev=1
+python=${CRAFTAI_PYTHON:-python3.11}
+command -v "$python" >/dev/null || python=python3
+if [ ! -x .venv/bin/python ]; then
+    echo "== creating .venv with $($python --version)"
+    "$python" -m venv .venv
+fi
+pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
+echo "== installing the craft-ai packages"
+"${pip[@]}" -e clients/python -e services/common -e services/catalogue \
+    -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
+if [ "$dev" = 1 ]; then
+    echo "== installing the test tools"
+    "${pip[@]}" -r requirements-dev.txt
+fi
+echo "== .venv ready"

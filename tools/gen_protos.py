@@ -1,0 +1,87 @@
+"""Generate the Python gRPC stubs (with type stubs) from protos/ into the client package.
+
+The stubs are committed so that every package installs without a protobuf compiler; this script
+is the only way they are made. `--check` regenerates into a temporary folder and exits non-zero
+when the committed files differ (CI runs it through tests/unit/test_contracts.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROTO_ROOT = ROOT / "protos"
+PACKAGE_DIR = Path("craftai") / "v1"
+OUT_ROOT = ROOT / "clients" / "python" / "src"
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+INIT_TEXT = '"""Generated gRPC stubs for protos/craftai/v1 (tools/gen_protos.py; never edit by hand)."""\n'
+
+
+def _generate(out_root: Path) -> None:
+    from grpc_tools import protoc  # build-time tool, not a runtime dependency
+
+    protos = sorted(str(p.relative_to(PROTO_ROOT)) for p in (PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
+    if not protos:
+        raise SystemExit(f"no .proto files under {PROTO_ROOT / PACKAGE_DIR}")
+    bindir = Path(sys.executable).parent
+    args = [
+        "protoc",
+        f"-I{PROTO_ROOT}",
+        f"--python_out={out_root}",
+        f"--grpc_python_out={out_root}",
+        f"--plugin=protoc-gen-mypy={bindir / 'protoc-gen-mypy'}",
+        f"--plugin=protoc-gen-mypy_grpc={bindir / 'protoc-gen-mypy_grpc'}",
+        f"--mypy_out={out_root}",
+        f"--mypy_grpc_out={out_root}",
+        *protos,
+    ]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc failed")
+    (out_root / PACKAGE_DIR / "__init__.py").write_text(INIT_TEXT)
+
+
+def _generated_files(root: Path) -> set[str]:
+    folder = root / PACKAGE_DIR
+    if not folder.is_dir():
+        return set()
+    return {p.name for p in folder.iterdir() if p.name.endswith(GENERATED_SUFFIXES) or p.name == "__init__.py"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="fail if the committed stubs are out of date")
+    options = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        fresh = Path(tmp)
+        _generate(fresh)
+        made, committed = _generated_files(fresh), _generated_files(OUT_ROOT)
+        if options.check:
+            differ = sorted(
+                name
+                for name in made | committed
+                if name not in made
+                or name not in committed
+                or not filecmp.cmp(fresh / PACKAGE_DIR / name, OUT_ROOT / PACKAGE_DIR / name, shallow=False)
+            )
+            if differ:
+                print("stubs out of date (run: python tools/gen_protos.py): " + ", ".join(differ), file=sys.stderr)
+                return 1
+            print(f"stubs up to date ({len(made)} files)")
+            return 0
+        target = OUT_ROOT / PACKAGE_DIR
+        target.mkdir(parents=True, exist_ok=True)
+        for name in committed - made:
+            (target / name).unlink()
+        for name in sorted(made):
+            shutil.copyfile(fresh / PACKAGE_DIR / name, target / name)
+        print(f"wrote {len(made)} files to {target.relative_to(ROOT)}")
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
