@@ -19,5 +19,7 @@ echo "== installing the craft-ai packages"
 if [ "$dev" = 1 ]; then
     echo "== installing the test tools"
     "${pip[@]}" -r requirements-dev.txt
+    echo "== installing the test-only reference implementations"
+    bash tools/install_references.sh
 fi
 echo "== .venv ready"

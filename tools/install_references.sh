@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Test-only reference implementations (run by tools/bootstrap.sh --dev into .venv).
+# They are compared against in tests/parity; no service package depends on them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
