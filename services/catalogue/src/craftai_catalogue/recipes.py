@@ -1,0 +1,223 @@
+"""The recipe data: typed, validated when the catalogue starts, and turned into protobuf.
+
+A broken data file stops the service with a message naming the entry (`CatalogueDataError`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Literal, Self
+
+from craftai.v1 import catalogue_pb2
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
+ENGINES = ("onnxruntime", "torch")
+NAME = r"^[a-z0-9][a-z0-9._-]*$"
+
+
+class CatalogueDataError(ValueError):
+    """The recipe data is broken; the message names the entry."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class UrlSource(_Model):
+    url: Annotated[str, Field(pattern=r"^https?://")]
+
+
+class WheelSource(_Model):
+    wheel: Annotated[str, Field(min_length=3, description="a pip requirement pinned with ==")]
+    member: Annotated[str, Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _pinned(self) -> Self:
+        if "==" not in self.wheel:
+            raise ValueError(f"wheel source {self.wheel!r} must pin one version with ==")
+        return self
+
+
+class PinnedFileSpec(_Model):
+    folder: Annotated[str, Field(pattern=NAME)]
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    role: str = ""
+    size: Annotated[int, Field(gt=0)]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    sources: Annotated[list[UrlSource | WheelSource], Field(min_length=1)]
+
+
+class RouteSpec(_Model):
+    engine: Literal["onnxruntime", "torch"]
+    needs_preparation: bool = False
+    quick_on_cpu: bool = False
+    prefer_on_gpu: bool = False
+    revision: str = ""
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _revision(self) -> Self:
+        if self.needs_preparation and not re.match(NAME, self.revision):
+            raise ValueError(f"route {self.engine!r} needs preparation, so it needs a revision")
+        if not self.needs_preparation and self.revision:
+            raise ValueError(f"route {self.engine!r} has a revision but needs no preparation")
+        return self
+
+
+class RecipeSpec(_Model):
+    name: Annotated[str, Field(pattern=NAME)]
+    feature: str
+    title: str
+    network: str
+    license: str
+    available: bool = True
+    unavailable_reason: str = ""
+    files: list[PinnedFileSpec] = []
+    routes: Annotated[list[RouteSpec], Field(min_length=1)]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.available and not self.files:
+            raise ValueError("an available recipe must pin at least one file")
+        if not self.available and not self.unavailable_reason:
+            raise ValueError("an unavailable recipe must say why (unavailable_reason)")
+        engines = [r.engine for r in self.routes]
+        if len(set(engines)) != len(engines):
+            raise ValueError(f"engines listed twice: {engines}")
+        names = [(f.folder, f.name) for f in self.files]
+        if len(set(names)) != len(names):
+            raise ValueError("a file is pinned twice")
+        return self
+
+    def route(self, engine: str) -> RouteSpec | None:
+        return next((r for r in self.routes if r.engine == engine), None)
+
+
+class FeatureSpec(_Model):
+    name: Annotated[str, Field(pattern=r"^[a-z]+\.[a-z]+$")]
+    title: str
+    description: str
+    default_recipe_gpu: str
+    default_recipe_cpu: str
+
+
+class CatalogueData(_Model):
+    features: Annotated[list[FeatureSpec], Field(min_length=1)]
+    recipes: Annotated[list[RecipeSpec], Field(min_length=1)]
+    revision: str = ""
+
+    def feature(self, name: str) -> FeatureSpec | None:
+        return next((f for f in self.features if f.name == name), None)
+
+    def recipes_of(self, feature: str) -> Iterator[RecipeSpec]:
+        return (r for r in self.recipes if r.feature == feature)
+
+    def recipe(self, feature: str, name: str) -> RecipeSpec | None:
+        return next((r for r in self.recipes_of(feature) if r.name == name), None)
+
+
+def _entry_name(data: dict[str, object], loc: tuple[int | str, ...]) -> str:
+    """Turn a pydantic location like ('recipes', 2, 'files', 0, 'sha256') into words."""
+    parts: list[str] = []
+    node: object = data
+    for key in loc:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+            parts.append(str(key))
+        elif isinstance(node, list) and isinstance(key, int) and key < len(node):
+            node = node[key]
+            label = node.get("name") if isinstance(node, dict) else None
+            parts[-1] = f"{parts[-1]}[{label!r}]" if label else f"{parts[-1]}[{key}]"
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
+def load(path: Path = DATA_FILE) -> CatalogueData:
+    """Read and validate the recipe data; `CatalogueDataError` names the broken entry."""
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogueDataError(f"cannot read the recipe data {path}: {exc}") from exc
+    try:
+        parsed = CatalogueData.model_validate(data)
+    except ValidationError as exc:
+        lines = [f"{_entry_name(data, tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        raise CatalogueDataError(f"the recipe data {path} is broken:\n  " + "\n  ".join(lines)) from exc
+    _check_references(parsed, path)
+    revision = hashlib.sha256(raw).hexdigest()[:16]
+    return parsed.model_copy(update={"revision": revision})
+
+
+def _check_references(data: CatalogueData, path: Path) -> None:
+    features = {f.name for f in data.features}
+    seen: set[tuple[str, str]] = set()
+    for recipe in data.recipes:
+        if recipe.feature not in features:
+            raise CatalogueDataError(f"{path}: recipes[{recipe.name!r}]: unknown feature {recipe.feature!r}")
+        if (recipe.feature, recipe.name) in seen:
+            raise CatalogueDataError(f"{path}: recipes[{recipe.name!r}]: listed twice")
+        seen.add((recipe.feature, recipe.name))
+    for feature in data.features:
+        for default in (feature.default_recipe_gpu, feature.default_recipe_cpu):
+            if data.recipe(feature.name, default) is None:
+                raise CatalogueDataError(
+                    f"{path}: features[{feature.name!r}]: default recipe {default!r} is not a recipe of it"
+                )
+
+
+# ---- protobuf -----------------------------------------------------------------------------
+
+
+def recipe_to_proto(recipe: RecipeSpec) -> catalogue_pb2.Recipe:
+    files = []
+    for f in recipe.files:
+        sources = [
+            catalogue_pb2.Source(url=s.url)
+            if isinstance(s, UrlSource)
+            else catalogue_pb2.Source(wheel_member=catalogue_pb2.WheelMember(requirement=s.wheel, member=s.member))
+            for s in f.sources
+        ]
+        files.append(
+            catalogue_pb2.PinnedFile(
+                folder=f.folder, name=f.name, size=f.size, sha256=f.sha256, role=f.role, sources=sources
+            )
+        )
+    routes = [route_to_proto(r) for r in recipe.routes]
+    return catalogue_pb2.Recipe(
+        name=recipe.name,
+        feature=recipe.feature,
+        title=recipe.title,
+        network=recipe.network,
+        license=recipe.license,
+        files=files,
+        routes=routes,
+        available=recipe.available,
+        unavailable_reason=recipe.unavailable_reason,
+    )
+
+
+def route_to_proto(route: RouteSpec) -> catalogue_pb2.Route:
+    return catalogue_pb2.Route(
+        engine=route.engine,
+        needs_preparation=route.needs_preparation,
+        quick_on_cpu=route.quick_on_cpu,
+        revision=route.revision,
+        description=route.description,
+    )
+
+
+def feature_to_proto(data: CatalogueData, feature: FeatureSpec, *, gpu: bool = False) -> catalogue_pb2.Feature:
+    return catalogue_pb2.Feature(
+        name=feature.name,
+        title=feature.title,
+        description=feature.description,
+        default_recipe=feature.default_recipe_gpu if gpu else feature.default_recipe_cpu,
+        recipes=[recipe_to_proto(r) for r in data.recipes_of(feature.name)],
+    )

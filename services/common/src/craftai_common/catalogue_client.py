@@ -1,0 +1,72 @@
+"""How prepare and infer ask the catalogue which route and files a request needs."""
+
+from __future__ import annotations
+
+import grpc
+from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
+
+from craftai_common.errors import Reason, ServiceError
+from craftai_common.metadata import APP_ID_KEY
+from craftai_common.store import FilePin
+
+INTERNAL_APP_ID = "craftai-internal"
+
+
+class CatalogueClient:
+    """A lazily opened channel to the catalogue; owned (and closed) by the service using it."""
+
+    def __init__(self, address: str = "", *, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: catalogue_pb2_grpc.CatalogueServiceAsyncStub | None = None
+
+    def _get_stub(self) -> catalogue_pb2_grpc.CatalogueServiceAsyncStub:
+        if self._stub is None:
+            if not self.address:
+                raise ServiceError(
+                    grpc.StatusCode.UNAVAILABLE, Reason.CATALOGUE_UNREACHABLE, "no catalogue address is configured"
+                )
+            self._channel = grpc.aio.insecure_channel(self.address)
+            self._stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel)
+        return self._stub
+
+    async def resolve(self, route: common_pb2.RouteRef, *, gpu_available: bool) -> catalogue_pb2.ResolveRouteResponse:
+        request = catalogue_pb2.ResolveRouteRequest(
+            route=route, machine=catalogue_pb2.MachineInfo(gpu_available=gpu_available)
+        )
+        try:
+            return await self._get_stub().ResolveRoute(
+                request, timeout=self.timeout, metadata=((APP_ID_KEY, INTERNAL_APP_ID),)
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(exc, f"the catalogue at {self.address}") from exc
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = self._stub = None
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError, who: str) -> ServiceError:
+    """Carry another service's answer on unchanged (code, reason and message)."""
+    status = rpc_status.from_call(exc)
+    reason: str = Reason.CATALOGUE_UNREACHABLE if exc.code() == grpc.StatusCode.UNAVAILABLE else Reason.INTERNAL
+    metadata: dict[str, str] = {}
+    if status is not None:
+        for detail in status.details:
+            info = error_details_pb2.ErrorInfo()
+            if detail.Unpack(info):
+                reason, metadata = info.reason, dict(info.metadata)
+    message = exc.details() or ""
+    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and status is None:
+        message = f"{who} did not answer ({exc.code().name}): {message}"
+    return ServiceError(
+        exc.code(), Reason(reason) if reason in Reason.__members__ else Reason.INTERNAL, message, metadata=metadata
+    )
+
+
+def pins_of(recipe: catalogue_pb2.Recipe) -> list[FilePin]:
+    return [FilePin(f.folder, f.name, f.size, f.sha256) for f in recipe.files]

@@ -1,0 +1,169 @@
+"""Errors as gRPC status codes with plain-words messages and google.rpc details.
+
+Every error a service raises on purpose is a `ServiceError`; `handle_errors` turns it into a
+status with `ErrorInfo` (domain, reason, metadata) and, for bad requests, `BadRequest` field
+violations, so that users read the message and programs read the reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from enum import StrEnum
+from typing import Any, NoReturn, ParamSpec, TypeVar, cast
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+DOMAIN = "craftai.ai"
+log = logging.getLogger("craftai.errors")
+
+
+class Reason(StrEnum):
+    """Stable machine-readable reasons (google.rpc.ErrorInfo.reason); docs/API.md lists them."""
+
+    MISSING_APP_ID = "MISSING_APP_ID"
+    BAD_APP_ID = "BAD_APP_ID"
+    UNKNOWN_FEATURE = "UNKNOWN_FEATURE"
+    UNKNOWN_RECIPE = "UNKNOWN_RECIPE"
+    UNKNOWN_ENGINE = "UNKNOWN_ENGINE"
+    RECIPE_UNAVAILABLE = "RECIPE_UNAVAILABLE"
+    ROUTE_NOT_SET_UP = "ROUTE_NOT_SET_UP"
+    ENGINE_NOT_INSTALLED = "ENGINE_NOT_INSTALLED"
+    BAD_PICTURE = "BAD_PICTURE"
+    EMPTY_PICTURE = "EMPTY_PICTURE"
+    PICTURE_TOO_LARGE = "PICTURE_TOO_LARGE"
+    BAD_PROMPT = "BAD_PROMPT"
+    TOO_MANY_POINTS = "TOO_MANY_POINTS"
+    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
+    SOURCES_FAILED = "SOURCES_FAILED"
+    FILE_MISMATCH = "FILE_MISMATCH"
+    PREPARATION_FAILED = "PREPARATION_FAILED"
+    NO_SPACE = "NO_SPACE"
+    CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
+    LIMIT_REACHED = "LIMIT_REACHED"
+    INTERNAL = "INTERNAL"
+
+
+class ServiceError(Exception):
+    """An error answered to the caller as a gRPC status."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: Reason,
+        message: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        violations: Sequence[tuple[str, str]] = (),
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.metadata = dict(metadata or {})
+        self.violations = list(violations)
+
+    def to_status(self) -> grpc.Status:
+        details = []
+        info = error_details_pb2.ErrorInfo(reason=str(self.reason), domain=DOMAIN, metadata=self.metadata)
+        packed = any_pb2.Any()
+        packed.Pack(info)
+        details.append(packed)
+        if self.violations:
+            bad = error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(field=f, description=d) for f, d in self.violations
+                ]
+            )
+            packed = any_pb2.Any()
+            packed.Pack(bad)
+            details.append(packed)
+        code_value: int = self.code.value[0]
+        return cast(
+            grpc.Status,
+            rpc_status.to_status(status_pb2.Status(code=code_value, message=self.message, details=details)),
+        )
+
+
+def invalid_argument(reason: Reason, message: str, field: str | None = None, **metadata: str) -> ServiceError:
+    violations = [(field, message)] if field else []
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, reason, message, metadata=metadata, violations=violations)
+
+
+def failed_precondition(reason: Reason, message: str, **metadata: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.FAILED_PRECONDITION, reason, message, metadata=metadata)
+
+
+def not_found(reason: Reason, message: str, **metadata: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.NOT_FOUND, reason, message, metadata=metadata)
+
+
+def unavailable(reason: Reason, message: str, **metadata: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.UNAVAILABLE, reason, message, metadata=metadata)
+
+
+def resource_exhausted(reason: Reason, message: str, **metadata: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, reason, message, metadata=metadata)
+
+
+async def abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceError) -> NoReturn:
+    await context.abort_with_status(error.to_status())
+    raise AssertionError("abort_with_status returned")  # pragma: no cover
+
+
+def _internal(exc: BaseException) -> ServiceError:
+    log.exception("unexpected error", exc_info=exc)
+    return ServiceError(
+        grpc.StatusCode.INTERNAL,
+        Reason.INTERNAL,
+        f"internal error ({type(exc).__name__}); the server log has the details",
+    )
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def handle_errors(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Decorate a unary servicer method: ServiceError -> status; anything else -> INTERNAL."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        context = cast(grpc.aio.ServicerContext[Any, Any], args[-1])
+        try:
+            return await method(*args, **kwargs)
+        except ServiceError as error:
+            await abort(context, error)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:
+            await abort(context, _internal(exc))
+
+    return wrapper
+
+
+def handle_stream_errors(method: Callable[P, AsyncIterator[R]]) -> Callable[P, AsyncIterator[R]]:
+    """Decorate a server-streaming servicer method the same way."""
+
+    @functools.wraps(method)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncIterator[R]:
+        context = cast(grpc.aio.ServicerContext[Any, Any], args[-1])
+        try:
+            async for item in method(*args, **kwargs):
+                yield item
+        except ServiceError as error:
+            await abort(context, error)
+        except (grpc.aio.AbortError, grpc.aio.UsageError):
+            raise
+        except Exception as exc:
+            await abort(context, _internal(exc))
+
+    return wrapper
+
+
+def code_name(code: int) -> str:
+    return cast(str, code_pb2.Code.Name(code))

@@ -1,0 +1,177 @@
+"""The model store on disk (DESIGN.md section 4).
+
+    <store>/models/<folder>/<file>               downloaded bytes, exactly as published
+    <store>/models/<folder>/.verified/<file>.json what prepare verified (size, SHA-256, mtime)
+    <store>/prepared/<folder>/<revision>/...      made on this machine from models/<folder>
+    <store>/locks/, <store>/tmp/                  cross-process locks; partial files
+
+The verification record lets the catalogue report "downloaded and verified" without reading
+model bytes: it is trusted only while the file's size and modification time are unchanged.
+The infer service never trusts it: it hashes what it loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from craftai_common.hashing import sha256_file
+
+
+@dataclass(frozen=True)
+class FilePin:
+    """A published file pinned by size and SHA-256."""
+
+    folder: str
+    name: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class VerifiedRecord:
+    size: int
+    sha256: str
+    mtime_ns: int
+    verified_at: float
+
+
+@dataclass(frozen=True)
+class FileCheck:
+    """What was found at a pinned file's path."""
+
+    present: bool
+    verified: bool
+    size: int
+    sha256: str
+    detail: str
+
+
+class Store:
+    """Paths and small atomic operations of one store folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def models(self) -> Path:
+        return self.root / "models"
+
+    @property
+    def prepared(self) -> Path:
+        return self.root / "prepared"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    def ensure(self) -> None:
+        for folder in (self.models, self.prepared, self.locks, self.tmp):
+            folder.mkdir(parents=True, exist_ok=True)
+
+    def model_path(self, pin: FilePin) -> Path:
+        return self.models / pin.folder / pin.name
+
+    def record_path(self, pin: FilePin) -> Path:
+        return self.models / pin.folder / ".verified" / f"{pin.name}.json"
+
+    def prepared_dir(self, folder: str, revision: str) -> Path:
+        return self.prepared / folder / revision
+
+    def lock_path(self, key: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
+        return self.locks / f"{safe}.lock"
+
+    def new_tmp_dir(self, prefix: str) -> Path:
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.tmp))
+
+    # -- verification records ------------------------------------------------------------
+
+    def write_record(self, pin: FilePin) -> None:
+        """Record that the file at the pin's path was verified now (atomically)."""
+        path = self.model_path(pin)
+        record = VerifiedRecord(pin.size, pin.sha256, path.stat().st_mtime_ns, time.time())
+        target = self.record_path(pin)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(target, json.dumps(asdict(record)))
+
+    def read_record(self, pin: FilePin) -> VerifiedRecord | None:
+        try:
+            data = json.loads(self.record_path(pin).read_text())
+            return VerifiedRecord(**data)
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def check_by_record(self, pin: FilePin) -> FileCheck:
+        """Cheap check (no model bytes read): stat and the verification record."""
+        path = self.model_path(pin)
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return FileCheck(False, False, 0, "", "missing")
+        record = self.read_record(pin)
+        verified = (
+            record is not None
+            and record.sha256 == pin.sha256
+            and record.size == pin.size == st.st_size
+            and record.mtime_ns == st.st_mtime_ns
+        )
+        if verified:
+            return FileCheck(True, True, st.st_size, pin.sha256, "verified")
+        if st.st_size != pin.size:
+            detail = f"{st.st_size:,} bytes where {pin.size:,} are pinned"
+        else:
+            detail = "not verified since it was written"
+        return FileCheck(True, False, st.st_size, "", detail)
+
+    def check_by_hash(self, pin: FilePin) -> FileCheck:
+        """Full check: size, then SHA-256 of every byte."""
+        path = self.model_path(pin)
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return FileCheck(False, False, 0, "", "missing")
+        if size != pin.size:
+            return FileCheck(True, False, size, "", mismatch_message(pin, size, None))
+        digest = sha256_file(path)
+        if digest != pin.sha256:
+            return FileCheck(True, False, size, digest, mismatch_message(pin, size, digest))
+        return FileCheck(True, True, size, digest, "verified")
+
+
+def mismatch_message(pin: FilePin, size: int, sha256: str | None) -> str:
+    """Plain words naming what was expected and what was found."""
+    found = f"{size:,} bytes" + (f", SHA-256 {sha256}" if sha256 else "")
+    return f"{pin.name} is not the pinned file: expected {pin.size:,} bytes, SHA-256 {pin.sha256}; found {found}"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a small file so that readers see the old or the new content, never a part."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside `path` durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

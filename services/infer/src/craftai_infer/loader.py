@@ -1,0 +1,189 @@
+"""Loading routes: resolve through the catalogue, check every file's hash, build once, keep warm.
+
+The infer service never downloads or converts: a route whose files are missing or differ from
+their pins is refused with FAILED_PRECONDITION naming the command that sets it up. A failure on
+the GPU that is not a cancel rebuilds the model on the CPU from the same files, re-runs the
+request there (with a notice), and keeps the model on the CPU once that worked; tried once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
+
+from craftai.v1 import catalogue_pb2, common_pb2
+from craftai_common.catalogue_client import CatalogueClient, pins_of
+from craftai_common.errors import Reason, ServiceError, failed_precondition
+from craftai_common.store import Store
+
+from craftai_infer.device import DeviceInfo
+from craftai_infer.routes import Factory, Model, RouteFiles, factories
+
+log = logging.getLogger("craftai.infer.loader")
+RouteKey = tuple[str, str, str]
+T = TypeVar("T")
+M = TypeVar("M", bound=Model)
+RESOLVE_TTL = 60.0
+
+
+def setup_command(route: common_pb2.RouteRef, several_engines: bool) -> str:
+    engine = f" --engine {route.engine}" if several_engines else ""
+    return f"craftai setup {route.feature} --recipe {route.recipe}{engine}"
+
+
+@dataclass
+class Notices:
+    """Notices raised while answering one request, forwarded into its stream."""
+
+    items: list[common_pb2.Notice]
+
+    def add(self, code: str, message: str) -> None:
+        self.items.append(common_pb2.Notice(code=code, message=message))
+
+
+class LoadedRoute(Generic[M]):
+    """A built model, its own worker thread (model work never runs on the event loop) and files."""
+
+    def __init__(self, ref: common_pb2.RouteRef, model: M, factory: Factory, files: RouteFiles) -> None:
+        self.ref = ref
+        self.model = model
+        self._factory = factory
+        self._files = files
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
+        self._fell_back = False
+
+    @property
+    def device(self) -> str:
+        return self.model.device
+
+    async def run(self, work: Callable[[M], T], notices: Notices) -> T:
+        loop = asyncio.get_running_loop()
+        model = self.model
+        try:
+            return await loop.run_in_executor(self._worker, work, model)
+        except (asyncio.CancelledError, ServiceError):
+            raise
+        except Exception as exc:
+            if model.device == "cpu" or self._fell_back:
+                raise
+            self._fell_back = True
+            log.warning("%s failed on %s (%s); rebuilding on the CPU", self.ref.recipe, model.device, exc)
+            cpu_model = cast(M, await loop.run_in_executor(self._worker, self._factory, self._files, "cpu"))
+            result = await loop.run_in_executor(self._worker, work, cpu_model)
+            self.model = cpu_model
+            notices.add(
+                "FELL_BACK_TO_CPU",
+                f"the GPU failed ({type(exc).__name__}: {exc}); answered on the CPU, which this model keeps using",
+            )
+            return result
+
+    def close(self) -> None:
+        self._worker.shutdown(wait=False, cancel_futures=True)
+
+
+class RouteLoader:
+    """Owns the loaded routes of this process."""
+
+    def __init__(self, catalogue: CatalogueClient, store: Store, device: DeviceInfo, cpu_threads: int) -> None:
+        self.catalogue = catalogue
+        self.store = store
+        self.device = device
+        self.cpu_threads = cpu_threads
+        self._resolved: dict[RouteKey, tuple[float, catalogue_pb2.ResolveRouteResponse]] = {}
+        self._loaded: dict[RouteKey, LoadedRoute[Any]] = {}
+        self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
+        self._factories = factories()
+
+    def loaded(self) -> list[LoadedRoute[Any]]:
+        return list(self._loaded.values())
+
+    async def resolve(self, ref: common_pb2.RouteRef) -> catalogue_pb2.ResolveRouteResponse:
+        key = (ref.feature, ref.recipe, ref.engine)
+        cached = self._resolved.get(key)
+        if cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL:
+            return cached[1]
+        resolved = await self.catalogue.resolve(ref, gpu_available=self.device.gpu_available)
+        self._resolved[key] = (time.monotonic(), resolved)
+        return resolved
+
+    def is_loaded(self, resolved: catalogue_pb2.ResolveRouteResponse) -> bool:
+        r = resolved.route
+        return (r.feature, r.recipe, r.engine) in self._loaded
+
+    async def get(self, resolved: catalogue_pb2.ResolveRouteResponse) -> LoadedRoute[Any]:
+        """The loaded route, loading it first (once, however many requests ask at the same time)."""
+        r = resolved.route
+        key = (r.feature, r.recipe, r.engine)
+        if key in self._loaded:
+            return self._loaded[key]
+        pending = self._loading.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._loading[key] = pending
+            try:
+                loaded = await asyncio.to_thread(self._load, resolved)
+                self._loaded[key] = loaded
+                pending.set_result(loaded)
+            except BaseException as exc:
+                pending.set_exception(exc)
+                pending.exception()  # retrieved: joiners re-raise it; no "never retrieved" warning
+                raise
+            finally:
+                del self._loading[key]
+            return loaded
+        return await asyncio.shield(pending)
+
+    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse) -> LoadedRoute[Any]:
+        ref = resolved.route
+        several = len(resolved.recipe.routes) > 1
+        factory = self._factories.get((ref.recipe, ref.engine))
+        if factory is None:
+            raise failed_precondition(
+                Reason.ENGINE_NOT_INSTALLED,
+                f"this infer service cannot run recipe {ref.recipe} with engine {ref.engine}",
+                recipe=ref.recipe,
+                engine=ref.engine,
+            )
+        by_role = {}
+        for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True):
+            check = self.store.check_by_hash(pin)
+            if not check.verified:
+                problem = f"{pin.name} is missing" if not check.present else f"refused {check.detail}"
+                raise failed_precondition(
+                    Reason.ROUTE_NOT_SET_UP,
+                    f"set up {ref.feature} first: recipe {ref.recipe} ({ref.engine}) is not ready on this "
+                    f"installation ({problem}); run: {setup_command(ref, several)}",
+                    feature=ref.feature,
+                    recipe=ref.recipe,
+                    engine=ref.engine,
+                    file=pin.name,
+                )
+            by_role[spec.role or spec.name] = self.store.model_path(pin)
+        prepared = None
+        if resolved.chosen.needs_preparation:
+            folder = resolved.recipe.files[0].folder
+            prepared = self.store.prepared_dir(folder, resolved.chosen.revision)
+        files = RouteFiles(by_role, prepared, self.cpu_threads)
+        started = time.perf_counter()
+        model = factory(files, self.device.preferred)
+        log.info(
+            "loaded %s/%s on %s in %.0f ms",
+            ref.recipe,
+            ref.engine,
+            model.device,
+            (time.perf_counter() - started) * 1000,
+        )
+        return LoadedRoute(ref, model, factory, files)
+
+    def close(self) -> None:
+        for loaded in self._loaded.values():
+            loaded.close()
+        self._loaded.clear()
+
+
+__all__ = ["LoadedRoute", "Notices", "RouteLoader", "ServiceError"]

@@ -1,0 +1,39 @@
+"""u2netp pre- and post-processing, compatible with rembg's (so mattes match rembg's on the same file).
+
+rembg's steps for u2net-family sessions, as published: the picture converted to RGB, resized
+to 320x320 with Lanczos, divided by its own maximum (not by 255), normalised with ImageNet
+mean/std in float64, cast to float32 NCHW; the first output's map min-max normalised, scaled to
+8 bits by truncation, and resized back to the picture's size with Lanczos.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+from PIL import Image
+
+SIZE = 320
+MEAN = (0.485, 0.456, 0.406)
+STD = (0.229, 0.224, 0.225)
+
+
+def preprocess(picture: Image.Image) -> NDArray[np.float32]:
+    """RGB picture of any size -> f32[1,3,320,320]."""
+    small = picture.convert("RGB").resize((SIZE, SIZE), Image.Resampling.LANCZOS)
+    pixels = np.asarray(small).astype(np.float64)
+    pixels = pixels / max(float(pixels.max()), 1e-6)
+    normalised = (pixels - np.asarray(MEAN)) / np.asarray(STD)  # [320,320,3]
+    batch: NDArray[np.float32] = normalised.transpose(2, 0, 1)[None].astype(np.float32)
+    return batch
+
+
+def postprocess(fused: NDArray[np.float32], size: tuple[int, int]) -> Image.Image:
+    """First output f32[1,1,320,320] (sigmoid applied) -> 8-bit matte at `size` (width, height).
+
+    A constant map (max == min) gives an empty matte, where rembg would divide by zero.
+    """
+    pred = fused[:, 0, :, :]
+    high, low = pred.max(), pred.min()
+    pred = (pred - low) / (high - low) if high > low else np.zeros_like(pred)
+    matte = Image.fromarray((np.squeeze(pred) * 255).astype(np.uint8), mode="L")
+    return matte.resize(size, Image.Resampling.LANCZOS)

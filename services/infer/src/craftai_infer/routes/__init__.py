@@ -1,0 +1,50 @@
+"""What runs each route: a factory per (recipe, engine), building the model from its files.
+
+A factory gets the route's verified files and a device, and returns an object with the
+feature's method (`matte(picture) -> matte` for image.matte). It is called again with the CPU
+when the GPU fails (see craftai_infer.loader).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class RouteFiles:
+    """The verified files of a route, by role ("network", "encoder", "weights", ...)."""
+
+    by_role: dict[str, Path]
+    prepared: Path | None
+    cpu_threads: int
+
+    def role(self, name: str) -> Path:
+        try:
+            return self.by_role[name]
+        except KeyError:
+            raise KeyError(f"the recipe pins no file with role {name!r} (roles: {sorted(self.by_role)})") from None
+
+
+class Model(Protocol):
+    device: str
+
+
+class MatteModel(Model, Protocol):
+    def matte(self, picture: Image.Image) -> Image.Image:
+        """8-bit matte at the picture's size, white = subject."""
+        ...
+
+
+Factory = Callable[[RouteFiles, str], Model]
+
+
+def factories() -> dict[tuple[str, str], Factory]:
+    """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
+    from craftai_infer.routes import u2netp
+
+    return {("u2netp", "onnxruntime"): u2netp.U2netpOnnx}

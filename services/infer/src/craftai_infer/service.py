@@ -1,0 +1,217 @@
+"""The infer service's gRPC servicer: runtime, loading and the features' streams."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from importlib.util import find_spec
+from typing import Any, TypeVar
+
+import grpc
+from craftai.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
+from craftai_common.catalogue_client import CatalogueClient
+from craftai_common.errors import Reason, handle_errors, handle_stream_errors, invalid_argument
+from craftai_common.server import Mount
+from craftai_common.store import Store
+
+from craftai_infer import device as devices
+from craftai_infer import pictures
+from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
+from craftai_infer.pipelines.cutout import cutout
+from craftai_infer.settings import InferSettings
+
+log = logging.getLogger("craftai.infer")
+Context = grpc.aio.ServicerContext[Any, Any]
+SERVICE_NAME = infer_pb2.DESCRIPTOR.services_by_name["InferService"].full_name
+MATTE = "image.matte"
+T = TypeVar("T")
+
+
+def _progress(stage: str, done: int, total: int, message: str) -> common_pb2.Progress:
+    return common_pb2.Progress(stage=stage, done=done, total=total, unit="steps", message=message)
+
+
+class InferServicer(infer_pb2_grpc.InferServiceServicer):
+    def __init__(self, settings: InferSettings, catalogue: CatalogueClient) -> None:
+        self.settings = settings
+        self.device = devices.detect(settings.device)
+        self.catalogue = catalogue
+        self.routes = RouteLoader(catalogue, Store(settings.store), self.device, settings.cpu_threads)
+        self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
+        # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.
+        self._cpu = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="pictures")
+
+    async def _on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+
+    # -- runtime and loading -------------------------------------------------------------
+
+    @handle_errors
+    async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
+        engines = [name for name, module in (("onnxruntime", "onnxruntime"), ("torch", "torch")) if find_spec(module)]
+        s = self.settings
+        return infer_pb2.Runtime(
+            device=self.device.preferred,
+            gpu_available=self.device.gpu_available,
+            gpu_name=self.device.gpu_name,
+            loaded=[infer_pb2.LoadedRoute(route=r.ref, device=r.device) for r in self.routes.loaded()],
+            limits=infer_pb2.Limits(
+                max_message_bytes=s.max_message_bytes,
+                max_picture_pixels=s.max_picture_pixels,
+                max_picture_side=s.max_picture_side,
+                max_points=s.max_points,
+                session_budget_bytes=s.session_budget_bytes,
+                session_idle_seconds=s.session_idle_seconds,
+            ),
+            engines=engines,
+        )
+
+    async def _resolve(self, route: common_pb2.RouteRef, feature: str) -> catalogue_pb2.ResolveRouteResponse:
+        if route.feature and route.feature != feature:
+            raise invalid_argument(
+                Reason.UNKNOWN_FEATURE, f"this RPC serves {feature}, not {route.feature}", field="route.feature"
+            )
+        ref = common_pb2.RouteRef(feature=feature, recipe=route.recipe, engine=route.engine)
+        return await self.routes.resolve(ref)
+
+    async def _load(
+        self, resolved: catalogue_pb2.ResolveRouteResponse
+    ) -> AsyncIterator[common_pb2.Progress | LoadedRoute[Any]]:
+        """Yield a load progress event (first use only), then the loaded route."""
+        r = resolved.route
+        if not self.routes.is_loaded(resolved):
+            yield _progress("load", 0, 1, f"loading {r.recipe} ({r.engine})")
+            started = time.perf_counter()
+            loaded = await self.routes.get(resolved)
+            yield _progress(
+                "load", 1, 1, f"loaded {r.recipe} on {loaded.device} in {(time.perf_counter() - started) * 1000:.0f} ms"
+            )
+        else:
+            loaded = await self.routes.get(resolved)
+        yield loaded
+
+    @handle_stream_errors
+    async def Load(self, request: infer_pb2.LoadRequest, context: Context) -> AsyncIterator[infer_pb2.LoadEvent]:
+        if not request.route.feature:
+            raise invalid_argument(Reason.UNKNOWN_FEATURE, "name the feature to load", field="route.feature")
+        resolved = await self._resolve(request.route, request.route.feature)
+        started = time.perf_counter()
+        async for item in self._load(resolved):
+            if isinstance(item, common_pb2.Progress):
+                yield infer_pb2.LoadEvent(progress=item)
+            else:
+                yield infer_pb2.LoadEvent(
+                    result=infer_pb2.LoadResult(
+                        loaded=infer_pb2.LoadedRoute(route=item.ref, device=item.device),
+                        load_ms=(time.perf_counter() - started) * 1000,
+                    )
+                )
+
+    # -- image.matte ---------------------------------------------------------------------
+
+    @handle_stream_errors
+    async def Matte(self, request: infer_pb2.MatteRequest, context: Context) -> AsyncIterator[infer_pb2.MatteEvent]:
+        started = time.perf_counter()
+        stages: dict[str, float] = {}
+        resolved = await self._resolve(request.route, MATTE)
+        loaded: LoadedRoute[Any] | None = None
+        async for item in self._load(resolved):
+            if isinstance(item, common_pb2.Progress):
+                yield infer_pb2.MatteEvent(progress=item)
+            else:
+                loaded = item
+        assert loaded is not None
+
+        t = time.perf_counter()
+        yield infer_pb2.MatteEvent(progress=_progress("decode", 0, 3, "decoding the picture"))
+        picture = await self._on_cpu(pictures.decode, request.picture.data, self.limits)
+        stages["decode"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        yield infer_pb2.MatteEvent(progress=_progress("model", 1, 3, f"removing the background ({loaded.device})"))
+        notices = Notices([])
+        matte = await loaded.run(lambda model: model.matte(picture), notices)
+        stages["model"] = (time.perf_counter() - t) * 1000
+        for notice in notices.items:
+            yield infer_pb2.MatteEvent(notice=notice)
+
+        t = time.perf_counter()
+        yield infer_pb2.MatteEvent(progress=_progress("encode", 2, 3, "encoding the PNG"))
+        level = self.settings.png_compress_level
+        matte_png = await self._on_cpu(pictures.encode_png, matte, level)
+        cutout_png = b""
+        if request.want_cutout:
+            cutout_png = await self._on_cpu(lambda: pictures.encode_png(cutout(picture, matte), level))
+        stages["encode"] = (time.perf_counter() - t) * 1000
+
+        yield infer_pb2.MatteEvent(
+            result=infer_pb2.MatteResult(
+                route=loaded.ref,
+                matte_png=matte_png,
+                cutout_png=cutout_png,
+                width=picture.width,
+                height=picture.height,
+                device=loaded.device,
+                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
+            )
+        )
+
+    # -- image.segment (issue: Segment on onnxruntime) ------------------------------------
+
+    async def _not_yet(self, context: Context) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "image.segment is not served by this version yet")
+
+    async def OpenSession(
+        self, request: infer_pb2.OpenSessionRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.OpenSessionEvent]:
+        await self._not_yet(context)
+        yield infer_pb2.OpenSessionEvent()
+
+    async def Segment(
+        self, request: infer_pb2.SegmentRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.SegmentEvent]:
+        await self._not_yet(context)
+        yield infer_pb2.SegmentEvent()
+
+    async def SegmentOnce(
+        self, request: infer_pb2.SegmentOnceRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.SegmentEvent]:
+        await self._not_yet(context)
+        yield infer_pb2.SegmentEvent()
+
+    async def CloseSession(
+        self, request: infer_pb2.CloseSessionRequest, context: Context
+    ) -> infer_pb2.CloseSessionResponse:
+        await self._not_yet(context)
+        return infer_pb2.CloseSessionResponse()
+
+    async def close(self) -> None:
+        self.routes.close()
+        self._cpu.shutdown(wait=False, cancel_futures=True)
+        await self.catalogue.close()
+
+
+def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
+    """Embedded (`craftai serve`), the catalogue is on this same server."""
+    catalogue = CatalogueClient(settings.catalogue_address)
+    servicer = InferServicer(settings, catalogue)
+
+    async def start(address: str) -> None:
+        if embedded:
+            catalogue.address = address
+        log.info(
+            "device: %s%s",
+            servicer.device.preferred,
+            f" ({servicer.device.gpu_name})" if servicer.device.gpu_available else "",
+        )
+
+    return Mount(
+        name=SERVICE_NAME,
+        register=lambda server: infer_pb2_grpc.add_InferServiceServicer_to_server(servicer, server),
+        start=start,
+        stop=servicer.close,
+    )

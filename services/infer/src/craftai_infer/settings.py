@@ -1,0 +1,22 @@
+"""Infer settings (environment variables with the prefix CRAFTAI_)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from craftai_common.settings import ServerSettings
+from pydantic import Field
+
+
+class InferSettings(ServerSettings):
+    catalogue_address: str = Field("", description="the catalogue service (host:port); embedded: this server")
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="auto: the GPU when one answers, else the CPU; cpu forces the CPU"
+    )
+    max_picture_pixels: int = Field(50_000_000, gt=0, description="largest width*height accepted")
+    max_picture_side: int = Field(16_384, gt=0, description="longest side accepted, in pixels")
+    max_points: int = Field(64, gt=0, description="points per segmentation prompt")
+    session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
+    session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
+    cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")
+    png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")

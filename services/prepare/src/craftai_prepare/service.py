@@ -1,0 +1,125 @@
+"""The prepare service's gRPC servicer: Setup = resolve the route, then run (or join) its job."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
+from craftai_common.catalogue_client import CatalogueClient, pins_of
+from craftai_common.errors import Reason, ServiceError, failed_precondition, handle_stream_errors, invalid_argument
+from craftai_common.server import Mount
+from craftai_common.store import Store
+from filelock import FileLock, Timeout
+
+from craftai_prepare.downloads import ensure_file
+from craftai_prepare.jobs import JobRegistry
+from craftai_prepare.reporter import Reporter
+from craftai_prepare.settings import PrepareSettings
+from craftai_prepare.sources import Timeouts, sources_of
+
+log = logging.getLogger("craftai.prepare")
+Context = grpc.aio.ServicerContext[Any, Any]
+SERVICE_NAME = prepare_pb2.DESCRIPTOR.services_by_name["PrepareService"].full_name
+
+
+def run_setup(
+    store: Store, resolved: catalogue_pb2.ResolveRouteResponse, reporter: Reporter, timeouts: Timeouts, lock_wait: float
+) -> prepare_pb2.SetupResult:
+    """The job: under the store's cross-process lock for this route, fetch and check every file."""
+    store.ensure()
+    route = resolved.route
+    key = f"{route.feature}/{route.recipe}/{route.engine}"
+    lock = FileLock(store.lock_path(key))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        reporter.progress("wait", 0, 0, "", "another process is preparing the same route; waiting for it", force=True)
+        try:
+            lock.acquire(timeout=lock_wait)
+        except Timeout as exc:
+            raise ServiceError(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                Reason.PREPARATION_FAILED,
+                f"another process held the lock on {key} for more than {lock_wait:.0f} s",
+            ) from exc
+    try:
+        outcomes = [
+            ensure_file(store, pin, sources_of(spec), reporter, timeouts)
+            for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True)
+        ]
+        if resolved.chosen.needs_preparation:
+            raise failed_precondition(
+                Reason.PREPARATION_FAILED,
+                f"route {key} needs a preparation this prepare service does not know",
+            )
+    finally:
+        lock.release()
+    return prepare_pb2.SetupResult(
+        route=route,
+        files=[
+            prepare_pb2.FileOutcome(
+                folder=o.pin.folder,
+                name=o.pin.name,
+                size=o.pin.size,
+                sha256=o.pin.sha256,
+                downloaded=o.downloaded,
+                source=o.source,
+            )
+            for o in outcomes
+        ],
+        revision=resolved.chosen.revision,
+        already_done=not any(o.downloaded for o in outcomes),
+    )
+
+
+class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
+    def __init__(self, settings: PrepareSettings, catalogue: CatalogueClient) -> None:
+        self.settings = settings
+        self.store = Store(settings.store)
+        self.catalogue = catalogue
+        self.jobs = JobRegistry()
+        self.timeouts = Timeouts(
+            settings.download_connect_timeout, settings.download_read_timeout, settings.pip_timeout
+        )
+
+    @handle_stream_errors
+    async def Setup(self, request: prepare_pb2.SetupRequest, context: Context) -> AsyncIterator[prepare_pb2.SetupEvent]:
+        if not request.route.feature:
+            raise invalid_argument(
+                Reason.UNKNOWN_FEATURE, "name the feature to set up, e.g. image.matte", field="route.feature"
+            )
+        resolved = await self.catalogue.resolve(request.route, gpu_available=request.gpu_available)
+        route: common_pb2.RouteRef = resolved.route
+        key = f"{route.feature}/{route.recipe}/{route.engine}"
+        log.info("setup %s (%s)", key, resolved.reason)
+
+        def work(reporter: Reporter) -> prepare_pb2.SetupResult:
+            return run_setup(self.store, resolved, reporter, self.timeouts, self.settings.lock_wait_seconds)
+
+        async for event in self.jobs.join(key, work):
+            yield event
+
+    async def close(self) -> None:
+        await self.jobs.drain()
+        await self.catalogue.close()
+
+
+def build(settings: PrepareSettings, *, embedded: bool = False) -> Mount:
+    """Embedded (`craftai serve`), the catalogue is on this same server."""
+    catalogue = CatalogueClient(settings.catalogue_address)
+    servicer = PrepareServicer(settings, catalogue)
+
+    async def start(address: str) -> None:
+        if embedded:
+            catalogue.address = address
+        Store(settings.store).ensure()
+
+    return Mount(
+        name=SERVICE_NAME,
+        register=lambda server: prepare_pb2_grpc.add_PrepareServiceServicer_to_server(servicer, server),
+        start=start,
+        stop=servicer.close,
+    )

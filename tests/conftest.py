@@ -1,0 +1,78 @@
+"""Fixtures shared by every suite: real files, real servers on loopback."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support import catalogues, servers
+from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests run on the lent GPU machine only; CI has no GPU and says so."""
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    if not has_gpu:
+        skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine: see docs/PERFORMANCE.md)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def u2netp_file() -> Path:
+    """The real, published u2netp.onnx (from its byte-identical PyPI mirror)."""
+    return u2netp_onnx()
+
+
+@pytest.fixture(scope="session")
+def photos() -> dict[str, Path]:
+    return {name: sample_photo(name) for name in ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg")}
+
+
+@pytest.fixture(scope="session")
+def model_files(u2netp_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.FileServer]:
+    """A real HTTP server on loopback: /good/u2netp.onnx (the real bytes), /bad/ (same size, other
+    bytes), /short/ (truncated) and /slow/ (the real bytes, after a second)."""
+    root = tmp_path_factory.mktemp("model-files")
+    (root / "good").mkdir()
+    shutil.copyfile(u2netp_file, root / "good" / "u2netp.onnx")
+    data = bytearray(u2netp_file.read_bytes())
+    data[1000:1010] = b"0123456789"
+    (root / "bad").mkdir()
+    (root / "bad" / "u2netp.onnx").write_bytes(bytes(data))
+    (root / "slow").mkdir()
+    shutil.copyfile(u2netp_file, root / "slow" / "u2netp.onnx")
+    (root / "short").mkdir()
+    (root / "short" / "u2netp.onnx").write_bytes(bytes(data[: len(data) // 2]))
+    with servers.FileServer(root) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def local_catalogue(model_files: servers.FileServer, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real recipe data, with u2netp fetched from the loopback HTTP server."""
+    path = tmp_path_factory.mktemp("catalogue") / "recipes.toml"
+    return catalogues.with_sources(path, "u2netp", [{"url": f"{model_files.url}/good/u2netp.onnx"}])
+
+
+@pytest.fixture(scope="session")
+def matte_server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    """`craftai serve` with u2netp set up through its prepare service (loopback source)."""
+    from craftai import AiClient
+
+    workdir = tmp_path_factory.mktemp("matte-server")
+    process = servers.embedded(workdir / "store", workdir, {"CRAFTAI_RECIPES": str(local_catalogue)})
+    with servers.running(process):
+        with AiClient(app_id="tests", target=process.address) as ai:
+            events = list(ai.setup("image.matte", "u2netp"))
+        assert events[-1].files[0].sha256 == U2NETP_SHA256  # type: ignore[union-attr]
+        yield process

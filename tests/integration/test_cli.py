@@ -1,0 +1,85 @@
+"""The `craftai` command end to end: setup with progress, status, remove-background with timings."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from craftai import AiClient
+from craftai.v1 import catalogue_pb2
+from PIL import Image
+
+from tests.support import servers
+
+
+def _craftai(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CRAFTAI_ADDRESS": address}
+    return subprocess.run(
+        [str(servers.BIN / "craftai"), *args], check=False, env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Path, photos: dict[str, Path]) -> None:
+    process = servers.embedded(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(local_catalogue)})
+    with servers.running(process):
+        before = _craftai(process.address, "status", "image.matte")
+        assert before.returncode == 0 and "u2netp" in before.stdout and "missing" in before.stdout
+
+        setup = _craftai(process.address, "setup", "image.matte", "--recipe", "u2netp")
+        assert setup.returncode == 0, setup.stderr
+        assert "image.matte u2netp (onnxruntime): set up in" in setup.stdout
+        assert "download" in setup.stderr  # the progress bar
+        again = _craftai(process.address, "setup", "image.matte")
+        assert "already set up (files checked)" in again.stdout
+
+        out = tmp_path / "out"
+        inputs = [str(photos["chelsea.png"]), str(photos["rocket.jpg"])]
+        run = _craftai(process.address, "remove-background", *inputs, "-o", str(out))
+        assert run.returncode == 0, run.stderr
+        assert "chelsea.png: 451x300 u2netp/onnxruntime on cpu:" in run.stdout and " ms round trip" in run.stdout
+        assert "2 picture(s) in" in run.stdout
+        matte = Image.open(out / "chelsea.matte.png")
+        cutout = Image.open(out / "chelsea.cutout.png")
+        assert (matte.mode, matte.size, cutout.mode) == ("L", (451, 300), "RGBA")
+        assert np.asarray(matte).std() > 10
+
+        single = _craftai(
+            process.address, "remove-background", inputs[0], "-o", str(tmp_path / "one.png"), "--no-cutout"
+        )
+        assert single.returncode == 0 and (tmp_path / "one.png").exists()
+
+        status = _craftai(process.address, "status")
+        assert "ready" in status.stdout and "unavailable" in status.stdout
+
+
+def test_errors_are_plain_words_and_exit_1(tmp_path: Path, matte_server: servers.Process) -> None:
+    bad = tmp_path / "bad.png"
+    bad.write_bytes(b"not a picture")
+    run = _craftai(matte_server.address, "remove-background", str(bad), "-o", str(tmp_path / "o"))
+    assert run.returncode == 1
+    assert run.stderr.strip() == "craftai: the picture is not a PNG, JPEG or WebP file (or it is damaged)"
+    run = _craftai(matte_server.address, "setup", "image.blur")
+    assert run.returncode == 1 and "unknown feature 'image.blur'" in run.stderr
+
+
+def test_the_three_services_as_separate_processes(
+    tmp_path: Path, local_catalogue: Path, photos: dict[str, Path]
+) -> None:
+    processes = servers.separate(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(local_catalogue)})
+    try:
+        with AiClient(
+            app_id="tests",
+            catalogue=processes["catalogue"].address,
+            prepare=processes["prepare"].address,
+            infer=processes["infer"].address,
+        ) as ai:
+            list(ai.setup("image.matte"))
+            result = ai.remove_background(photos["astronaut.png"])
+            assert (result.width, result.height) == (512, 512)
+            (state,) = [s for s in ai.status("image.matte") if s.route.recipe == "u2netp"]
+            assert state.state == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked the infer service
+    finally:
+        codes = {name: p.stop() for name, p in processes.items()}
+    assert codes == {"catalogue": 0, "prepare": 0, "infer": 0}

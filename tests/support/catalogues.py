@@ -1,0 +1,27 @@
+"""Test catalogues: the real recipe data with sources (or pins) replaced, written as TOML."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+from craftai_catalogue.recipes import DATA_FILE
+
+
+def real_data() -> dict[str, Any]:
+    return tomllib.loads(DATA_FILE.read_text())
+
+
+def recipe(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(r for r in data["recipes"] if r["name"] == name)
+
+
+def with_sources(path: Path, recipe_name: str, sources: list[dict[str, str]]) -> Path:
+    """The real data, with every file of one recipe fetched from `sources`."""
+    data = real_data()
+    for pinned in recipe(data, recipe_name)["files"]:
+        pinned["sources"] = sources
+    path.write_text(tomli_w.dumps(data))
+    return path

@@ -1,0 +1,162 @@
+"""Real service processes on loopback for the tests, and a real HTTP server for sources."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+
+@dataclass
+class Process:
+    """A service process started by a test; `stop()` sends SIGTERM and checks a clean exit."""
+
+    name: str
+    popen: subprocess.Popen[bytes]
+    address: str
+    log: Path
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGTERM)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait()
+        return self.popen.returncode
+
+    def kill(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait()
+
+
+def start(name: str, command: list[str], env: dict[str, str], workdir: Path, timeout: float = 60.0) -> Process:
+    """Start a service with CRAFTAI_PORT=0 and wait until it writes its bound address."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / f"{name}.address"
+    ready.unlink(missing_ok=True)
+    log = workdir / f"{name}.log"
+    full_env = {
+        **os.environ,
+        "CRAFTAI_PORT": "0",
+        "CRAFTAI_HOST": "127.0.0.1",
+        **env,
+        "CRAFTAI_READY_FILE": str(ready),
+        "PYTHONUNBUFFERED": "1",
+    }
+    with log.open("wb") as out:
+        popen = subprocess.Popen(command, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if popen.poll() is not None:
+            raise RuntimeError(f"{name} exited with {popen.returncode}:\n{log.read_text(errors='replace')}")
+        if time.monotonic() > deadline:
+            popen.kill()
+            raise TimeoutError(f"{name} did not start within {timeout} s:\n{log.read_text(errors='replace')}")
+        time.sleep(0.05)
+    return Process(name, popen, ready.read_text().strip(), log)
+
+
+def embedded(store: Path, workdir: Path, env: dict[str, str] | None = None) -> Process:
+    """`craftai serve`: the three services on one port."""
+    return start(
+        "craftai-serve", [str(BIN / "craftai"), "serve"], {"CRAFTAI_STORE": str(store), **(env or {})}, workdir
+    )
+
+
+@contextlib.contextmanager
+def running(process: Process) -> Iterator[Process]:
+    try:
+        yield process
+    finally:
+        code = process.stop()
+        assert code == 0, f"{process.name} exited with {code}:\n{process.logs()}"
+
+
+@dataclass
+class FileServer:
+    """A real HTTP server on loopback serving a folder; counts requests per path."""
+
+    root: Path
+    requests: dict[str, int] = field(default_factory=dict)
+    slow_seconds: float = 1.0  # paths under /slow/ wait this long before answering
+    _server: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def __enter__(self) -> FileServer:
+        counts = self.requests
+        slow = self.slow_seconds
+
+        class Handler(http.server.SimpleHTTPRequestHandler):
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                counts[self.path] = counts.get(self.path, 0) + 1
+                if self.path.startswith("/slow/"):
+                    time.sleep(slow)
+                super().do_GET()
+
+        self._server = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", 0), functools.partial(Handler, directory=str(self.root))
+        )
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def separate(store: Path, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Process]:
+    """The three services as separate processes (the compose/Kubernetes topology), one store."""
+    ports = {name: free_port() for name in ("catalogue", "prepare", "infer")}
+    addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
+    common = {
+        "CRAFTAI_STORE": str(store),
+        "CRAFTAI_CATALOGUE_ADDRESS": addr["catalogue"],
+        "CRAFTAI_INFER_ADDRESS": addr["infer"],
+        **(env or {}),
+    }
+    started: dict[str, Process] = {}
+    try:
+        for name in ("catalogue", "prepare", "infer"):
+            started[name] = start(
+                name, [str(BIN / f"craftai-{name}")], {**common, "CRAFTAI_PORT": str(ports[name])}, workdir
+            )
+    except BaseException:
+        for process in started.values():
+            process.kill()
+        raise
+    return started

@@ -1,0 +1,54 @@
+"""Engine advice: which recipe and route suit a machine."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from craftai_catalogue import advice, recipes
+from craftai_common.errors import Reason, ServiceError
+
+DATA = recipes.load()
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_default_matte_route(gpu: bool) -> None:
+    chosen = advice.resolve(DATA, "image.matte", gpu=gpu)
+    assert (chosen.recipe.name, chosen.route.engine) == ("u2netp", "onnxruntime")
+    assert ("with a GPU" if gpu else "without a GPU") in chosen.reason
+
+
+def test_asked_recipe_and_engine_win() -> None:
+    chosen = advice.resolve(DATA, "image.matte", "inspyrenet-swinb", "torch", gpu=False)
+    assert (chosen.recipe.name, chosen.route.engine) == ("inspyrenet-swinb", "torch")
+
+
+def test_a_route_slow_on_the_cpu_is_said_so() -> None:
+    chosen = advice.resolve(DATA, "image.matte", "inspyrenet-swinb", gpu=False)
+    assert "slow" in chosen.reason
+    chosen = advice.resolve(DATA, "image.matte", "inspyrenet-swinb", gpu=True)
+    assert "preferred when a GPU answers" in chosen.reason
+
+
+@pytest.mark.parametrize(
+    ("feature", "recipe", "engine", "code", "reason", "words"),
+    [
+        ("image.blur", "", "", grpc.StatusCode.NOT_FOUND, Reason.UNKNOWN_FEATURE, "known features: image.segment"),
+        ("image.matte", "birefnet", "", grpc.StatusCode.NOT_FOUND, Reason.UNKNOWN_RECIPE, "its recipes: "),
+        ("image.matte", "u2netp", "tensorrt", grpc.StatusCode.NOT_FOUND, Reason.UNKNOWN_ENGINE, "its engines: "),
+        (
+            "image.segment",
+            "sam2.1-hiera-tiny",
+            "",
+            grpc.StatusCode.FAILED_PRECONDITION,
+            Reason.RECIPE_UNAVAILABLE,
+            "no confirmed size or SHA-256",
+        ),
+    ],
+)
+def test_plain_refusals(
+    feature: str, recipe: str, engine: str, code: grpc.StatusCode, reason: Reason, words: str
+) -> None:
+    with pytest.raises(ServiceError) as caught:
+        advice.resolve(DATA, feature, recipe, engine, gpu=False)
+    assert (caught.value.code, caught.value.reason) == (code, reason)
+    assert words in caught.value.message

@@ -1,0 +1,77 @@
+"""Decoding pictures: formats, limits (checked before decoding), orientation, plain errors."""
+
+from __future__ import annotations
+
+import io
+import struct
+import zlib
+
+import grpc
+import pytest
+from craftai_common.errors import Reason, ServiceError
+from craftai_infer import pictures
+from PIL import Image
+
+LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
+
+
+def _encode(image: Image.Image, fmt: str, **kw: object) -> bytes:
+    out = io.BytesIO()
+    image.save(out, format=fmt, **kw)
+    return out.getvalue()
+
+
+def _refused(data: bytes, reason: Reason) -> ServiceError:
+    with pytest.raises(ServiceError) as caught:
+        pictures.decode(data, LIMITS)
+    assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert caught.value.reason == reason
+    assert caught.value.violations and caught.value.violations[0][0] == "picture.data"
+    return caught.value
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+def test_accepted_formats(fmt: str) -> None:
+    image = pictures.decode(_encode(Image.new("RGB", (31, 17), (200, 10, 10)), fmt), LIMITS)
+    assert image.size == (31, 17)
+
+
+def test_empty_and_garbage() -> None:
+    assert "empty" in _refused(b"", Reason.EMPTY_PICTURE).message
+    assert "PNG, JPEG or WebP" in _refused(b"definitely not a picture", Reason.BAD_PICTURE).message
+
+
+def test_other_formats_are_refused() -> None:
+    _refused(_encode(Image.new("RGB", (8, 8)), "GIF"), Reason.BAD_PICTURE)
+    _refused(_encode(Image.new("RGB", (8, 8)), "BMP"), Reason.BAD_PICTURE)
+
+
+def test_truncated_png() -> None:
+    data = _encode(Image.effect_noise((64, 64), 50).convert("RGB"), "PNG")
+    error = _refused(data[: len(data) // 2], Reason.BAD_PICTURE)
+    assert "could not be decoded" in error.message
+
+
+def _png_header_only(width: int, height: int) -> bytes:
+    """A PNG that declares a size but carries one tiny zlib stream (a decompression bomb's shape)."""
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b"")
+
+
+def test_declared_size_over_the_limits_is_refused_before_decoding() -> None:
+    error = _refused(_png_header_only(5000, 1000), Reason.PICTURE_TOO_LARGE)
+    assert "5000x1000 pixels" in error.message and "4,096 pixels on the longest side" in error.message
+    error = _refused(_png_header_only(60000, 60000), Reason.PICTURE_TOO_LARGE)
+    assert "limits" in error.message
+
+
+def test_exif_orientation_is_applied() -> None:
+    image = Image.new("RGB", (40, 20), (0, 0, 255))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90° clockwise to display
+    decoded = pictures.decode(_encode(image, "JPEG", exif=exif), LIMITS)
+    assert decoded.size == (20, 40)

@@ -1,0 +1,70 @@
+"""Public-domain sample photos, taken from the scikit-image wheel on PyPI (fetched with pip).
+
+    python tools/samples.py OUT_DIR     # copies astronaut.png, chelsea.png, coffee.png, rocket.jpg
+
+astronaut and rocket are NASA photos (public domain); chelsea and coffee are CC0 photos by the
+scikit-image authors. The wheel is fetched once into <repo>/.cache/ and reused.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+WHEEL = "scikit-image==0.26.0"
+PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg")
+CACHE = REPO / ".cache" / "photos"
+
+
+def photos() -> dict[str, Path]:
+    """name -> path of each sample photo, extracted once into .cache/photos/."""
+    if all((CACHE / name).exists() for name in PHOTOS):
+        return {name: CACHE / name for name in PHOTOS}
+    wheels = REPO / ".cache" / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    found = sorted(wheels.glob("scikit_image-0.26.0-*.whl"))
+    if not found:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-q",
+                "--disable-pip-version-check",
+                "-d",
+                str(wheels),
+                WHEEL,
+            ],
+            check=True,
+        )
+        found = sorted(wheels.glob("scikit_image-0.26.0-*.whl"))
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(found[0]) as archive:
+        for name in PHOTOS:
+            with archive.open(f"skimage/data/{name}") as src, (CACHE / f".{name}.part").open("wb") as dst:
+                shutil.copyfileobj(src, dst)
+            (CACHE / f".{name}.part").replace(CACHE / name)
+    return {name: CACHE / name for name in PHOTOS}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    out = Path(argv[0])
+    out.mkdir(parents=True, exist_ok=True)
+    for name, path in photos().items():
+        shutil.copyfile(path, out / name)
+        print(out / name)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: install everything it needs, check the code, run
+# every suite (unit, integration, parity, containers). GPU-only tests are skipped with a reason.
+# Extra arguments go to pytest (e.g. tools/test.sh tests/unit -x).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+started=$(date +%s)
+bash tools/bootstrap.sh --dev
+
+echo "== lint and types"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check services clients tools tests
+.venv/bin/mypy services clients/python/src tools tests
+
+echo "== tests"
+set +e
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+code=$?
+set -e
+if [ "$code" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    exit 1
+fi
+echo "== tests finished with exit code $code in $(( $(date +%s) - started )) s"
+exit "$code"
