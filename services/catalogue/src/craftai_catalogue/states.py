@@ -7,12 +7,11 @@ prepared folder counts when its manifest is in place (it is renamed into place c
 from __future__ import annotations
 
 from craftai.v1 import catalogue_pb2, common_pb2
-from craftai_common.store import FilePin, Store
+from craftai_common.store import FilePin, Store, check_prepared, prepared_key
 
 from craftai_catalogue.recipes import CatalogueData, RecipeSpec, RouteSpec
 
 RouteKey = tuple[str, str, str]  # feature, recipe, engine
-MANIFEST = "manifest.json"
 
 
 def setup_command(recipe: RecipeSpec, route: RouteSpec) -> str:
@@ -35,8 +34,9 @@ def route_status(
         status.detail = recipe.unavailable_reason
         return status
     all_verified = True
-    for spec in recipe.files:
-        check = store.check_by_record(FilePin(spec.folder, spec.name, spec.size, spec.sha256))
+    pins = [FilePin(spec.folder, spec.name, spec.size, spec.sha256) for spec in recipe.files]
+    for spec, pin in zip(recipe.files, pins, strict=True):
+        check = store.check_by_record(pin)
         status.files.append(
             catalogue_pb2.FileState(
                 folder=spec.folder,
@@ -49,15 +49,16 @@ def route_status(
         )
         all_verified &= check.verified
     command = setup_command(recipe, route)
+    problem = None
+    if route.needs_preparation:
+        status.revision = key = prepared_key(route.revision, pins)
+        problem = check_prepared(store.prepared_dir(prepared_folder(recipe), key), key, pins, deep=False)
     if not all_verified:
         status.state = catalogue_pb2.ROUTE_STATE_MISSING
         status.detail = f"files missing or not verified; set it up with: {command}"
-    elif (
-        route.needs_preparation
-        and not (store.prepared_dir(prepared_folder(recipe), route.revision) / MANIFEST).is_file()
-    ):
+    elif problem is not None:
         status.state = catalogue_pb2.ROUTE_STATE_DOWNLOADED
-        status.detail = f"downloaded and verified; needs its one-time preparation: {command}"
+        status.detail = f"downloaded and verified; needs its one-time preparation ({problem}): {command}"
     elif loaded is not None and (recipe.feature, recipe.name, route.engine) in loaded:
         status.state = catalogue_pb2.ROUTE_STATE_READY
         status.detail = "loaded and warm in the infer service"

@@ -18,19 +18,34 @@ def sha256_file(path: Path, chunk: int = CHUNK) -> str:
 
 
 class HashingWriter:
-    """Writes to a file while counting bytes and hashing them; refuses to grow past a limit.
+    """Appends to a file while counting bytes and hashing them; refuses to grow past a limit.
 
+    `resume` picks up a partial file left by an earlier attempt (its bytes are hashed again, so
+    the final digest covers the whole file); `restart` empties it when a source cannot resume.
     The limit stops a source that serves more bytes than the pin long before the disk fills.
     """
 
-    def __init__(self, f: BinaryIO, limit: int | None = None, *, initial: bytes | None = None) -> None:
+    def __init__(self, f: BinaryIO, limit: int | None = None) -> None:
         self._f = f
         self._digest = hashlib.sha256()
         self.size = 0
         self.limit = limit
-        if initial:
-            self._digest.update(initial)
-            self.size = len(initial)
+
+    @classmethod
+    def resume(cls, f: BinaryIO, limit: int | None = None) -> HashingWriter:
+        """`f` is opened in append mode ("a+b"); its current bytes count as written."""
+        writer = cls(f, limit)
+        f.seek(0)
+        while block := f.read(CHUNK):
+            writer._digest.update(block)
+            writer.size += len(block)
+        return writer
+
+    def restart(self) -> None:
+        self._f.seek(0)
+        self._f.truncate()
+        self._digest = hashlib.sha256()
+        self.size = 0
 
     def write(self, data: bytes) -> None:
         if self.limit is not None and self.size + len(data) > self.limit:

@@ -12,11 +12,13 @@ The infer service never trusts it: it hashes what it loads.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from craftai_common.hashing import sha256_file
@@ -83,8 +85,16 @@ class Store:
     def record_path(self, pin: FilePin) -> Path:
         return self.models / pin.folder / ".verified" / f"{pin.name}.json"
 
-    def prepared_dir(self, folder: str, revision: str) -> Path:
-        return self.prepared / folder / revision
+    def prepared_dir(self, folder: str, key: str) -> Path:
+        return self.prepared / folder / key
+
+    @property
+    def downloads(self) -> Path:
+        """Partial downloads, named by the pinned SHA-256 so that a restarted job resumes them."""
+        return self.tmp / "downloads"
+
+    def partial_path(self, pin: FilePin) -> Path:
+        return self.downloads / f"{pin.sha256}.part"
 
     def lock_path(self, key: str) -> Path:
         safe = "".join(c if c.isalnum() or c in "-._" else "_" for c in key)
@@ -175,3 +185,76 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# ---- the prepared cache ----------------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+
+
+def prepared_key(revision: str, sources: Sequence[FilePin]) -> str:
+    """The cache key of a prepared folder: the converter's revision and the hashes of its sources.
+
+    A new pin or a new converter revision gives a new key, so a folder made from other bytes or
+    by another converter is never reused.
+    """
+    digest = hashlib.sha256("\n".join(f"{p.name}:{p.sha256}" for p in sorted(sources, key=lambda p: p.name)).encode())
+    return f"{revision}-{digest.hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a prepared folder holds and what it was made from (written last, inside the folder)."""
+
+    key: str
+    revision: str
+    sources: dict[str, str]  # source file name -> SHA-256
+    outputs: dict[str, OutputRecord]  # output file name -> size, SHA-256
+    made_with: dict[str, str] = field(default_factory=dict)  # e.g. torch, onnx versions
+    verification: dict[str, float] = field(default_factory=dict)  # measured differences vs the source
+    created_at: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Manifest:
+        data = json.loads(text)
+        data["outputs"] = {name: OutputRecord(**record) for name, record in data["outputs"].items()}
+        return cls(**data)
+
+
+def check_prepared(folder: Path, key: str, sources: Sequence[FilePin], *, deep: bool) -> str | None:
+    """None when `folder` is a complete prepared folder for `key`; otherwise what is wrong.
+
+    Shallow: the manifest names this key and these sources. Deep: every output is hashed too
+    (what infer does before loading, and prepare before saying a route is already prepared).
+    """
+    try:
+        manifest = Manifest.from_json((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        return "not prepared"
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        return f"its manifest is unreadable ({exc})"
+    if manifest.key != key:
+        return f"it was prepared as {manifest.key}, not {key}"
+    expected = {p.name: p.sha256 for p in sources}
+    if manifest.sources != expected:
+        return "it was prepared from other source files"
+    for name, record in manifest.outputs.items():
+        path = folder / name
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if size != record.size:
+            return f"{name} has {size:,} bytes where its manifest says {record.size:,}"
+        if deep and (digest := sha256_file(path)) != record.sha256:
+            return f"{name} has SHA-256 {digest} where its manifest says {record.sha256}"
+    return None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,7 +45,7 @@ def _hash_with_progress(path: Path, pin: FilePin, reporter: Reporter) -> tuple[i
     return done, digest.hexdigest()
 
 
-def _no_space(exc: OSError, pin: FilePin, store: Store) -> ServiceError:
+def _no_space(pin: FilePin, store: Store) -> ServiceError:
     return resource_exhausted(
         Reason.NO_SPACE,
         f"no space left on the store's disk ({store.root}) while writing {pin.name} ({pin.size:,} bytes); "
@@ -58,7 +57,12 @@ def _no_space(exc: OSError, pin: FilePin, store: Store) -> ServiceError:
 def ensure_file(
     store: Store, pin: FilePin, sources: list[Source], reporter: Reporter, timeouts: Timeouts = DEFAULT_TIMEOUTS
 ) -> FetchOutcome:
-    """Make `models/<folder>/<name>` hold exactly the pinned bytes."""
+    """Make `models/<folder>/<name>` hold exactly the pinned bytes.
+
+    The partial file is `tmp/downloads/<sha256>.part`: a job that was killed (or lost its
+    connection) resumes it from where it stopped, from the same or the next source; the final
+    hash covers every byte whoever sent it, so a resumed file is checked like a fresh one.
+    """
     path = store.model_path(pin)
     if path.is_file():
         size, digest = _hash_with_progress(path, pin, reporter)
@@ -70,43 +74,25 @@ def ensure_file(
             f"refused the file in the store: {mismatch_message(pin, size, digest)}; fetching the pinned file",
         )
     failures: list[str] = []
-    store.tmp.mkdir(parents=True, exist_ok=True)
+    partial = store.partial_path(pin)
+    partial.parent.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if failures:
             reporter.notice("SOURCE_FAILED", f"{failures[-1]}; trying the next source")
-        partial = store.tmp / f"{pin.name}.{uuid.uuid4().hex[:8]}.part"
-        reporter.progress("download", 0, pin.size, "bytes", f"fetching {pin.name} from {source.describe()}", force=True)
         try:
-            with partial.open("wb") as f:
-                writer = HashingWriter(f, limit=pin.size)
-                source.fetch(
-                    writer,
-                    lambda done: reporter.progress("download", done, pin.size, "bytes", f"fetching {pin.name}"),
-                    timeouts,
-                )
-                f.flush()
-                os.fsync(f.fileno())
-            if writer.size != pin.size or writer.hexdigest() != pin.sha256:
-                failures.append(
-                    f"{source.describe()}: refused: {mismatch_message(pin, writer.size, writer.hexdigest())}"
-                )
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(partial, path)
-            fsync_dir(path.parent)
-            store.write_record(pin)
-            reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
-            return FetchOutcome(pin, downloaded=True, source=source.describe())
-        except OverflowError:
-            failures.append(f"{source.describe()}: refused: it sent more than the pinned {pin.size:,} bytes")
-        except SourceError as exc:
-            failures.append(f"{source.describe()}: {exc}")
+            outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
+        except _RefusedError as refused:
+            failures.append(f"{source.describe()}: {refused}")
+            continue
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
-                raise _no_space(exc, pin, store) from exc
+                partial.unlink(missing_ok=True)
+                raise _no_space(pin, store) from exc
             failures.append(f"{source.describe()}: {exc.strerror or exc}")
-        finally:
-            partial.unlink(missing_ok=True)
+            continue
+        return outcome
+    if partial.exists() and partial.stat().st_size == 0:
+        partial.unlink()  # a non-empty partial file stays, for the next attempt to resume
     if not failures:
         failures.append("the catalogue lists no source for it")
     raise ServiceError(
@@ -117,4 +103,46 @@ def ensure_file(
     )
 
 
-__all__ = ["FetchOutcome", "ensure_file"]
+class _RefusedError(Exception):
+    """This source did not deliver the pinned bytes (the message says what it gave)."""
+
+
+def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
+    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
+) -> FetchOutcome:
+    with partial.open("a+b") as f:
+        writer = HashingWriter.resume(f, limit=pin.size)
+        resumed_from = writer.size
+        where = f" (resuming at {resumed_from:,} bytes)" if resumed_from else ""
+        reporter.progress(
+            "download",
+            writer.size,
+            pin.size,
+            "bytes",
+            f"fetching {pin.name} from {source.describe()}{where}",
+            force=True,
+        )
+
+        def progress(done: int) -> None:
+            reporter.progress("download", done, pin.size, "bytes", f"fetching {pin.name}")
+
+        try:
+            source.fetch(writer, progress, timeouts)
+            f.flush()
+            os.fsync(f.fileno())
+        except OverflowError as exc:
+            writer.restart()
+            raise _RefusedError(f"refused: it sent more than the pinned {pin.size:,} bytes") from exc
+        except SourceError as exc:
+            raise _RefusedError(str(exc)) from exc  # the partial file stays: the next source resumes it
+        if writer.size != pin.size or writer.hexdigest() != pin.sha256:
+            found = mismatch_message(pin, writer.size, writer.hexdigest())
+            writer.restart()
+            raise _RefusedError(f"refused: {found}")
+    path = store.model_path(pin)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+    store.write_record(pin)
+    reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
+    return FetchOutcome(pin, downloaded=True, source=source.describe())

