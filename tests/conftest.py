@@ -41,7 +41,8 @@ def photos() -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def model_files(u2netp_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.FileServer]:
     """A real HTTP server on loopback: /good/u2netp.onnx (the real bytes), /bad/ (same size, other
-    bytes), /short/ (truncated) and /slow/ (the real bytes, after a second)."""
+    bytes), /short/ (truncated), /slow/ (the real bytes, after a second) and /drip/ (the real
+    bytes, 64 KiB every 50 ms)."""
     root = tmp_path_factory.mktemp("model-files")
     (root / "good").mkdir()
     shutil.copyfile(u2netp_file, root / "good" / "u2netp.onnx")
@@ -49,8 +50,9 @@ def model_files(u2netp_file: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     data[1000:1010] = b"0123456789"
     (root / "bad").mkdir()
     (root / "bad" / "u2netp.onnx").write_bytes(bytes(data))
-    (root / "slow").mkdir()
-    shutil.copyfile(u2netp_file, root / "slow" / "u2netp.onnx")
+    for folder in ("slow", "drip"):
+        (root / folder).mkdir()
+        shutil.copyfile(u2netp_file, root / folder / "u2netp.onnx")
     (root / "short").mkdir()
     (root / "short" / "u2netp.onnx").write_bytes(bytes(data[: len(data) // 2]))
     with servers.FileServer(root) as server:

@@ -14,7 +14,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
 # This machine's pip configuration lists index folders that may not exist; pip says so per package.
-quiet() { "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+noise="is ignored: it is neither a file nor a directory"
+quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
 echo "== installing the craft-ai packages"
 quiet "${pip[@]}" -e clients/python -e services/common -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.server
 import os
 import signal
@@ -92,11 +91,17 @@ def running(process: Process) -> Iterator[Process]:
 
 @dataclass
 class FileServer:
-    """A real HTTP server on loopback serving a folder; counts requests per path."""
+    """A real HTTP server on loopback serving a folder, with Range requests (206) like a CDN.
+
+    Paths under /slow/ wait `slow_seconds` before answering; paths under /drip/ send 64 KiB every
+    `drip_seconds` (a download that can be interrupted half way). Every request is recorded.
+    """
 
     root: Path
     requests: dict[str, int] = field(default_factory=dict)
-    slow_seconds: float = 1.0  # paths under /slow/ wait this long before answering
+    ranges: list[tuple[str, str]] = field(default_factory=list)  # (path, Range header) of each request
+    slow_seconds: float = 1.0
+    drip_seconds: float = 0.05
     _server: http.server.ThreadingHTTPServer | None = None
 
     @property
@@ -106,22 +111,48 @@ class FileServer:
         return f"http://{host!s}:{port}"
 
     def __enter__(self) -> FileServer:
-        counts = self.requests
-        slow = self.slow_seconds
+        owner = self
 
-        class Handler(http.server.SimpleHTTPRequestHandler):
+        class Handler(http.server.BaseHTTPRequestHandler):
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
             def do_GET(self) -> None:
-                counts[self.path] = counts.get(self.path, 0) + 1
-                if self.path.startswith("/slow/"):
-                    time.sleep(slow)
-                super().do_GET()
+                path = self.path.split("?", 1)[0]
+                owner.requests[self.path] = owner.requests.get(self.path, 0) + 1
+                owner.ranges.append((self.path, self.headers.get("Range", "")))
+                file = owner.root / path.lstrip("/")
+                if not file.is_file():
+                    self.send_error(404, "Not Found")
+                    return
+                data = file.read_bytes()
+                start = 0
+                wanted = self.headers.get("Range", "")
+                if wanted.startswith("bytes=") and wanted.endswith("-"):
+                    start = int(wanted[6:-1])
+                    if start >= len(data):
+                        self.send_error(416, "Range Not Satisfiable")
+                        return
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                else:
+                    self.send_response(200)
+                self.send_header("Content-Length", str(len(data) - start))
+                self.send_header("Accept-Ranges", "bytes")
+                self.end_headers()
+                if path.startswith("/slow/"):
+                    time.sleep(owner.slow_seconds)
+                step = 64 * 1024 if path.startswith("/drip/") else len(data)
+                try:
+                    for offset in range(start, len(data), step):
+                        self.wfile.write(data[offset : offset + step])
+                        if path.startswith("/drip/"):
+                            time.sleep(owner.drip_seconds)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
 
-        self._server = http.server.ThreadingHTTPServer(
-            ("127.0.0.1", 0), functools.partial(Handler, directory=str(self.root))
-        )
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return self
 

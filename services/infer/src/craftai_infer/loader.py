@@ -19,7 +19,7 @@ from typing import Any, Generic, TypeVar, cast
 from craftai.v1 import catalogue_pb2, common_pb2
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition
-from craftai_common.store import Store
+from craftai_common.store import Store, check_prepared, prepared_key
 
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, Model, RouteFiles, factories
@@ -140,7 +140,6 @@ class RouteLoader:
 
     def _load(self, resolved: catalogue_pb2.ResolveRouteResponse) -> LoadedRoute[Any]:
         ref = resolved.route
-        several = len(resolved.recipe.routes) > 1
         factory = self._factories.get((ref.recipe, ref.engine))
         if factory is None:
             raise failed_precondition(
@@ -149,26 +148,7 @@ class RouteLoader:
                 recipe=ref.recipe,
                 engine=ref.engine,
             )
-        by_role = {}
-        for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True):
-            check = self.store.check_by_hash(pin)
-            if not check.verified:
-                problem = f"{pin.name} is missing" if not check.present else f"refused {check.detail}"
-                raise failed_precondition(
-                    Reason.ROUTE_NOT_SET_UP,
-                    f"set up {ref.feature} first: recipe {ref.recipe} ({ref.engine}) is not ready on this "
-                    f"installation ({problem}); run: {setup_command(ref, several)}",
-                    feature=ref.feature,
-                    recipe=ref.recipe,
-                    engine=ref.engine,
-                    file=pin.name,
-                )
-            by_role[spec.role or spec.name] = self.store.model_path(pin)
-        prepared = None
-        if resolved.chosen.needs_preparation:
-            folder = resolved.recipe.files[0].folder
-            prepared = self.store.prepared_dir(folder, resolved.chosen.revision)
-        files = RouteFiles(by_role, prepared, self.cpu_threads)
+        files = self._verified_files(resolved)
         started = time.perf_counter()
         model = factory(files, self.device.preferred)
         log.info(
@@ -179,6 +159,41 @@ class RouteLoader:
             (time.perf_counter() - started) * 1000,
         )
         return LoadedRoute(ref, model, factory, files)
+
+    def _verified_files(self, resolved: catalogue_pb2.ResolveRouteResponse) -> RouteFiles:
+        """The files the route loads, each checked: a prepared folder against its manifest (every
+        output hashed), or the downloaded files against their pins. Never converts anything."""
+        ref = resolved.route
+        command = setup_command(ref, len(resolved.recipe.routes) > 1)
+        pins = pins_of(resolved.recipe)
+
+        def not_set_up(problem: str, **metadata: str) -> ServiceError:
+            return failed_precondition(
+                Reason.ROUTE_NOT_SET_UP,
+                f"set up {ref.feature} first: recipe {ref.recipe} ({ref.engine}) is not ready on this installation "
+                f"({problem}); run: {command}",
+                feature=ref.feature,
+                recipe=ref.recipe,
+                engine=ref.engine,
+                **metadata,
+            )
+
+        if resolved.chosen.needs_preparation:
+            key = prepared_key(resolved.chosen.revision, pins)
+            folder = self.store.prepared_dir(resolved.recipe.files[0].folder, key)
+            problem = check_prepared(folder, key, pins, deep=True)
+            if problem is not None:
+                raise not_set_up(f"its prepared folder {key}: {problem}", revision=key)
+            return RouteFiles({}, folder, self.cpu_threads)
+        by_role = {}
+        for pin, spec in zip(pins, resolved.recipe.files, strict=True):
+            check = self.store.check_by_hash(pin)
+            if not check.verified:
+                raise not_set_up(
+                    f"{pin.name} is missing" if not check.present else f"refused {check.detail}", file=pin.name
+                )
+            by_role[spec.role or spec.name] = self.store.model_path(pin)
+        return RouteFiles(by_role, None, self.cpu_threads)
 
     def close(self) -> None:
         for loaded in self._loaded.values():

@@ -9,11 +9,12 @@ from typing import Any
 import grpc
 from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient, pins_of
-from craftai_common.errors import Reason, ServiceError, failed_precondition, handle_stream_errors, invalid_argument
+from craftai_common.errors import Reason, ServiceError, handle_stream_errors, invalid_argument
 from craftai_common.server import Mount
-from craftai_common.store import Store
+from craftai_common.store import Store, prepared_key
 from filelock import FileLock, Timeout
 
+from craftai_prepare.conversion import ensure_prepared
 from craftai_prepare.downloads import ensure_file
 from craftai_prepare.jobs import JobRegistry
 from craftai_prepare.reporter import Reporter
@@ -50,11 +51,7 @@ def run_setup(
             ensure_file(store, pin, sources_of(spec), reporter, timeouts)
             for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True)
         ]
-        if resolved.chosen.needs_preparation:
-            raise failed_precondition(
-                Reason.PREPARATION_FAILED,
-                f"route {key} needs a preparation this prepare service does not know",
-            )
+        prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
     finally:
         lock.release()
     return prepare_pb2.SetupResult(
@@ -70,8 +67,11 @@ def run_setup(
             )
             for o in outcomes
         ],
-        revision=resolved.chosen.revision,
-        already_done=not any(o.downloaded for o in outcomes),
+        revision=prepared_key(resolved.chosen.revision, pins_of(resolved.recipe))
+        if resolved.chosen.needs_preparation
+        else "",
+        prepared_now=prepared_now is not None,
+        already_done=prepared_now is None and not any(o.downloaded for o in outcomes),
     )
 
 
