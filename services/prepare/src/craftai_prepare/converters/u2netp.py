@@ -69,7 +69,21 @@ def _describe(node: onnx.NodeProto) -> str:
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, object]:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    """A node's attributes as Python values (strings decoded, so messages read plainly)."""
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
+
+
+def _show(attrs: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(attrs.items())) or "no attributes"
+
+
+def _number(node: onnx.NodeProto, name: str, default: float) -> float:
+    """A scalar attribute (int or float) of ``node``, or ``default`` when absent."""
+    value = _attrs(node).get(name, default)
+    if not isinstance(value, int | float):
+        raise ConversionError(f"{_describe(node)}: attribute {name!r} is {value!r}, where a number is expected")
+    return value
 
 
 def _ints(value: object) -> list[int]:
@@ -181,9 +195,9 @@ class _Walk:
         want_dilation = list(module.dilation)
         want_pads = [int(p) for p in module.padding] * 2
         problems = []
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
+        if attrs.get("auto_pad", "NOTSET") != "NOTSET":
             problems.append(f"auto_pad {attrs['auto_pad']!r}")
-        if int(attrs.get("group", 1)) != 1:  # type: ignore[call-overload]
+        if _number(node, "group", 1) != 1:
             problems.append(f"group {attrs['group']}")
         if (_ints(attrs.get("strides")) or [1, 1]) != [1, 1]:
             problems.append(f"strides {attrs['strides']}")
@@ -210,11 +224,10 @@ class _Walk:
     def _fold(self, bn: onnx.NodeProto, weight: npt.NDArray[np.float64],
               bias: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Fold an inference BatchNormalization into the conv before it (in float64)."""
-        attrs = _attrs(bn)
-        if int(attrs.get("training_mode", 0)) != 0 or len(bn.output) > 1:  # type: ignore[call-overload]
+        if _number(bn, "training_mode", 0) != 0 or len(bn.output) > 1 or len(bn.input) != 5:
             raise ConversionError(f"{_describe(bn)}: a training-mode BatchNormalization cannot be folded")
         scale, shift, mean, var = (self._constant(name, bn).astype(np.float64) for name in bn.input[1:5])
-        eps = float(attrs.get("epsilon", 1e-5))  # type: ignore[arg-type]
+        eps = _number(bn, "epsilon", 1e-5)
         factor = scale / np.sqrt(var + eps)
         if factor.shape != bias.shape:
             raise ConversionError(f"{_describe(bn)}: {factor.shape[0]} channels after a {bias.shape[0]}-channel conv")
@@ -226,22 +239,23 @@ class _Walk:
         ok = (_ints(attrs.get("kernel_shape")) == [2, 2] and _ints(attrs.get("strides")) == [2, 2]
               and (_ints(attrs.get("pads")) or [0, 0, 0, 0]) == [0, 0, 0, 0]
               and (_ints(attrs.get("dilations")) or [1, 1]) == [1, 1]
-              and int(attrs.get("ceil_mode", 0)) == 1  # type: ignore[call-overload]
-              and attrs.get("auto_pad", b"NOTSET") in (b"NOTSET", "NOTSET")
+              and _number(node, "ceil_mode", 0) == 1
+              and attrs.get("auto_pad", "NOTSET") == "NOTSET"
               and len(node.output) == 1)
         if not ok:
-            raise ConversionError(f"{_describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {attrs}")
+            raise ConversionError(f"{_describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
         return node.output[0]
 
     def upsample_like(self, x: str, like: str) -> str:
         node = self._next(x, "Resize", f"bilinear resize to the size of {like!r}")
         attrs = _attrs(node)
-        mode = attrs.get("mode", b"nearest")
-        transform = attrs.get("coordinate_transformation_mode", b"half_pixel")
-        if (mode not in (b"linear", "linear") or transform not in (b"pytorch_half_pixel", b"half_pixel")
-                or int(attrs.get("antialias", 0)) != 0 or "axes" in attrs):  # type: ignore[call-overload]
+        mode = attrs.get("mode", "nearest")
+        transform = attrs.get("coordinate_transformation_mode", "half_pixel")
+        if (mode != "linear" or transform not in ("pytorch_half_pixel", "half_pixel")
+                or _number(node, "antialias", 0) != 0 or "axes" in attrs):
             raise ConversionError(
-                f"{_describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; got {attrs}"
+                f"{_describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
+                f"got {_show(attrs)}"
             )
         inputs = list(node.input) + [""] * (4 - len(node.input))
         for name in inputs[1:3]:  # roi, scales: absent or empty
@@ -281,7 +295,7 @@ class _Walk:
     def cat(self, parts: Sequence[str], purpose: str) -> str:
         found = [i for i in self.consumers.get(parts[0], []) if i not in self.claimed
                  and self.nodes[i].op_type == "Concat" and list(self.nodes[i].input) == list(parts)
-                 and int(_attrs(self.nodes[i]).get("axis", 0)) in (1, -3)]  # type: ignore[call-overload]
+                 and _number(self.nodes[i], "axis", 0) in (1, -3)]
         if len(found) != 1:
             raise ConversionError(
                 f"expected one Concat of {list(parts)} along channels ({purpose}), found {len(found)}; "
