@@ -37,7 +37,7 @@ CONVERTER_VERSION = 1
 
 #: Largest absolute difference allowed between the converted network (torch, fp32, CPU) and the
 #: source graph (onnxruntime, CPU) on the fused map (values in [0, 1]), the map that is served.
-#: Measured on an AVX2 CPU: 3.1e-5 on the probe, at most 7.4e-5 on the sample photos. Neither engine
+#: Measured on an AVX2 CPU: 3.1e-5 on the probe, at most 7.5e-5 on the sample photos. Neither engine
 #: is exact: against a float64 run of the same weights, torch is 3.4e-5 off on the probe and
 #: onnxruntime 1.5e-5, because some convs add up large activations that cancel (see below).
 #: A real conversion mistake is far above it: 1% off one conv's weights in De_3 moves the fused map
