@@ -1,0 +1,500 @@
+"""u2netp: the published ONNX graph -> a state_dict for craftai_infer.models.u2netp.U2NetP.
+
+The weights are recovered by following the graph, not by reading initializer names: starting
+from the graph input, the walk mirrors U2NetP.forward and, at each step, finds the node that
+consumes the current value (the Conv, Relu, MaxPool, Resize, Concat, Add or Sigmoid that the
+module applies next), checks its attributes and tensor shapes against the module, and takes its
+weights wherever they come from (an initializer under any name, a Constant node, through Identity
+or Transpose, shared with another conv). A conv followed by a BatchNormalization node is folded
+here (the module has conv-with-bias; see its docstring). Every node of the graph must be matched
+(the Resize size computations included), and the graph's outputs must be the module's seven maps
+in order; anything else is refused with a ConversionError naming the node.
+
+The published file (PyTorch 1.9 export, opset 11) holds 119 Conv (BatchNorm already folded, so
+every conv has a bias), 112 Relu, 33 MaxPool (2x2, ceil mode), 38 Resize (linear,
+pytorch_half_pixel, size taken from the skip tensor's Shape), 11 Add, 7 Sigmoid, plus the
+Shape/Gather/Unsqueeze/Slice/Cast/Concat/Constant nodes that compute the Resize sizes.
+
+``compare`` runs the converted network (torch, CPU, fp32) and the source graph (onnxruntime, CPU)
+on the same input and reports per-output differences; ``check`` holds them to the tolerances
+below (fp32 on the CPU). Both are what the prepare step runs before publishing a prepared folder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import onnx
+import torch
+from craftai_infer.models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, U2NetP
+from onnx import numpy_helper
+
+#: Bump whenever the converter's output could change (part of the prepared revision).
+CONVERTER_VERSION = 1
+
+#: Largest absolute difference allowed between the converted network (torch, fp32, CPU) and the
+#: source graph (onnxruntime, CPU) on the fused map (values in [0, 1]), the map that is served.
+#: Measured on an AVX2 CPU: 3.1e-5 on the probe, at most 7.5e-5 on the sample photos. Neither engine
+#: is exact: against a float64 run of the same weights, torch is 3.4e-5 off on the probe and
+#: onnxruntime 1.5e-5, because some convs add up large activations that cancel (see below).
+#: A real conversion mistake is far above it: 1% off one conv's weights in De_3 moves the fused map
+#: by 1.3e-3, swapped colour channels by 0.28, corner-aligned resizing by 0.40.
+FUSED_MAX_ABS_TOLERANCE = 1e-4
+#: The same for the six side maps. Side 2 (and side 1, which the fusion mostly follows) is the
+#: least well-conditioned output: De_2's level-1 decoder conv sums activations up to ~230 with
+#: cancellation, so fp32 rounding shows up to 7e-5 (probe) and 1.3e-4 (photos) there.
+SIDE_MAX_ABS_TOLERANCE = 5e-4
+
+#: ImageNet statistics, as rembg normalises u2netp's input.
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+Array = npt.NDArray[np.float32]
+
+# Nodes that only compute the sizes handed to Resize (from the Shape of the tensors involved).
+_SIZE_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Slice", "Cast", "Concat", "Constant", "Identity"})
+
+
+class ConversionError(ValueError):
+    """The graph is not the u2netp network this converter knows (the message says where)."""
+
+
+def _describe(node: onnx.NodeProto) -> str:
+    if node.name:
+        return f"node {node.name!r} ({node.op_type})"
+    return f"a {node.op_type} node (unnamed, outputs {list(node.output)})"
+
+
+def _attrs(node: onnx.NodeProto) -> dict[str, object]:
+    """A node's attributes as Python values (strings decoded, so messages read plainly)."""
+    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
+
+
+def _show(attrs: dict[str, object]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in sorted(attrs.items())) or "no attributes"
+
+
+def _number(node: onnx.NodeProto, name: str, default: float) -> float:
+    """A scalar attribute (int or float) of ``node``, or ``default`` when absent."""
+    value = _attrs(node).get(name, default)
+    if not isinstance(value, int | float):
+        raise ConversionError(f"{_describe(node)}: attribute {name!r} is {value!r}, where a number is expected")
+    return value
+
+
+def _ints(value: object) -> list[int]:
+    return [int(v) for v in value] if isinstance(value, list) else []
+
+
+class _Walk:
+    """Matches the module's forward against the graph, one node at a time, and fills the state_dict."""
+
+    def __init__(self, model: onnx.ModelProto, module: U2NetP) -> None:
+        graph = model.graph
+        self.graph = graph
+        self.module = module
+        self.nodes = list(graph.node)
+        self.initializers = {t.name: t for t in graph.initializer}
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        for index, node in enumerate(self.nodes):
+            for name in node.output:
+                if name:
+                    self.producer[name] = index
+            for name in node.input:
+                if name:
+                    self.consumers.setdefault(name, []).append(index)
+        self.claimed: set[int] = set()
+        self.state: dict[str, torch.Tensor] = {}
+
+    # -- finding nodes -------------------------------------------------------------------------
+
+    def _where(self, value: str) -> str:
+        index = self.producer.get(value)
+        return f"value {value!r} (from {_describe(self.nodes[index])})" if index is not None else f"value {value!r}"
+
+    def _claim(self, index: int) -> onnx.NodeProto:
+        self.claimed.add(index)
+        return self.nodes[index]
+
+    def _next(self, value: str, op_type: str, purpose: str) -> onnx.NodeProto:
+        """The one unmatched ``op_type`` node that takes ``value`` as its first input."""
+        found = [i for i in self.consumers.get(value, []) if i not in self.claimed
+                 and self.nodes[i].op_type == op_type and self.nodes[i].input[0] == value]
+        if len(found) != 1:
+            seen = sorted({self.nodes[i].op_type for i in self.consumers.get(value, [])})
+            raise ConversionError(
+                f"{self._where(value)} should feed exactly one {op_type} node ({purpose}); "
+                f"found {len(found)} (it feeds: {', '.join(seen) or 'nothing'})"
+            )
+        return self._claim(found[0])
+
+    def _only_consumer(self, value: str, op_type: str, purpose: str) -> onnx.NodeProto:
+        """Like ``_next``, but ``value`` must feed nothing else (e.g. a conv's pre-activation)."""
+        users = self.consumers.get(value, [])
+        node = self._next(value, op_type, purpose)
+        if len(users) != 1:
+            raise ConversionError(
+                f"{self._where(value)} should feed only the {op_type} ({purpose}); it feeds "
+                + ", ".join(_describe(self.nodes[i]) for i in users)
+            )
+        return node
+
+    def _constant(self, value: str, user: onnx.NodeProto) -> npt.NDArray[np.generic]:
+        """A stored tensor: an initializer, a Constant node, or either through Identity/Transpose."""
+        if value in self.initializers:
+            return numpy_helper.to_array(self.initializers[value])
+        index = self.producer.get(value)
+        if index is None:
+            raise ConversionError(f"{_describe(user)}: input {value!r} is neither stored nor computed in the graph")
+        node = self.nodes[index]
+        if node.op_type == "Constant":
+            self._claim(index)
+            attrs = _attrs(node)
+            if "value" not in attrs or not isinstance(attrs["value"], onnx.TensorProto):
+                raise ConversionError(f"{_describe(node)}: only a tensor 'value' constant is understood")
+            return numpy_helper.to_array(attrs["value"])
+        if node.op_type == "Identity":
+            self._claim(index)
+            return self._constant(node.input[0], node)
+        if node.op_type == "Transpose":
+            self._claim(index)
+            perm = _ints(_attrs(node).get("perm"))
+            inner = self._constant(node.input[0], node)
+            return np.transpose(inner, perm or None)
+        raise ConversionError(
+            f"{_describe(user)}: input {value!r} is computed by {_describe(node)}, where u2netp has a stored tensor"
+        )
+
+    def _store(self, key: str, array: npt.NDArray[np.generic], node: onnx.NodeProto) -> None:
+        expected = self.module.get_parameter(key)
+        if tuple(array.shape) != tuple(expected.shape):
+            raise ConversionError(
+                f"{_describe(node)} ({key}): shape {tuple(array.shape)}, where u2netp has {tuple(expected.shape)}"
+            )
+        # A fresh float32 copy per key: shared initializers must not share storage (safetensors refuses it).
+        self.state[key] = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
+
+    # -- the module's operations ---------------------------------------------------------------
+
+    def conv(self, x: str, key: str, *, relu: bool) -> str:
+        """The Conv (optionally + BatchNormalization) [+ Relu] that the module's ``key`` conv is."""
+        module = self.module.get_submodule(key)
+        assert isinstance(module, torch.nn.Conv2d)
+        node = self._next(x, "Conv", key)
+        attrs = _attrs(node)
+        weight = self._constant(node.input[1], node).astype(np.float64)
+        has_bias = len(node.input) > 2 and node.input[2] != ""
+        bias = self._constant(node.input[2], node).astype(np.float64) if has_bias else np.zeros(weight.shape[:1])
+        dilation = _ints(attrs.get("dilations")) or [1, 1]
+        kernel = _ints(attrs.get("kernel_shape")) or list(weight.shape[2:])
+        want_dilation = list(module.dilation)
+        want_pads = [int(p) for p in module.padding] * 2
+        problems = []
+        if attrs.get("auto_pad", "NOTSET") != "NOTSET":
+            problems.append(f"auto_pad {attrs['auto_pad']!r}")
+        if _number(node, "group", 1) != 1:
+            problems.append(f"group {attrs['group']}")
+        if (_ints(attrs.get("strides")) or [1, 1]) != [1, 1]:
+            problems.append(f"strides {attrs['strides']}")
+        if kernel != list(module.kernel_size):
+            problems.append(f"kernel {kernel} (u2netp: {list(module.kernel_size)})")
+        if dilation != want_dilation:
+            problems.append(f"dilations {dilation} (u2netp: {want_dilation})")
+        if (_ints(attrs.get("pads")) or [0, 0, 0, 0]) != want_pads:
+            problems.append(f"pads {attrs.get('pads')} (u2netp: {want_pads})")
+        if problems:
+            raise ConversionError(f"{_describe(node)} ({key}): " + ", ".join(problems))
+        out = node.output[0]
+        following = [self.nodes[i] for i in self.consumers.get(out, [])]
+        if len(following) == 1 and following[0].op_type == "BatchNormalization":
+            bn = self._only_consumer(out, "BatchNormalization", key)
+            weight, bias = self._fold(bn, weight, bias)
+            out = bn.output[0]
+        self._store(f"{key}.weight", weight, node)
+        self._store(f"{key}.bias", bias, node)
+        if relu:
+            out = self._only_consumer(out, "Relu", f"the ReLU after {key}").output[0]
+        return out
+
+    def _fold(self, bn: onnx.NodeProto, weight: npt.NDArray[np.float64],
+              bias: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Fold an inference BatchNormalization into the conv before it (in float64)."""
+        if _number(bn, "training_mode", 0) != 0 or len(bn.output) > 1 or len(bn.input) != 5:
+            raise ConversionError(f"{_describe(bn)}: a training-mode BatchNormalization cannot be folded")
+        scale, shift, mean, var = (self._constant(name, bn).astype(np.float64) for name in bn.input[1:5])
+        eps = _number(bn, "epsilon", 1e-5)
+        factor = scale / np.sqrt(var + eps)
+        if factor.shape != bias.shape:
+            raise ConversionError(f"{_describe(bn)}: {factor.shape[0]} channels after a {bias.shape[0]}-channel conv")
+        return weight * factor[:, None, None, None], (bias - mean) * factor + shift
+
+    def pool(self, x: str) -> str:
+        node = self._next(x, "MaxPool", "max-pool 2x2")
+        attrs = _attrs(node)
+        ok = (_ints(attrs.get("kernel_shape")) == [2, 2] and _ints(attrs.get("strides")) == [2, 2]
+              and (_ints(attrs.get("pads")) or [0, 0, 0, 0]) == [0, 0, 0, 0]
+              and (_ints(attrs.get("dilations")) or [1, 1]) == [1, 1]
+              and _number(node, "ceil_mode", 0) == 1
+              and attrs.get("auto_pad", "NOTSET") == "NOTSET"
+              and len(node.output) == 1)
+        if not ok:
+            raise ConversionError(f"{_describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
+        return node.output[0]
+
+    def upsample_like(self, x: str, like: str) -> str:
+        node = self._next(x, "Resize", f"bilinear resize to the size of {like!r}")
+        attrs = _attrs(node)
+        mode = attrs.get("mode", "nearest")
+        transform = attrs.get("coordinate_transformation_mode", "half_pixel")
+        if (mode != "linear" or transform not in ("pytorch_half_pixel", "half_pixel")
+                or _number(node, "antialias", 0) != 0 or "axes" in attrs):
+            raise ConversionError(
+                f"{_describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
+                f"got {_show(attrs)}"
+            )
+        inputs = list(node.input) + [""] * (4 - len(node.input))
+        for name in inputs[1:3]:  # roi, scales: absent or empty
+            if name and self._constant(name, node).size != 0:
+                raise ConversionError(
+                    f"{_describe(node)}: resizes by fixed scales; u2netp resizes to the skip tensor's size"
+                )
+        if not inputs[3]:
+            raise ConversionError(f"{_describe(node)}: has no sizes input; u2netp resizes to the skip tensor's size")
+        sources = self._shape_sources(inputs[3], node)
+        if like not in sources or not sources <= {x, like}:
+            raise ConversionError(
+                f"{_describe(node)}: its size comes from the shapes of {sorted(sources)}; "
+                f"u2netp takes it from {like!r}"
+            )
+        return node.output[0]
+
+    def _shape_sources(self, value: str, user: onnx.NodeProto) -> set[str]:
+        """The tensors whose Shape the size computation ending at ``value`` reads (claims its nodes)."""
+        if value in self.initializers:
+            raise ConversionError(f"{_describe(user)}: fixed sizes {value!r}; u2netp resizes to the skip tensor's size")
+        index = self.producer.get(value)
+        if index is None:
+            raise ConversionError(f"{_describe(user)}: input {value!r} is not computed in the graph")
+        node = self.nodes[index]
+        if node.op_type not in _SIZE_OPS:
+            raise ConversionError(f"{_describe(user)}: its size is computed by {_describe(node)}, not from shapes")
+        self._claim(index)
+        if node.op_type == "Shape":
+            return {node.input[0]}
+        sources: set[str] = set()
+        for name in node.input:
+            if name:
+                sources |= self._shape_sources(name, node)
+        return sources
+
+    def cat(self, parts: Sequence[str], purpose: str) -> str:
+        found = [i for i in self.consumers.get(parts[0], []) if i not in self.claimed
+                 and self.nodes[i].op_type == "Concat" and list(self.nodes[i].input) == list(parts)
+                 and _number(self.nodes[i], "axis", 0) in (1, -3)]
+        if len(found) != 1:
+            raise ConversionError(
+                f"expected one Concat of {list(parts)} along channels ({purpose}), found {len(found)}; "
+                f"{self._where(parts[0])}"
+            )
+        return self._claim(found[0]).output[0]
+
+    def add(self, a: str, b: str, purpose: str) -> str:
+        found = [i for i in self.consumers.get(a, []) if i not in self.claimed
+                 and self.nodes[i].op_type == "Add" and sorted(self.nodes[i].input) == sorted((a, b))]
+        if len(found) != 1:
+            raise ConversionError(f"expected one Add of {a!r} and {b!r} ({purpose}), found {len(found)}")
+        return self._claim(found[0]).output[0]
+
+    def sigmoid(self, x: str, purpose: str) -> str:
+        return self._next(x, "Sigmoid", purpose).output[0]
+
+    # -- the network -----------------------------------------------------------------------------
+
+    def rsu(self, x: str, key: str) -> str:
+        """Mirrors RSU.forward."""
+        block = self.module.get_submodule(key)
+        assert isinstance(block, RSU)
+        hx_in = self.conv(x, f"{key}.conv_in.conv", relu=True)
+        skips: list[str] = []
+        hx = hx_in
+        for level in range(1, block.height):
+            if level > 1 and not block.dilated:
+                hx = self.pool(hx)
+            hx = self.conv(hx, f"{key}.encoder.{level - 1}.conv", relu=True)
+            skips.append(hx)
+        hx = self.conv(hx, f"{key}.bottom.conv", relu=True)
+        for level in range(block.height - 1, 0, -1):
+            hx = self.cat((hx, skips[level - 1]), f"{key} decoder level {level}")
+            hx = self.conv(hx, f"{key}.decoder.{level - 1}.conv", relu=True)
+            if level > 1 and not block.dilated:
+                hx = self.upsample_like(hx, skips[level - 2])
+        return self.add(hx, hx_in, f"{key} residual")
+
+    def network(self, x: str) -> list[str]:
+        """Mirrors U2NetP.forward; returns the names of the seven output values."""
+        hx1 = self.rsu(x, "en_1")
+        hx2 = self.rsu(self.pool(hx1), "en_2")
+        hx3 = self.rsu(self.pool(hx2), "en_3")
+        hx4 = self.rsu(self.pool(hx3), "en_4")
+        hx5 = self.rsu(self.pool(hx4), "en_5")
+        hx6 = self.rsu(self.pool(hx5), "en_6")
+        deeper = hx6
+        decoded = {6: hx6}
+        for stage, skip in ((5, hx5), (4, hx4), (3, hx3), (2, hx2), (1, hx1)):
+            joined = self.cat((self.upsample_like(deeper, skip), skip), f"de_{stage} input")
+            deeper = decoded[stage] = self.rsu(joined, f"de_{stage}")
+        s1 = self.conv(decoded[1], "side_1", relu=False)
+        sides = [s1] + [
+            self.upsample_like(self.conv(decoded[k], f"side_{k}", relu=False), s1) for k in range(2, 7)
+        ]
+        fused = self.conv(self.cat(sides, "fusion input"), "fuse", relu=False)
+        maps = zip([fused, *sides], OUTPUT_NAMES, strict=True)
+        return [self.sigmoid(value, f"the sigmoid of {name}") for value, name in maps]
+
+
+def _graph_input(graph: onnx.GraphProto) -> str:
+    stored = {t.name for t in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in stored]
+    if len(inputs) != 1:
+        raise ConversionError(f"u2netp has one input; the graph has {len(inputs)}: {[i.name for i in inputs]}")
+    tensor = inputs[0].type.tensor_type
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
+    if tensor.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] not in (3, None):
+        raise ConversionError(
+            f"graph input {inputs[0].name!r}: u2netp takes float32 [N, 3, H, W]; got element type "
+            f"{onnx.TensorProto.DataType.Name(tensor.elem_type)}, dims {dims}"
+        )
+    return inputs[0].name
+
+
+def convert(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
+    """The u2netp state_dict (float32, loads strict into U2NetP) recovered by following ``model``'s graph.
+
+    Raises ConversionError, naming the node, when the graph's structure, attributes or tensor shapes
+    are not those of u2netp, when a node is left unmatched, or when the outputs are not the seven
+    maps in the published order.
+    """
+    module = U2NetP()
+    walk = _Walk(model, module)
+    outputs = walk.network(_graph_input(model.graph))
+    declared = [o.name for o in model.graph.output]
+    if declared != outputs:
+        raise ConversionError(
+            f"the graph's outputs are {declared}; u2netp's are the fused map then side outputs 1..6: {outputs}"
+        )
+    left = [walk.nodes[i] for i in range(len(walk.nodes)) if i not in walk.claimed]
+    if left:
+        shown = ", ".join(_describe(n) for n in left[:5])
+        raise ConversionError(f"{len(left)} node(s) are not part of u2netp: {shown}")
+    missing = sorted(set(module.state_dict()) - set(walk.state))
+    if missing:  # cannot happen while the walk mirrors forward; kept as a guard for later edits
+        raise ConversionError(f"the walk did not reach {missing}")
+    return walk.state
+
+
+# -- verification ------------------------------------------------------------------------------------
+
+
+def rembg_input(picture: Array) -> Array:
+    """rembg's u2netp input from an H x W x 3 picture already resized to 320 x 320 (any numeric type):
+    divided by the picture's own maximum (not by 255), then ImageNet mean/std; -> f32[1, 3, H, W]."""
+    x = np.asarray(picture, dtype=np.float64)
+    x = x / max(float(x.max()), 1e-6)
+    x = (x - np.asarray(IMAGENET_MEAN)) / np.asarray(IMAGENET_STD)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
+
+
+def probe_input(batch: int = 1) -> Array:
+    """A fixed input, the same on every machine (closed-form, no random generator): a bright disc and a
+    darker square on a striped gradient, 320 x 320, normalised like rembg; -> f32[batch, 3, 320, 320].
+
+    It has a clear subject, so the saliency maps are far from constant and the comparison means something.
+    """
+    n = INPUT_SIZE
+    yy, xx = np.meshgrid(np.arange(n) / n, np.arange(n) / n, indexing="ij")
+    background = 0.35 + 0.25 * xx + 0.1 * np.sin(40 * yy + 7 * xx)
+    disc = ((xx - 0.45) ** 2 + (yy - 0.5) ** 2) < 0.07
+    square = (np.abs(xx - 0.8) < 0.08) & (np.abs(yy - 0.2) < 0.08)
+    channels = []
+    for k, tint in enumerate((0.95, 0.55, 0.25)):
+        c = background * (0.8 + 0.1 * k) + 0.05 * np.cos(23 * xx * (k + 1) + 31 * yy)
+        c = np.where(disc, tint + 0.05 * np.sin(60 * xx + 10 * k), c)
+        c = np.where(square, 0.1 + 0.05 * k, c)
+        channels.append(c)
+    picture = np.clip(np.stack(channels, axis=-1), 0.0, 1.0) * 255.0
+    one = rembg_input(picture.astype(np.float32))
+    return np.repeat(one, batch, axis=0)
+
+
+def run_reference(model: onnx.ModelProto, inputs: Array, *, threads: int = 1) -> list[Array]:
+    """The source graph through onnxruntime (CPU), one picture at a time (the published batch is 1)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    name = session.get_inputs()[0].name
+    per_picture = [session.run(None, {name: inputs[i : i + 1]}) for i in range(inputs.shape[0])]
+    return [np.concatenate([np.asarray(p[k], dtype=np.float32) for p in per_picture])
+            for k in range(len(per_picture[0]))]
+
+
+def run_converted(state_dict: dict[str, torch.Tensor], inputs: Array) -> list[Array]:
+    """The converted network (torch, CPU, fp32), loaded strict."""
+    module = U2NetP()
+    module.load_state_dict(state_dict, strict=True)
+    module.eval()
+    with torch.inference_mode():
+        outputs = module(torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32)))
+    return [t.numpy() for t in outputs]
+
+
+@dataclass(frozen=True)
+class OutputDifference:
+    """How far one converted output is from the source graph's.
+
+    ``max_rel`` is ``max_abs`` over the reference's largest magnitude (per-element ratios explode
+    where the sigmoid is ~0, so they say nothing).
+    """
+
+    name: str
+    max_abs: float
+    max_rel: float
+
+
+def differences(ours: Iterable[Array], reference: Iterable[Array]) -> list[OutputDifference]:
+    """Per-output differences, named as U2NetP's outputs (fused first)."""
+    result = []
+    for name, a, b in zip(OUTPUT_NAMES, ours, reference, strict=True):
+        if a.shape != b.shape:
+            raise ConversionError(f"output {name}: shape {a.shape} against the graph's {b.shape}")
+        max_abs = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
+        result.append(OutputDifference(name, max_abs, max_abs / max(float(np.max(np.abs(b))), 1e-12)))
+    return result
+
+
+def compare(model: onnx.ModelProto, state_dict: dict[str, torch.Tensor], inputs: Array | None = None, *,
+            threads: int = 1) -> list[OutputDifference]:
+    """Runs the converted network and the source graph on ``inputs`` (default: the probe) and reports
+    the per-output differences."""
+    x = probe_input() if inputs is None else inputs
+    return differences(run_converted(state_dict, x), run_reference(model, x, threads=threads))
+
+
+def tolerance(name: str) -> float:
+    """The largest absolute difference kept for the output ``name`` (see the constants above)."""
+    return FUSED_MAX_ABS_TOLERANCE if name == OUTPUT_NAMES[0] else SIDE_MAX_ABS_TOLERANCE
+
+
+def check(found: Sequence[OutputDifference]) -> None:
+    """Refuses a conversion whose outputs differ from the source graph's by more than the tolerances."""
+    bad = [d for d in found if not d.max_abs <= tolerance(d.name)]  # "not <=" also catches NaN
+    if bad:
+        shown = ", ".join(f"{d.name} {d.max_abs:.3g} (kept: {tolerance(d.name):g})" for d in bad)
+        raise ConversionError(f"the converted u2netp differs from the source graph by more than allowed: {shown}")
