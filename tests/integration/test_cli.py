@@ -7,10 +7,10 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from craftai import AiClient
-from craftai.v1 import catalogue_pb2
 from PIL import Image
 
+from craftai import AiClient
+from craftai.v1 import catalogue_pb2
 from tests.support import servers
 
 

@@ -9,10 +9,10 @@ import grpc
 import numpy as np
 import onnxruntime as ort
 import pytest
-from craftai import AiClient, CraftAiError
 from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
+from craftai import AiClient, CraftAiError
 from tests.support import servers
 
 

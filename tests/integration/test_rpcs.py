@@ -6,6 +6,11 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from grpc_status import rpc_status
+
 from craftai.v1 import (
     catalogue_pb2,
     catalogue_pb2_grpc,
@@ -15,11 +20,6 @@ from craftai.v1 import (
     prepare_pb2,
     prepare_pb2_grpc,
 )
-from google.rpc import error_details_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
-from grpc_status import rpc_status
-
 from tests.support import servers
 
 APP = (("craftai-app-id", "tests"),)

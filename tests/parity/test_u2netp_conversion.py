@@ -11,12 +11,13 @@ import numpy.typing as npt
 import onnx
 import pytest
 import torch
-from craftai_infer.models.u2netp import INPUT_SIZE
-from craftai_prepare.converters import u2netp as converter
 from onnx import helper, numpy_helper
 from PIL import Image
 
-from tests.support.files import SAMPLE_PHOTOS, sample_photo, u2netp_onnx
+from craftai_infer.models.u2netp import INPUT_SIZE
+from craftai_prepare.converters import u2netp as converter
+from tests.support.files import sample_photo, u2netp_onnx
+from tools.samples import PHOTOS as SAMPLE_PHOTOS
 
 MIN_MASK_IOU = 0.999
 
@@ -92,8 +93,9 @@ def _unfold_one_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     return edited
 
 
-def test_a_graph_with_batchnorm_is_folded_and_agrees(published: onnx.ModelProto,
-                                                     converted: dict[str, torch.Tensor]) -> None:
+def test_a_graph_with_batchnorm_is_folded_and_agrees(
+    published: onnx.ModelProto, converted: dict[str, torch.Tensor]
+) -> None:
     edited = _unfold_one_batchnorm(published)
     state = converter.convert(edited)
     assert not torch.equal(state["en_1.conv_in.conv.weight"], converted["en_1.conv_in.conv.weight"])

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from craftai import AiClient
 from PIL import Image
 
+from craftai import AiClient
 from tests.support import servers
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+
 from craftai_catalogue.recipes import DATA_FILE
 
 
@@ -18,10 +19,14 @@ def recipe(data: dict[str, Any], name: str) -> dict[str, Any]:
     return next(r for r in data["recipes"] if r["name"] == name)
 
 
+def write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
 def with_sources(path: Path, recipe_name: str, sources: list[dict[str, str]]) -> Path:
     """The real data, with every file of one recipe fetched from `sources`."""
     data = real_data()
     for pinned in recipe(data, recipe_name)["files"]:
         pinned["sources"] = sources
-    path.write_text(tomli_w.dumps(data))
-    return path
+    return write(path, data)

@@ -26,6 +26,8 @@ class Process:
     popen: subprocess.Popen[bytes]
     address: str
     log: Path
+    command: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -41,9 +43,15 @@ class Process:
         return self.popen.returncode
 
     def kill(self) -> None:
+        """SIGKILL: no grace, no cleanup (a crash)."""
         if self.popen.poll() is None:
             self.popen.kill()
             self.popen.wait()
+
+    def restart(self) -> Process:
+        """Start the same command again on the same port (after a stop or a kill)."""
+        port = self.address.rsplit(":", 1)[1]
+        return start(self.name, self.command, {**self.env, "CRAFTAI_PORT": port}, self.log.parent)
 
 
 def start(name: str, command: list[str], env: dict[str, str], workdir: Path, timeout: float = 60.0) -> Process:
@@ -60,7 +68,7 @@ def start(name: str, command: list[str], env: dict[str, str], workdir: Path, tim
         "CRAFTAI_READY_FILE": str(ready),
         "PYTHONUNBUFFERED": "1",
     }
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         popen = subprocess.Popen(command, env=full_env, stdout=out, stderr=subprocess.STDOUT, cwd=workdir)
     deadline = time.monotonic() + timeout
     while not ready.exists():
@@ -70,7 +78,7 @@ def start(name: str, command: list[str], env: dict[str, str], workdir: Path, tim
             popen.kill()
             raise TimeoutError(f"{name} did not start within {timeout} s:\n{log.read_text(errors='replace')}")
         time.sleep(0.05)
-    return Process(name, popen, ready.read_text().strip(), log)
+    return Process(name, popen, ready.read_text().strip(), log, command, env)
 
 
 def embedded(store: Path, workdir: Path, env: dict[str, str] | None = None) -> Process:

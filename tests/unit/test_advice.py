@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from craftai_catalogue import advice, recipes
 from craftai_common.errors import Reason, ServiceError
 

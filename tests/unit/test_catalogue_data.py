@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 import tomli_w
-from craftai_catalogue import recipes
 
+from craftai_catalogue import recipes
 from tests.support import catalogues
 from tests.support.servers import BIN
 

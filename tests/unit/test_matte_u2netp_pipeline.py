@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+from PIL import Image
+
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.cutout import cutout
-from PIL import Image
 
 
 def test_preprocess_divides_by_the_picture_max_not_255() -> None:

@@ -8,9 +8,10 @@ import zlib
 
 import grpc
 import pytest
+from PIL import Image
+
 from craftai_common.errors import Reason, ServiceError
 from craftai_infer import pictures
-from PIL import Image
 
 LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
 

@@ -11,10 +11,11 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from craftai_infer.models.u2netp import OUTPUT_NAMES, U2NetP
-from craftai_prepare.converters import u2netp as converter
 from onnx import helper, numpy_helper
 
+from craftai_infer.models.u2netp import OUTPUT_NAMES, U2NetP
+from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import u2netp as converter
 from tests.support.files import u2netp_onnx
 
 
@@ -80,7 +81,12 @@ def test_published_graph_has_batchnorm_folded(published: onnx.ModelProto) -> Non
     ops = Counter(n.op_type for n in published.graph.node)
     assert ops["BatchNormalization"] == 0
     assert {k: ops[k] for k in ("Conv", "Relu", "MaxPool", "Resize", "Add", "Sigmoid")} == {
-        "Conv": 119, "Relu": 112, "MaxPool": 33, "Resize": 38, "Add": 11, "Sigmoid": 7,
+        "Conv": 119,
+        "Relu": 112,
+        "MaxPool": 33,
+        "Resize": 38,
+        "Add": 11,
+        "Sigmoid": 7,
     }
     assert all(len(n.input) == 3 for n in published.graph.node if n.op_type == "Conv")
 
@@ -122,8 +128,9 @@ def test_node_order_does_not_matter(published: onnx.ModelProto, converted: dict[
     _same(converter.convert(model), converted)
 
 
-def test_transposed_and_shared_weights_are_followed(published: onnx.ModelProto,
-                                                    converted: dict[str, torch.Tensor]) -> None:
+def test_transposed_and_shared_weights_are_followed(
+    published: onnx.ModelProto, converted: dict[str, torch.Tensor]
+) -> None:
     """A weight stored transposed behind a Transpose node, and one initializer feeding two convs."""
     model = copy.deepcopy(published)
     first = _node(model, "Conv_0")
@@ -180,22 +187,28 @@ def _swap_outputs(model: onnx.ModelProto) -> None:
     ("edit", "message"),
     [
         (_drop_first_relu, "'1966' (from node 'Conv_0' (Conv)) should feed exactly one Relu node"),
-        (_reshape_a_weight,
-         "node 'Conv_0' (Conv) (en_1.conv_in.conv.weight): shape (32, 6, 3, 3), where u2netp has (64, 3, 3, 3)"),
+        (
+            _reshape_a_weight,
+            "node 'Conv_0' (Conv) (en_1.conv_in.conv.weight): shape (32, 6, 3, 3), where u2netp has (64, 3, 3, 3)",
+        ),
         (_undilate_a_conv, "node 'Conv_19' (Conv) (en_1.bottom.conv): dilations [1, 1] (u2netp: [2, 2])"),
-        (_nearest_resize, "node 'Resize_42' (Resize): u2netp resizes bilinearly with half-pixel centres and no "
-                          "antialias; got coordinate_transformation_mode=pytorch_half_pixel, cubic_coeff_a=-0.75, "
-                          "mode=nearest"),
+        (
+            _nearest_resize,
+            "node 'Resize_42' (Resize): u2netp resizes bilinearly with half-pixel centres and no "
+            "antialias; got coordinate_transformation_mode=pytorch_half_pixel, cubic_coeff_a=-0.75, "
+            "mode=nearest",
+        ),
         (_extra_node, "1 node(s) are not part of u2netp: node 'Stray_Neg' (Neg)"),
         (_swap_outputs, "the graph's outputs are ['1960', '1959',"),
     ],
     ids=["node-removed", "initializer-reshaped", "dilation-changed", "resize-mode", "stray-node", "outputs-swapped"],
 )
-def test_converter_refuses_another_graph(published: onnx.ModelProto, edit: Callable[[onnx.ModelProto], None],
-                                         message: str) -> None:
+def test_converter_refuses_another_graph(
+    published: onnx.ModelProto, edit: Callable[[onnx.ModelProto], None], message: str
+) -> None:
     model = copy.deepcopy(published)
     edit(model)
-    with pytest.raises(converter.ConversionError) as refused:
+    with pytest.raises(ConversionError) as refused:
         converter.convert(model)
     assert message in str(refused.value)
 
@@ -204,9 +217,9 @@ def test_check_refuses_a_difference_above_the_tolerance() -> None:
     fine = converter.OutputDifference("fused", converter.FUSED_MAX_ABS_TOLERANCE, 0.0)
     converter.check([fine])
     for value in (2 * converter.FUSED_MAX_ABS_TOLERANCE, float("nan")):
-        with pytest.raises(converter.ConversionError, match="differs from the source graph"):
+        with pytest.raises(ConversionError, match="differs from the source graph"):
             converter.check([converter.OutputDifference("fused", value, 0.0)])
-    with pytest.raises(converter.ConversionError, match="side_2"):
+    with pytest.raises(ConversionError, match="side_2"):
         converter.check([converter.OutputDifference("side_2", 2 * converter.SIDE_MAX_ABS_TOLERANCE, 0.0)])
 
 

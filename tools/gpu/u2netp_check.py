@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 import numpy.typing as npt  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
+
 from craftai_infer.models.u2netp import INPUT_SIZE, U2NetP  # noqa: E402
 from craftai_prepare.converters import u2netp as converter  # noqa: E402
 
@@ -122,8 +123,13 @@ def precision(mode: Mode, device: torch.device) -> Iterator[None]:
             yield
 
 
-def measure(net: torch.nn.Module, mode: Mode, inputs: converter.Array, reference: npt.NDArray[np.float64],
-            args: argparse.Namespace) -> Row:
+def measure(
+    net: torch.nn.Module,
+    mode: Mode,
+    inputs: converter.Array,
+    reference: npt.NDArray[np.float64],
+    args: argparse.Namespace,
+) -> Row:
     """One row of the table: ``mode``'s accuracy on ``inputs``, then its timings on the probe."""
     device = torch.device(args.device)
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
@@ -156,9 +162,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=None, help="untimed runs first (default 10; 1 on cpu)")
     parser.add_argument("--batch", type=int, default=8, help="the larger batch timed besides 1 (default 8)")
     parser.add_argument("--photos", type=Path, nargs="*", default=[], help="pictures compared besides the probe")
-    parser.add_argument("--modes", nargs="+", choices=sorted(MODES), default=None,
-                        help="precisions to run (default: all on a GPU; fp32 on the CPU, where the half types "
-                             "have no fast kernels on AVX2 and take ~50x longer; tf32 is a CUDA switch)")
+    parser.add_argument(
+        "--modes",
+        nargs="+",
+        choices=sorted(MODES),
+        default=None,
+        help="precisions to run (default: all on a GPU; fp32 on the CPU, where the half types "
+        "have no fast kernels on AVX2 and take ~50x longer; tf32 is a CUDA switch)",
+    )
     parser.add_argument("--channels-last", action="store_true", help="feed NHWC tensors (module too)")
     parser.add_argument("--cudnn-benchmark", action="store_true", help="let cuDNN pick algorithms by timing")
     parser.add_argument("--threads", type=int, default=None, help="torch/onnxruntime CPU threads")
@@ -185,13 +196,17 @@ def main(argv: list[str] | None = None) -> int:
         net = net.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
-    print(f"u2netp {args.onnx.name}: torch {torch.__version__} on {name}, onnxruntime {ort.__version__} (CPU) "
-          f"as reference; {len(inputs)} input(s) (probe + {len(args.photos)} photo(s)); "
-          f"median of {args.iters} after {args.warmup} warm-up; channels_last={args.channels_last}, "
-          f"cudnn.benchmark={args.cudnn_benchmark}")
+    print(
+        f"u2netp {args.onnx.name}: torch {torch.__version__} on {name}, onnxruntime {ort.__version__} (CPU) "
+        f"as reference; {len(inputs)} input(s) (probe + {len(args.photos)} photo(s)); "
+        f"median of {args.iters} after {args.warmup} warm-up; channels_last={args.channels_last}, "
+        f"cudnn.benchmark={args.cudnn_benchmark}"
+    )
     n = args.batch
-    header = (f"{'mode':<14} {'max|d| fused':>12} {'min IoU>.5':>10} {'ms b=1':>9} {f'ms b={n}':>9} "
-              f"{f'ms/img b={n}':>10} {'peak MiB':>9}")
+    header = (
+        f"{'mode':<14} {'max|d| fused':>12} {'min IoU>.5':>10} {'ms b=1':>9} {f'ms b={n}':>9} "
+        f"{f'ms/img b={n}':>10} {'peak MiB':>9}"
+    )
     print(header)
     print("-" * len(header))
     for key in args.modes or (["fp32"] if on_cpu else list(MODES)):
@@ -202,8 +217,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode.name:<14} not run: {e}")
             continue
         peak = f"{row.peak_mib:9.0f}" if row.peak_mib is not None else f"{'-':>9}"
-        print(f"{row.mode:<14} {row.max_abs:12.2e} {row.min_iou:10.5f} {row.ms_1:9.2f} {row.ms_n:9.2f} "
-              f"{row.ms_n / n:10.2f} {peak}")
+        print(
+            f"{row.mode:<14} {row.max_abs:12.2e} {row.min_iou:10.5f} {row.ms_1:9.2f} {row.ms_n:9.2f} "
+            f"{row.ms_n / n:10.2f} {peak}"
+        )
     set_tf32(False)
     return 0
 

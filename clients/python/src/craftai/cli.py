@@ -88,6 +88,8 @@ def cmd_setup(options: argparse.Namespace) -> int:
     assert result is not None
     r = result.route
     what = "already set up (files checked)" if result.already_done else "set up"
+    if result.revision:
+        what += f", prepared revision {result.revision}" + (" (prepared now)" if result.prepared_now else "")
     print(f"{r.feature} {r.recipe} ({r.engine}): {what} in {time.perf_counter() - started:.1f} s")
     for f in result.files:
         print(f"  {f.folder}/{f.name}  {f.size:,} bytes  sha256 {f.sha256[:16]}…  from {f.source}")

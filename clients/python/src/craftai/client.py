@@ -14,7 +14,7 @@ Every call has a deadline; errors are raised as `CraftAiError` with the service'
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -166,7 +166,7 @@ class AiClient:
 
     def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None
-    ) -> Iterator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult]:
+    ) -> Generator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None, None]:
         """Download, verify and prepare a route; yields progress and notices, then the result.
 
         Leaving the loop early does not stop the preparation on the server: the next call joins it.

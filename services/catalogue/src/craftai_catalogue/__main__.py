@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from craftai_common.server import configure_logging, serve
-
 from craftai_catalogue.recipes import CatalogueDataError
 from craftai_catalogue.service import build
 from craftai_catalogue.settings import CatalogueSettings
+from craftai_common.server import configure_logging, serve
 
 
 def main() -> int:

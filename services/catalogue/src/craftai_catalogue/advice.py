@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from craftai_common.errors import Reason, failed_precondition, not_found
-
 from craftai_catalogue.recipes import CatalogueData, RecipeSpec, RouteSpec
+from craftai_common.errors import Reason, failed_precondition, not_found
 
 
 @dataclass(frozen=True)

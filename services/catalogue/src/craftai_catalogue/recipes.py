@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
-from craftai.v1 import catalogue_pb2
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from craftai.v1 import catalogue_pb2
 
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
 ENGINES = ("onnxruntime", "torch")

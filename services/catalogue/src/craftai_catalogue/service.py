@@ -6,15 +6,15 @@ import logging
 from typing import Any
 
 import grpc
+
 from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
+from craftai_catalogue import advice, recipes, states
+from craftai_catalogue.settings import CatalogueSettings
 from craftai_common.catalogue_client import INTERNAL_APP_ID
 from craftai_common.errors import handle_errors
 from craftai_common.metadata import APP_ID_KEY
 from craftai_common.server import Mount
 from craftai_common.store import Store
-
-from craftai_catalogue import advice, recipes, states
-from craftai_catalogue.settings import CatalogueSettings
 
 log = logging.getLogger("craftai.catalogue")
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from craftai_common.settings import ServerSettings
 from pydantic import Field
 
 from craftai_catalogue.recipes import DATA_FILE
+from craftai_common.settings import ServerSettings
 
 
 class CatalogueSettings(ServerSettings):

@@ -7,9 +7,8 @@ prepared folder counts when its manifest is in place (it is renamed into place c
 from __future__ import annotations
 
 from craftai.v1 import catalogue_pb2, common_pb2
-from craftai_common.store import FilePin, Store, check_prepared, prepared_key
-
 from craftai_catalogue.recipes import CatalogueData, RecipeSpec, RouteSpec
+from craftai_common.store import FilePin, Store, check_prepared, prepared_key
 
 RouteKey = tuple[str, str, str]  # feature, recipe, engine
 

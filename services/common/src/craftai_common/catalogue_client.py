@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import grpc
-from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
 from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
+from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
 from craftai_common.errors import Reason, ServiceError
 from craftai_common.metadata import APP_ID_KEY
 from craftai_common.store import FilePin

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 from craftai_common.server import configure_logging, serve
-
 from craftai_infer.service import build
 from craftai_infer.settings import InferSettings
 

@@ -20,7 +20,6 @@ from craftai.v1 import catalogue_pb2, common_pb2
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition
 from craftai_common.store import Store, check_prepared, prepared_key
-
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, Model, RouteFiles, factories
 

@@ -11,8 +11,9 @@ import io
 import warnings
 from dataclasses import dataclass
 
-from craftai_common.errors import Reason, invalid_argument
 from PIL import Image, ImageOps, UnidentifiedImageError
+
+from craftai_common.errors import Reason, invalid_argument
 
 FORMATS = ("PNG", "JPEG", "WEBP")
 

@@ -12,12 +12,12 @@ from importlib.util import find_spec
 from typing import Any, TypeVar
 
 import grpc
+
 from craftai.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient
 from craftai_common.errors import Reason, handle_errors, handle_stream_errors, invalid_argument
 from craftai_common.server import Mount
 from craftai_common.store import Store
-
 from craftai_infer import device as devices
 from craftai_infer import pictures
 from craftai_infer.loader import LoadedRoute, Notices, RouteLoader

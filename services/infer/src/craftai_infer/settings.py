@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from craftai_common.settings import ServerSettings
 from pydantic import Field
+
+from craftai_common.settings import ServerSettings
 
 
 class InferSettings(ServerSettings):

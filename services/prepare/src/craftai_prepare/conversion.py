@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
 from craftai.v1 import catalogue_pb2
 from craftai_common.catalogue_client import pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition, resource_exhausted
@@ -33,14 +34,10 @@ from craftai_common.store import (
     fsync_dir,
     prepared_key,
 )
-
+from craftai_prepare.converters import ConversionError
 from craftai_prepare.reporter import Reporter
 
 Step = Callable[[str], None]  # a converter says what it is doing
-
-
-class ConversionError(Exception):
-    """The converted network does not reproduce its source (or the source is not what it expects)."""
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+
 from craftai_common.errors import Reason, ServiceError, resource_exhausted
 from craftai_common.hashing import CHUNK, HashingWriter
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
-
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import Source, SourceError, Timeouts
 

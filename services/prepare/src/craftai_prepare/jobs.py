@@ -13,7 +13,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from craftai.v1 import prepare_pb2
-
 from craftai_prepare.reporter import Reporter
 
 log = logging.getLogger("craftai.prepare.jobs")

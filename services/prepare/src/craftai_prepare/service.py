@@ -7,13 +7,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+from filelock import FileLock, Timeout
+
 from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, handle_stream_errors, invalid_argument
 from craftai_common.server import Mount
 from craftai_common.store import Store, prepared_key
-from filelock import FileLock, Timeout
-
 from craftai_prepare.conversion import ensure_prepared
 from craftai_prepare.downloads import ensure_file
 from craftai_prepare.jobs import JobRegistry

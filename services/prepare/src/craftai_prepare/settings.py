@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from craftai_common.settings import ServerSettings
 from pydantic import Field
+
+from craftai_common.settings import ServerSettings
 
 
 class PrepareSettings(ServerSettings):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+
 from craftai.v1 import catalogue_pb2
 
 Progress = Callable[[int], None]  # bytes written so far

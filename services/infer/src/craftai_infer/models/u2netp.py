@@ -73,8 +73,9 @@ class RSU(nn.Module):
     list runs in the opposite order to the one it is applied in.
     """
 
-    def __init__(self, height: int, in_channels: int, mid_channels: int, out_channels: int, *,
-                 dilated: bool = False) -> None:
+    def __init__(
+        self, height: int, in_channels: int, mid_channels: int, out_channels: int, *, dilated: bool = False
+    ) -> None:
         super().__init__()
         if height < 2:
             raise ValueError("an RSU needs a height of at least 2")
@@ -98,20 +99,20 @@ class RSU(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # RSU-7 on 3 x 320 x 320 (En_1), C_out = 64, M = 16, for example:
-        hx_in: torch.Tensor = self.conv_in(x)   # [N, 64, 320, 320]       F1(x)
+        hx_in: torch.Tensor = self.conv_in(x)  # [N, 64, 320, 320]       F1(x)
         skips: list[torch.Tensor] = []
         hx: torch.Tensor = hx_in
         for level, conv in enumerate(self.encoder, start=1):
             if level > 1 and not self.dilated:
-                hx = _pool(hx)                  # 320 -> 160 -> 80 -> 40 -> 20 -> 10
-            hx = conv(hx)                       # [N, 16, 320 / 2^(level-1), ...]
+                hx = _pool(hx)  # 320 -> 160 -> 80 -> 40 -> 20 -> 10
+            hx = conv(hx)  # [N, 16, 320 / 2^(level-1), ...]
             skips.append(hx)
-        hx = self.bottom(hx)                    # [N, 16, 10, 10], dilation 2, same size as level 6
+        hx = self.bottom(hx)  # [N, 16, 10, 10], dilation 2, same size as level 6
         for level in range(self.height - 1, 0, -1):
             hx = self.decoder[level - 1](torch.cat((hx, skips[level - 1]), dim=1))  # 32 -> 16 (or 64)
             if level > 1 and not self.dilated:
                 hx = _upsample_like(hx, skips[level - 2])
-        return hx + hx_in                       # [N, 64, 320, 320]       F1(x) + U(F1(x))
+        return hx + hx_in  # [N, 64, 320, 320]       F1(x) + U(F1(x))
 
 
 class U2NetP(nn.Module):
@@ -152,20 +153,20 @@ class U2NetP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """``x``: f32[N, 3, H, W] (normalised picture) -> seven f32[N, 1, H, W] maps in [0, 1]."""
-        hx1 = self.en_1(x)                                          # [N, 64, 320, 320]
-        hx2 = self.en_2(_pool(hx1))                                 # [N, 64, 160, 160]
-        hx3 = self.en_3(_pool(hx2))                                 # [N, 64, 80, 80]
-        hx4 = self.en_4(_pool(hx3))                                 # [N, 64, 40, 40]
-        hx5 = self.en_5(_pool(hx4))                                 # [N, 64, 20, 20]
-        hx6 = self.en_6(_pool(hx5))                                 # [N, 64, 10, 10]
+        hx1 = self.en_1(x)  # [N, 64, 320, 320]
+        hx2 = self.en_2(_pool(hx1))  # [N, 64, 160, 160]
+        hx3 = self.en_3(_pool(hx2))  # [N, 64, 80, 80]
+        hx4 = self.en_4(_pool(hx3))  # [N, 64, 40, 40]
+        hx5 = self.en_5(_pool(hx4))  # [N, 64, 20, 20]
+        hx6 = self.en_6(_pool(hx5))  # [N, 64, 10, 10]
 
-        hx5d = self.de_5(torch.cat((_upsample_like(hx6, hx5), hx5), dim=1))    # [N, 64, 20, 20]
-        hx4d = self.de_4(torch.cat((_upsample_like(hx5d, hx4), hx4), dim=1))   # [N, 64, 40, 40]
-        hx3d = self.de_3(torch.cat((_upsample_like(hx4d, hx3), hx3), dim=1))   # [N, 64, 80, 80]
-        hx2d = self.de_2(torch.cat((_upsample_like(hx3d, hx2), hx2), dim=1))   # [N, 64, 160, 160]
-        hx1d = self.de_1(torch.cat((_upsample_like(hx2d, hx1), hx1), dim=1))   # [N, 64, 320, 320]
+        hx5d = self.de_5(torch.cat((_upsample_like(hx6, hx5), hx5), dim=1))  # [N, 64, 20, 20]
+        hx4d = self.de_4(torch.cat((_upsample_like(hx5d, hx4), hx4), dim=1))  # [N, 64, 40, 40]
+        hx3d = self.de_3(torch.cat((_upsample_like(hx4d, hx3), hx3), dim=1))  # [N, 64, 80, 80]
+        hx2d = self.de_2(torch.cat((_upsample_like(hx3d, hx2), hx2), dim=1))  # [N, 64, 160, 160]
+        hx1d = self.de_1(torch.cat((_upsample_like(hx2d, hx1), hx1), dim=1))  # [N, 64, 320, 320]
 
-        s1 = self.side_1(hx1d)                                      # [N, 1, 320, 320] logits
+        s1 = self.side_1(hx1d)  # [N, 1, 320, 320] logits
         s2 = _upsample_like(self.side_2(hx2d), s1)
         s3 = _upsample_like(self.side_3(hx3d), s1)
         s4 = _upsample_like(self.side_4(hx4d), s1)

@@ -47,4 +47,4 @@ def factories() -> dict[tuple[str, str], Factory]:
     """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
     from craftai_infer.routes import u2netp
 
-    return {("u2netp", "onnxruntime"): u2netp.U2netpOnnx}
+    return {("u2netp", "onnxruntime"): u2netp.U2netpOnnx, ("u2netp", "torch"): u2netp.U2netpTorch}

@@ -1,4 +1,5 @@
-"""u2netp for image.matte: the published ONNX through onnxruntime, rembg-compatible pipeline."""
+"""u2netp for image.matte, rembg-compatible pipeline on two engines: the published ONNX through
+onnxruntime, and the network written in this project (torch) with weights from the prepared folder."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from PIL import Image
 from craftai_infer.engines.onnxruntime import OnnxModel
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.routes import RouteFiles
+
+WEIGHTS = "u2netp.safetensors"  # written by craftai_prepare.converters.u2netp
 
 
 class U2netpOnnx:
@@ -18,3 +21,27 @@ class U2netpOnnx:
     def matte(self, picture: Image.Image) -> Image.Image:
         (fused, *_sides) = self.model.run({self.input_name: matte_u2netp.preprocess(picture)})
         return matte_u2netp.postprocess(fused, picture.size)
+
+
+class U2netpTorch:
+    """Loads only the prepared weights (the loader has checked the manifest); never the ONNX file."""
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        import torch
+        from safetensors.torch import load_file
+
+        from craftai_infer.models.u2netp import U2NetP
+
+        assert files.prepared is not None
+        self._torch = torch
+        self.device = device
+        module = U2NetP()
+        module.load_state_dict(load_file(str(files.prepared / WEIGHTS)), strict=True)
+        self.module = module.eval().to(device)
+
+    def matte(self, picture: Image.Image) -> Image.Image:
+        torch = self._torch
+        x = torch.from_numpy(matte_u2netp.preprocess(picture)).to(self.device)
+        with torch.inference_mode():
+            fused = self.module(x)[0]
+        return matte_u2netp.postprocess(fused.float().cpu().numpy(), picture.size)

@@ -24,13 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import onnx
 import torch
-from craftai_infer.models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, U2NetP
 from onnx import numpy_helper
+from safetensors.torch import save
+
+from craftai_infer.models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, U2NetP
+from craftai_prepare.conversion import Converter, Step
+from craftai_prepare.converters import ConversionError
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
 CONVERTER_VERSION = 1
@@ -56,10 +61,6 @@ Array = npt.NDArray[np.float32]
 
 # Nodes that only compute the sizes handed to Resize (from the Shape of the tensors involved).
 _SIZE_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Slice", "Cast", "Concat", "Constant", "Identity"})
-
-
-class ConversionError(ValueError):
-    """The graph is not the u2netp network this converter knows (the message says where)."""
 
 
 def _describe(node: onnx.NodeProto) -> str:
@@ -123,8 +124,11 @@ class _Walk:
 
     def _next(self, value: str, op_type: str, purpose: str) -> onnx.NodeProto:
         """The one unmatched ``op_type`` node that takes ``value`` as its first input."""
-        found = [i for i in self.consumers.get(value, []) if i not in self.claimed
-                 and self.nodes[i].op_type == op_type and self.nodes[i].input[0] == value]
+        found = [
+            i
+            for i in self.consumers.get(value, [])
+            if i not in self.claimed and self.nodes[i].op_type == op_type and self.nodes[i].input[0] == value
+        ]
         if len(found) != 1:
             seen = sorted({self.nodes[i].op_type for i in self.consumers.get(value, [])})
             raise ConversionError(
@@ -221,8 +225,9 @@ class _Walk:
             out = self._only_consumer(out, "Relu", f"the ReLU after {key}").output[0]
         return out
 
-    def _fold(self, bn: onnx.NodeProto, weight: npt.NDArray[np.float64],
-              bias: npt.NDArray[np.float64]) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    def _fold(
+        self, bn: onnx.NodeProto, weight: npt.NDArray[np.float64], bias: npt.NDArray[np.float64]
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Fold an inference BatchNormalization into the conv before it (in float64)."""
         if _number(bn, "training_mode", 0) != 0 or len(bn.output) > 1 or len(bn.input) != 5:
             raise ConversionError(f"{_describe(bn)}: a training-mode BatchNormalization cannot be folded")
@@ -236,12 +241,15 @@ class _Walk:
     def pool(self, x: str) -> str:
         node = self._next(x, "MaxPool", "max-pool 2x2")
         attrs = _attrs(node)
-        ok = (_ints(attrs.get("kernel_shape")) == [2, 2] and _ints(attrs.get("strides")) == [2, 2]
-              and (_ints(attrs.get("pads")) or [0, 0, 0, 0]) == [0, 0, 0, 0]
-              and (_ints(attrs.get("dilations")) or [1, 1]) == [1, 1]
-              and _number(node, "ceil_mode", 0) == 1
-              and attrs.get("auto_pad", "NOTSET") == "NOTSET"
-              and len(node.output) == 1)
+        ok = (
+            _ints(attrs.get("kernel_shape")) == [2, 2]
+            and _ints(attrs.get("strides")) == [2, 2]
+            and (_ints(attrs.get("pads")) or [0, 0, 0, 0]) == [0, 0, 0, 0]
+            and (_ints(attrs.get("dilations")) or [1, 1]) == [1, 1]
+            and _number(node, "ceil_mode", 0) == 1
+            and attrs.get("auto_pad", "NOTSET") == "NOTSET"
+            and len(node.output) == 1
+        )
         if not ok:
             raise ConversionError(f"{_describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
         return node.output[0]
@@ -251,8 +259,12 @@ class _Walk:
         attrs = _attrs(node)
         mode = attrs.get("mode", "nearest")
         transform = attrs.get("coordinate_transformation_mode", "half_pixel")
-        if (mode != "linear" or transform not in ("pytorch_half_pixel", "half_pixel")
-                or _number(node, "antialias", 0) != 0 or "axes" in attrs):
+        if (
+            mode != "linear"
+            or transform not in ("pytorch_half_pixel", "half_pixel")
+            or _number(node, "antialias", 0) != 0
+            or "axes" in attrs
+        ):
             raise ConversionError(
                 f"{_describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
                 f"got {_show(attrs)}"
@@ -268,8 +280,7 @@ class _Walk:
         sources = self._shape_sources(inputs[3], node)
         if like not in sources or not sources <= {x, like}:
             raise ConversionError(
-                f"{_describe(node)}: its size comes from the shapes of {sorted(sources)}; "
-                f"u2netp takes it from {like!r}"
+                f"{_describe(node)}: its size comes from the shapes of {sorted(sources)}; u2netp takes it from {like!r}"
             )
         return node.output[0]
 
@@ -293,9 +304,14 @@ class _Walk:
         return sources
 
     def cat(self, parts: Sequence[str], purpose: str) -> str:
-        found = [i for i in self.consumers.get(parts[0], []) if i not in self.claimed
-                 and self.nodes[i].op_type == "Concat" and list(self.nodes[i].input) == list(parts)
-                 and _number(self.nodes[i], "axis", 0) in (1, -3)]
+        found = [
+            i
+            for i in self.consumers.get(parts[0], [])
+            if i not in self.claimed
+            and self.nodes[i].op_type == "Concat"
+            and list(self.nodes[i].input) == list(parts)
+            and _number(self.nodes[i], "axis", 0) in (1, -3)
+        ]
         if len(found) != 1:
             raise ConversionError(
                 f"expected one Concat of {list(parts)} along channels ({purpose}), found {len(found)}; "
@@ -304,8 +320,13 @@ class _Walk:
         return self._claim(found[0]).output[0]
 
     def add(self, a: str, b: str, purpose: str) -> str:
-        found = [i for i in self.consumers.get(a, []) if i not in self.claimed
-                 and self.nodes[i].op_type == "Add" and sorted(self.nodes[i].input) == sorted((a, b))]
+        found = [
+            i
+            for i in self.consumers.get(a, [])
+            if i not in self.claimed
+            and self.nodes[i].op_type == "Add"
+            and sorted(self.nodes[i].input) == sorted((a, b))
+        ]
         if len(found) != 1:
             raise ConversionError(f"expected one Add of {a!r} and {b!r} ({purpose}), found {len(found)}")
         return self._claim(found[0]).output[0]
@@ -349,9 +370,7 @@ class _Walk:
             joined = self.cat((self.upsample_like(deeper, skip), skip), f"de_{stage} input")
             deeper = decoded[stage] = self.rsu(joined, f"de_{stage}")
         s1 = self.conv(decoded[1], "side_1", relu=False)
-        sides = [s1] + [
-            self.upsample_like(self.conv(decoded[k], f"side_{k}", relu=False), s1) for k in range(2, 7)
-        ]
+        sides = [s1] + [self.upsample_like(self.conv(decoded[k], f"side_{k}", relu=False), s1) for k in range(2, 7)]
         fused = self.conv(self.cat(sides, "fusion input"), "fuse", relu=False)
         maps = zip([fused, *sides], OUTPUT_NAMES, strict=True)
         return [self.sigmoid(value, f"the sigmoid of {name}") for value, name in maps]
@@ -441,8 +460,9 @@ def run_reference(model: onnx.ModelProto, inputs: Array, *, threads: int = 1) ->
     session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     name = session.get_inputs()[0].name
     per_picture = [session.run(None, {name: inputs[i : i + 1]}) for i in range(inputs.shape[0])]
-    return [np.concatenate([np.asarray(p[k], dtype=np.float32) for p in per_picture])
-            for k in range(len(per_picture[0]))]
+    return [
+        np.concatenate([np.asarray(p[k], dtype=np.float32) for p in per_picture]) for k in range(len(per_picture[0]))
+    ]
 
 
 def run_converted(state_dict: dict[str, torch.Tensor], inputs: Array) -> list[Array]:
@@ -479,8 +499,9 @@ def differences(ours: Iterable[Array], reference: Iterable[Array]) -> list[Outpu
     return result
 
 
-def compare(model: onnx.ModelProto, state_dict: dict[str, torch.Tensor], inputs: Array | None = None, *,
-            threads: int = 1) -> list[OutputDifference]:
+def compare(
+    model: onnx.ModelProto, state_dict: dict[str, torch.Tensor], inputs: Array | None = None, *, threads: int = 1
+) -> list[OutputDifference]:
     """Runs the converted network and the source graph on ``inputs`` (default: the probe) and reports
     the per-output differences."""
     x = probe_input() if inputs is None else inputs
@@ -498,3 +519,28 @@ def check(found: Sequence[OutputDifference]) -> None:
     if bad:
         shown = ", ".join(f"{d.name} {d.max_abs:.3g} (kept: {tolerance(d.name):g})" for d in bad)
         raise ConversionError(f"the converted u2netp differs from the source graph by more than allowed: {shown}")
+
+
+# -- the prepare step ---------------------------------------------------------------------------------
+
+#: The revision the catalogue's torch route of u2netp names (a test holds the two equal).
+REVISION = f"u2netp-torch.{CONVERTER_VERSION}"
+WEIGHTS = "u2netp.safetensors"
+
+
+def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:
+    """Convert the published graph, check it against onnxruntime on the probe, write the weights."""
+    step("reading the published ONNX graph")
+    model = onnx.load(str(sources["network"]))
+    step("following the graph into the network's weights")
+    state_dict = convert(model)
+    step("checking the converted network against onnxruntime on the probe")
+    found = compare(model, state_dict)
+    check(found)
+    step("writing the weights")
+    # Serialised in memory and written by Python, so a full disk is an OSError (ENOSPC) like any other.
+    (out / WEIGHTS).write_bytes(save(state_dict))
+    return {f"max_abs_{d.name}": d.max_abs for d in found}
+
+
+CONVERTER = Converter(REVISION, prepare, steps=4)
