@@ -4,3 +4,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
+
+# InSPyReNet reference: transparent-background's network, imported without its package __init__
+# (tests/support/inspyrenet_reference.py). --no-deps: its Remover/GUI dependencies and timm's
+# torchvision are not needed by the network, and PyPI's torchvision does not import beside the CPU
+# torch. Versions: constraints.txt; kornia and opencv come from requirements-dev.txt.
+"${pip[@]}" --no-deps transparent-background timm
