@@ -33,6 +33,7 @@ from craftai_infer.models.inspyrenet import (
     _gaussian_7x7,
     expected_tensors,
     inspyrenet_swin_b,
+    load_inspyrenet,
     normalise_per_image,
     read_pinned_state_dict,
 )
@@ -176,6 +177,12 @@ def test_published_names_load_strict_into_both(pair: Pair, tmp_path: Path) -> No
     assert all(torch.equal(state[k], v) for k, v in pair.state.items())
     pair.ours.load_state_dict(state, strict=True)
     pair.reference.load_state_dict(state, strict=True)
+    # The service's loader: built on the meta device (no initialisation), assigned, constants rebuilt.
+    del state
+    loaded = load_inspyrenet(path, pin, device="cpu", base_size=BASE)
+    assert not loaded.training
+    with torch.no_grad():
+        assert torch.equal(loaded(pair.x), pair.ours_stages.pred)
 
 
 def test_key_list_is_the_published_one(pair: Pair) -> None:
