@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from craftai_infer.models import inspyrenet
 from craftai_infer.models.inspyrenet import CheckpointRefusedError, PinnedFile, read_pinned_state_dict
+from safetensors.torch import save_file
 
 EXPECTED = {
     "a.weight": ((2, 3), "F32"),
@@ -76,7 +75,7 @@ def test_garbage_of_the_pinned_size_is_refused_by_hash(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     path.write_bytes(b"\xff" * 64)
     pin = PinnedFile("m.safetensors", 64, "0" * 64)
-    with pytest.raises(CheckpointRefusedError, match="is not the pinned m.safetensors: expected SHA-256"):
+    with pytest.raises(CheckpointRefusedError, match=r"is not the pinned m\.safetensors: expected SHA-256"):
         read_pinned_state_dict(path, pin, EXPECTED)
 
 
