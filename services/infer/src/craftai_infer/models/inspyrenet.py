@@ -203,13 +203,19 @@ class SICA(nn.Module):
         prob = torch.cat(classes, dim=1)  # (B, n, h, w), n = 3 or 5
         n = prob.shape[1]
         sh, sw = self.stage_size
-        feats = F.interpolate(x, size=(sh, sw), mode="bilinear", align_corners=False).reshape(b, sh * sw, -1)
-        prob = F.interpolate(prob, size=(sh, sw), mode="bilinear", align_corners=False).reshape(b, n, sh * sw)
-        context = torch.bmm(prob, feats).transpose(1, 2).unsqueeze(3)  # (B, Cin, n, 1)
+        # The context is a sum over all stage_size pixels (1024² at attention0): ~1e5-1e6 overflows
+        # float16, so under autocast it and the two small convs that read it stay in float32
+        # (the same operations as the reference in float32; a deviation only under autocast).
+        with torch.autocast(x.device.type, enabled=False):
+            feats = F.interpolate(x.float(), size=(sh, sw), mode="bilinear", align_corners=False)
+            feats = feats.reshape(b, sh * sw, -1)  # raw view of (B, Cin, sh, sw)
+            prob = F.interpolate(prob.float(), size=(sh, sw), mode="bilinear", align_corners=False)
+            prob = prob.reshape(b, n, sh * sw)
+            context = torch.bmm(prob, feats).transpose(1, 2).unsqueeze(3)  # (B, Cin, n, 1)
+            key = self.conv_key(context).reshape(b, self.depth, -1)  # (B, D, n)
+            value = self.conv_value(context).reshape(b, self.depth, -1).transpose(1, 2)  # (B, n, D)
 
         query = self.conv_query(x).reshape(b, self.depth, -1).transpose(1, 2)  # (B, hw, D)
-        key = self.conv_key(context).reshape(b, self.depth, -1)  # (B, D, n)
-        value = self.conv_value(context).reshape(b, self.depth, -1).transpose(1, 2)  # (B, n, D)
         similarity = torch.softmax(torch.bmm(query, key) * self.depth**-0.5, dim=-1)  # (B, hw, n)
         refined = torch.bmm(similarity, value).transpose(1, 2).reshape(b, -1, h, w)  # (B, D, h, w)
 
