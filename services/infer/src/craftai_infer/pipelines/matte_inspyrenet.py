@@ -1,0 +1,176 @@
+"""Any-size matte with InSPyReNet Swin-B (DESIGN.md section 5; the definitions are in docs/MATTE.md).
+
+- long side <= 1280 px: the network sees the picture at full resolution, reflect-padded on the
+  right/bottom to a multiple of 32; the matte is cropped back.
+- long side > 1280 px: reflect-padded on the right/bottom to a square, reduced with antialiased
+  Lanczos-3 (Pillow's LANCZOS) to 1280², the matte enlarged back bilinearly and cropped; when the
+  reduction was below half scale, the matte is refined at full resolution with a colour guided
+  filter on the tiles near the subject's edge only.
+- then the fringe shrink α' = clip((α − 0.2) / 0.8, 0, 1), and 8-bit rounding.
+
+The network is any callable taking an ImageNet-normalised (1, 3, H, W) float tensor on `device`
+and returning a (1, 1, H, W) matte in [0, 1] (craftai_infer.models.inspyrenet.InSPyReNet is one).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from PIL import Image
+from torch import Tensor
+
+from craftai_infer.pipelines.guided_filter import guided_filter
+
+__all__ = [
+    "MatteNetwork",
+    "MatteSettings",
+    "cutout_rgba",
+    "edge_tiles",
+    "fringe_shrink",
+    "matte_inspyrenet",
+    "matte_inspyrenet_float",
+    "refine_radius",
+]
+
+MatteNetwork = Callable[[Tensor], Tensor]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass(frozen=True)
+class MatteSettings:
+    """The pipeline's constants (docs/MATTE.md says why each has its value)."""
+
+    max_side: int = 1280  # the network's largest input side
+    multiple: int = 32  # the backbone's total stride
+    refine_below_scale: float = 0.5  # guided-filter refinement when the reduction is below this
+    tile: int = 256  # refinement tile side, full-resolution pixels
+    edge_margin: float = 0.01  # "~0" is <= this, "~1" is >= 1 - this
+    eps: float = 1e-4  # guided filter ε, guide in [0, 1] (colour units squared)
+    fringe: float = 0.2  # fringe shrink black point
+
+
+def fringe_shrink(alpha: Tensor, black: float = 0.2) -> Tensor:
+    """α' = clip((α − black) / (1 − black), 0, 1): drops the faint halo, keeps 1 at 1, stays continuous."""
+    if not 0.0 <= black < 1.0:
+        raise ValueError("the black point must be in [0, 1)")
+    return ((alpha - black) / (1.0 - black)).clamp(0.0, 1.0)
+
+
+def refine_radius(scale: float) -> int:
+    """Guided filter radius in full-resolution pixels for a matte enlarged by 1/scale: ⌈3/scale⌉.
+
+    The enlarged matte's edges are spread over a few low-resolution pixels, i.e. a few times 1/scale
+    full-resolution pixels; a window must see both sides of such an edge. 3/scale (10 px for a
+    4000 px picture) gave the lowest edge error in tools/matte_refine_study.py (docs/MATTE.md).
+    """
+    return max(2, math.ceil(3.0 / scale))
+
+
+def _normalise(rgb: Tensor) -> Tensor:
+    """(H, W, 3) uint8 -> (1, 3, H, W) float32 ImageNet-normalised."""
+    x = rgb.permute(2, 0, 1).unsqueeze(0).float() / 255.0
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+    return (x - mean) / std
+
+
+def _reflect_pad(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Reflect-pad (H, W, 3) on the right and bottom to (height, width); any amount (numpy repeats the
+    reflection, and a one-pixel side repeats its pixel)."""
+    h, w = rgb.shape[:2]
+    return np.pad(rgb, ((0, height - h), (0, width - w), (0, 0)), mode="reflect")
+
+
+def _run(network: MatteNetwork, x: Tensor, autocast: torch.dtype | None) -> Tensor:
+    with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
+        out = network(x)
+    return out.float().clamp(0.0, 1.0)
+
+
+def edge_tiles(alpha: Tensor, tile: int, margin: int, edge_margin: float) -> list[tuple[int, int]]:
+    """Top-left corners of the tiles whose matte, with `margin` pixels around, is neither ~0 everywhere
+    nor ~1 everywhere. alpha: (1, 1, H, W)."""
+    window = tile + 2 * margin
+    # Max pooling pads with -inf, so border tiles only see the picture.
+    hi = F.max_pool2d(alpha, window, stride=tile, padding=margin, ceil_mode=True)
+    lo = -F.max_pool2d(-alpha, window, stride=tile, padding=margin, ceil_mode=True)
+    selected = (hi > edge_margin) & (lo < 1.0 - edge_margin)
+    rows, cols = torch.nonzero(selected[0, 0], as_tuple=True)
+    return [(int(r) * tile, int(c) * tile) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
+
+
+def _refine(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tensor:
+    """Guided filter on the edge tiles only; each tile is filtered with a 2r margin of context, which
+    makes its result equal to filtering the whole picture (a pixel depends on pixels within 2r)."""
+    _, _, h, w = alpha.shape
+    margin = 2 * r
+    out = alpha.clone()
+    for y0, x0 in edge_tiles(alpha, settings.tile, margin, settings.edge_margin):
+        y1, x1 = min(y0 + settings.tile, h), min(x0 + settings.tile, w)
+        ya, xa = max(y0 - margin, 0), max(x0 - margin, 0)
+        yb, xb = min(y1 + margin, h), min(x1 + margin, w)
+        guide = rgb[ya:yb, xa:xb].permute(2, 0, 1).unsqueeze(0).float() / 255.0
+        q = guided_filter(guide, alpha[:, :, ya:yb, xa:xb], r, settings.eps)
+        out[:, :, y0:y1, x0:x1] = q[:, :, y0 - ya : y1 - ya, x0 - xa : x1 - xa].clamp(0.0, 1.0)
+    return out
+
+
+def matte_inspyrenet_float(
+    rgb: np.ndarray,
+    network: MatteNetwork,
+    *,
+    device: torch.device | str = "cpu",
+    autocast: torch.dtype | None = None,
+    settings: MatteSettings = MatteSettings(),
+) -> Tensor:
+    """The matte before the fringe shrink and rounding: (H, W) float32 in [0, 1] on `device`."""
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
+        raise ValueError(f"expected an (H, W, 3) uint8 picture, got {rgb.dtype} {rgb.shape}")
+    device = torch.device(device)
+    rgb = np.ascontiguousarray(rgb)
+    h, w = rgb.shape[:2]
+    m = settings.multiple
+    if max(h, w) <= settings.max_side:
+        padded = _reflect_pad(rgb, -(-h // m) * m, -(-w // m) * m)
+        x = _normalise(torch.from_numpy(padded).to(device))
+        return _run(network, x, autocast)[0, 0, :h, :w]
+
+    side = max(h, w)
+    square = _reflect_pad(rgb, side, side)
+    n = settings.max_side
+    reduced = np.array(Image.fromarray(square).resize((n, n), Image.Resampling.LANCZOS))  # writable copy
+    small = _run(network, _normalise(torch.from_numpy(reduced).to(device)), autocast)  # (1, 1, n, n)
+    alpha = F.interpolate(small, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
+    scale = n / side
+    if scale < settings.refine_below_scale:
+        alpha = _refine(torch.from_numpy(rgb).to(device), alpha.contiguous(), refine_radius(scale), settings)
+    return alpha[0, 0]
+
+
+def matte_inspyrenet(
+    rgb: np.ndarray,
+    network: MatteNetwork,
+    *,
+    device: torch.device | str = "cpu",
+    autocast: torch.dtype | None = None,
+    settings: MatteSettings = MatteSettings(),
+) -> np.ndarray:
+    """The picture's matte: (H, W) uint8, white = subject, exactly the picture's size."""
+    alpha = matte_inspyrenet_float(rgb, network, device=device, autocast=autocast, settings=settings)
+    alpha = fringe_shrink(alpha, settings.fringe)
+    out: np.ndarray = torch.floor(alpha * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+    return out
+
+
+def cutout_rgba(rgb: np.ndarray, matte: np.ndarray) -> np.ndarray:
+    """(H, W, 4) uint8: the picture's colours unchanged (straight alpha) with the matte as alpha."""
+    if rgb.shape[:2] != matte.shape or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"picture {rgb.shape} and matte {matte.shape} do not fit")
+    return np.concatenate([rgb.astype(np.uint8), matte.astype(np.uint8)[:, :, None]], axis=2)
