@@ -11,10 +11,12 @@ from craftai_common.errors import Reason, ServiceError
 DATA = recipes.load()
 
 
-@pytest.mark.parametrize("gpu", [False, True])
-def test_default_matte_route(gpu: bool) -> None:
+@pytest.mark.parametrize(
+    ("gpu", "recipe", "engine"), [(False, "u2netp", "onnxruntime"), (True, "inspyrenet-swinb", "torch")]
+)
+def test_default_matte_route(gpu: bool, recipe: str, engine: str) -> None:
     chosen = advice.resolve(DATA, "image.matte", gpu=gpu)
-    assert (chosen.recipe.name, chosen.route.engine) == ("u2netp", "onnxruntime")
+    assert (chosen.recipe.name, chosen.route.engine) == (recipe, engine)
     assert ("with a GPU" if gpu else "without a GPU") in chosen.reason
 
 

@@ -21,7 +21,7 @@ from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition
 from craftai_common.store import Store, check_prepared, prepared_key
 from craftai_infer.device import DeviceInfo
-from craftai_infer.routes import Factory, Model, RouteFiles, factories
+from craftai_infer.routes import Factory, Model, ModelRefusedError, Precision, RouteFiles, factories
 
 log = logging.getLogger("craftai.infer.loader")
 RouteKey = tuple[str, str, str]
@@ -88,11 +88,19 @@ class LoadedRoute(Generic[M]):
 class RouteLoader:
     """Owns the loaded routes of this process."""
 
-    def __init__(self, catalogue: CatalogueClient, store: Store, device: DeviceInfo, cpu_threads: int) -> None:
+    def __init__(
+        self,
+        catalogue: CatalogueClient,
+        store: Store,
+        device: DeviceInfo,
+        cpu_threads: int,
+        gpu_precision: Precision = "auto",
+    ) -> None:
         self.catalogue = catalogue
         self.store = store
         self.device = device
         self.cpu_threads = cpu_threads
+        self.gpu_precision: Precision = gpu_precision
         self._resolved: dict[RouteKey, tuple[float, catalogue_pb2.ResolveRouteResponse]] = {}
         self._loaded: dict[RouteKey, LoadedRoute[Any]] = {}
         self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
@@ -149,7 +157,15 @@ class RouteLoader:
             )
         files = self._verified_files(resolved)
         started = time.perf_counter()
-        model = factory(files, self.device.preferred)
+        try:
+            model = factory(files, self.device.preferred)
+        except ModelRefusedError as exc:
+            raise failed_precondition(
+                Reason.MODEL_REFUSED,
+                f"refused the files of {ref.recipe} ({ref.engine}): {exc}",
+                recipe=ref.recipe,
+                engine=ref.engine,
+            ) from exc
         log.info(
             "loaded %s/%s on %s in %.0f ms",
             ref.recipe,
@@ -183,8 +199,8 @@ class RouteLoader:
             problem = check_prepared(folder, key, pins, deep=True)
             if problem is not None:
                 raise not_set_up(f"its prepared folder {key}: {problem}", revision=key)
-            return RouteFiles({}, folder, self.cpu_threads)
-        by_role = {}
+            return RouteFiles({}, folder, self.cpu_threads, {}, self.gpu_precision)
+        by_role, pins_by_role = {}, {}
         for pin, spec in zip(pins, resolved.recipe.files, strict=True):
             check = self.store.check_by_hash(pin)
             if not check.verified:
@@ -192,7 +208,8 @@ class RouteLoader:
                     f"{pin.name} is missing" if not check.present else f"refused {check.detail}", file=pin.name
                 )
             by_role[spec.role or spec.name] = self.store.model_path(pin)
-        return RouteFiles(by_role, None, self.cpu_threads)
+            pins_by_role[spec.role or spec.name] = pin
+        return RouteFiles(by_role, None, self.cpu_threads, pins_by_role, self.gpu_precision)
 
     def close(self) -> None:
         for loaded in self._loaded.values():

@@ -40,7 +40,9 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.settings = settings
         self.device = devices.detect(settings.device)
         self.catalogue = catalogue
-        self.routes = RouteLoader(catalogue, Store(settings.store), self.device, settings.cpu_threads)
+        self.routes = RouteLoader(
+            catalogue, Store(settings.store), self.device, settings.cpu_threads, settings.gpu_precision
+        )
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
         # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.
         self._cpu = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="pictures")

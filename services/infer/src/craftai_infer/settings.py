@@ -14,6 +14,9 @@ class InferSettings(ServerSettings):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: the GPU when one answers, else the CPU; cpu forces the CPU"
     )
+    gpu_precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
+        "auto", description="autocast on the GPU; auto: each route's tested default (docs/PERFORMANCE.md)"
+    )
     max_picture_pixels: int = Field(50_000_000, gt=0, description="largest width*height accepted")
     max_picture_side: int = Field(16_384, gt=0, description="longest side accepted, in pixels")
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")

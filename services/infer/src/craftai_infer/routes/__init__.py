@@ -8,20 +8,31 @@ when the GPU fails (see craftai_infer.loader).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from PIL import Image
+
+from craftai_common.store import FilePin
+
+Precision = Literal["auto", "fp32", "fp16", "bf16"]
+
+
+class ModelRefusedError(Exception):
+    """A file passed its hash check but does not fit the network (e.g. a test pin of another file);
+    answered as FAILED_PRECONDITION with this message."""
 
 
 @dataclass(frozen=True)
 class RouteFiles:
-    """The verified files of a route, by role ("network", "encoder", "weights", ...)."""
+    """The verified files of a route, by role ("network", "encoder", "weights", ...), and how to run it."""
 
     by_role: dict[str, Path]
     prepared: Path | None
     cpu_threads: int
+    pins: dict[str, FilePin] = field(default_factory=dict)
+    gpu_precision: Precision = "auto"
 
     def role(self, name: str) -> Path:
         try:
@@ -45,6 +56,10 @@ Factory = Callable[[RouteFiles, str], Model]
 
 def factories() -> dict[tuple[str, str], Factory]:
     """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
-    from craftai_infer.routes import u2netp
+    from craftai_infer.routes import inspyrenet, u2netp
 
-    return {("u2netp", "onnxruntime"): u2netp.U2netpOnnx, ("u2netp", "torch"): u2netp.U2netpTorch}
+    return {
+        ("u2netp", "onnxruntime"): u2netp.U2netpOnnx,
+        ("u2netp", "torch"): u2netp.U2netpTorch,
+        ("inspyrenet-swinb", "torch"): inspyrenet.InspyrenetTorch,
+    }
