@@ -266,9 +266,13 @@ def test_parity_catches_a_wrong_prompt_encoding(runner: SamOnnxRunner, encoded: 
     references = [_reference(pair.reference, case)[0] > 0 for case in cases]
     feeds = dict[str, npt.NDArray[np.float32]]
 
-    def box_last(feed: feeds) -> feeds:
-        return {**feed, "point_coords": np.roll(feed["point_coords"], -2, axis=1),
-                "point_labels": np.roll(feed["point_labels"], -2, axis=1)}
+    # (Putting the box after the points is not among them: the two-way transformer treats the prompt
+    # tokens as a set, so the order changes nothing but rounding. Box first is kept to follow Meta.)
+    def corners_swapped(feed: feeds) -> feeds:
+        return {**feed, "point_labels": feed["point_labels"] + np.array([1, -1, 0, 0], np.float32)}
+
+    def fg_bg_swapped(feed: feeds) -> feeds:
+        return {**feed, "point_labels": feed["point_labels"] + np.array([0, 0, -1, 1], np.float32)}
 
     def x_by_height(feed: feeds) -> feeds:
         return {**feed, "point_coords": feed["point_coords"] * np.array([width / height, 1], np.float32)}
@@ -276,8 +280,8 @@ def test_parity_catches_a_wrong_prompt_encoding(runner: SamOnnxRunner, encoded: 
     def unscaled(feed: feeds) -> feeds:
         return {**feed, "point_coords": feed["point_coords"] * np.array([width / 1024, height / 1024], np.float32)}
 
-    mistakes = {"box after the points": box_last, "x scaled by the height": x_by_height,
-                "picture pixels, not scaled to 1024": unscaled}
+    mistakes = {"box corners labelled 3, 2": corners_swapped, "foreground and background swapped": fg_bg_swapped,
+                "x scaled by the height": x_by_height, "picture pixels, not scaled to 1024": unscaled}
     for mistake, spoil in mistakes.items():
         worst = 1.0
         for case, reference in zip(cases, references, strict=True):
