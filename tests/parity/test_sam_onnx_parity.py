@@ -23,7 +23,11 @@ from PIL import Image
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # sam2's SAM2Transforms scripts its transforms; torch 2.13 says jit.script is deprecated.
+    pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning"),
+]
 
 MIN_MASK_IOU = 0.99
 MAX_SCORE_DIFF = 1e-3
