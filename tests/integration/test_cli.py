@@ -78,7 +78,7 @@ def test_the_three_services_as_separate_processes(
             list(ai.setup("image.matte"))
             result = ai.remove_background(photos["astronaut.png"])
             assert (result.width, result.height) == (512, 512)
-            (state,) = [s for s in ai.status("image.matte") if s.route.recipe == "u2netp"]
+            (state,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "onnxruntime"]
             assert state.state == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked the infer service
     finally:
         codes = {name: p.stop() for name, p in processes.items()}
