@@ -1,0 +1,118 @@
+"""Dynamic batching: requests for one model that arrive within a short window run as one batch.
+
+Each caller still awaits its own result (and its own stream goes on); a caller that leaves before
+its batch starts is dropped from it. Items are grouped by a key (e.g. the input shape) because only
+like items stack into one tensor. Batches run on the model's own worker, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+log = logging.getLogger("craftai.infer.batching")
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass
+class _Group(Generic[T, R]):
+    items: list[T] = field(default_factory=list)
+    futures: list[asyncio.Future[R]] = field(default_factory=list)
+    timer: asyncio.TimerHandle | None = None
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    batches: int
+    items: int
+
+    @property
+    def mean_size(self) -> float:
+        return self.items / self.batches if self.batches else 0.0
+
+
+class MicroBatcher(Generic[T, R]):
+    """`run` takes a list of like items and returns one result per item, in order."""
+
+    def __init__(
+        self,
+        run: Callable[[Sequence[T]], Sequence[R]],
+        executor: Executor,
+        *,
+        max_batch: int,
+        window_s: float,
+        key: Callable[[T], Hashable] = lambda _item: None,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self._run = run
+        self._executor = executor
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self._key = key
+        self._groups: dict[Hashable, _Group[T, R]] = {}
+        self._batches = 0
+        self._items = 0
+
+    @property
+    def stats(self) -> BatchStats:
+        return BatchStats(self._batches, self._items)
+
+    async def submit(self, item: T) -> R:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[R] = loop.create_future()
+        key = self._key(item)
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group()
+        group.items.append(item)
+        group.futures.append(future)
+        if len(group.items) >= self.max_batch or self.window_s <= 0:
+            self._dispatch(key)
+        elif group.timer is None:
+            group.timer = loop.call_later(self.window_s, self._dispatch, key)
+        return await future
+
+    def _dispatch(self, key: Hashable) -> None:
+        group = self._groups.pop(key, None)
+        if group is None:
+            return
+        if group.timer is not None:
+            group.timer.cancel()
+        live = [(item, fut) for item, fut in zip(group.items, group.futures, strict=True) if not fut.cancelled()]
+        if not live:
+            return
+        items = [item for item, _ in live]
+        futures = [fut for _, fut in live]
+        self._batches += 1
+        self._items += len(items)
+        task = asyncio.get_running_loop().run_in_executor(self._executor, self._run, items)
+        task.add_done_callback(lambda done: _deliver(done, futures))
+
+
+def _deliver(done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:
+    if done.cancelled():
+        for fut in futures:
+            fut.cancel()
+        return
+    error = done.exception()
+    if error is not None:
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(error)
+        return
+    results = done.result()
+    if len(results) != len(futures):
+        mismatch = RuntimeError(f"a batch of {len(futures)} gave {len(results)} results")
+        for fut in futures:
+            if not fut.done():
+                fut.set_exception(mismatch)
+        return
+    for fut, result in zip(futures, results, strict=True):
+        if not fut.done():
+            fut.set_result(result)

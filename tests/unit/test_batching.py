@@ -1,0 +1,81 @@
+"""Dynamic batching: requests within the window run together, grouped by key; results go back
+to their own callers; a caller that leaves is dropped; errors reach every caller of the batch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from craftai_infer.batching import MicroBatcher
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: set[str] = set()
+
+    def run(self, items: Sequence[int]) -> list[int]:
+        self.batches.append(list(items))
+        self.threads.add(threading.current_thread().name)
+        return [i * 10 for i in items]
+
+
+@pytest.fixture
+def worker() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="model") as pool:
+        yield pool
+
+
+async def test_requests_in_the_window_run_as_one_batch(worker: ThreadPoolExecutor) -> None:
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05)
+    results = await asyncio.gather(*(batcher.submit(i) for i in range(5)))
+    assert results == [0, 10, 20, 30, 40]
+    assert recorder.batches == [[0, 1, 2, 3, 4]]
+    assert all(name.startswith("model") for name in recorder.threads)  # never on the event loop
+    assert batcher.stats.mean_size == 5
+
+
+async def test_a_full_batch_goes_at_once_and_the_rest_waits_for_the_window(worker: ThreadPoolExecutor) -> None:
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder.run, worker, max_batch=3, window_s=0.05)
+    assert await asyncio.gather(*(batcher.submit(i) for i in range(7))) == [i * 10 for i in range(7)]
+    assert recorder.batches == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+async def test_items_group_by_key(worker: ThreadPoolExecutor) -> None:
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05, key=lambda i: i % 2)
+    assert await asyncio.gather(*(batcher.submit(i) for i in range(6))) == [0, 10, 20, 30, 40, 50]
+    assert sorted(recorder.batches) == [[0, 2, 4], [1, 3, 5]]
+
+
+async def test_a_caller_that_leaves_is_dropped(worker: ThreadPoolExecutor) -> None:
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05)
+    leaving = asyncio.ensure_future(batcher.submit(1))
+    staying = asyncio.ensure_future(batcher.submit(2))
+    await asyncio.sleep(0)
+    leaving.cancel()
+    assert await staying == 20
+    assert recorder.batches == [[2]]
+
+
+async def test_an_error_reaches_every_caller_of_the_batch(worker: ThreadPoolExecutor) -> None:
+    def fail(items: Sequence[int]) -> list[int]:
+        raise RuntimeError("the GPU fell over")
+
+    batcher = MicroBatcher(fail, worker, max_batch=4, window_s=0.05)
+    results = await asyncio.gather(*(batcher.submit(i) for i in range(3)), return_exceptions=True)
+    assert all(isinstance(r, RuntimeError) and "fell over" in str(r) for r in results)
+
+
+async def test_no_window_means_no_waiting(worker: ThreadPoolExecutor) -> None:
+    recorder = Recorder()
+    batcher = MicroBatcher(recorder.run, worker, max_batch=4, window_s=0.0)
+    assert await batcher.submit(3) == 30
+    assert recorder.batches == [[3]]
