@@ -16,7 +16,8 @@ object-score head). Names therefore cannot be trusted, so this module follows th
    [1,C,h,w] plus the tiled window table found behind its Tile (Hiera's position embedding); Add
    of a [1,1,C] constant (no_mem_embed); MatMul by a constant [2,N] (the random Fourier matrix).
 2. It matches that sequence one to one against the order in which the network runs its layers
-   (`_encoder_layout`, `_decoder_layout`), checking every shape against the network, conv
+   (`_encoder_layout`, `_decoder_layout`) for the layers, and by kind and count for the other
+   patterns (which an exporter may write anywhere), checking every shape against the network, conv
    strides/padding, LayerNorm epsilons, and, where an initializer still carries a name and feeds
    one node only, that the name is the expected parameter's.
 3. Anything else, such as a weight the layout has no place for or a missing one, raises
@@ -24,7 +25,8 @@ object-score head). Names therefore cannot be trusted, so this module follows th
 
 Constant-folded positional encodings: the decoder's dense positional encoding is computed from the
 Fourier matrix over a folded [64,64,2] grid (the cell centres, already mapped to [-1, 1]); the grid
-is checked against the one the network computes. The neck's sine encoding is dead code in the encoder graph (ignored).
+is checked against the one the network computes. The neck's sine encoding is dead code in the
+encoder graph (ignored).
 
 `verify_conversion` then runs the converted network and the ONNX files (onnxruntime, CPU) on a fixed
 probe and reports the differences against stated tolerances.
@@ -350,7 +352,7 @@ def _linear(key: str) -> _Expect:
 
 def _encoder_layout(cfg: HieraConfig) -> list[_Expect]:
     trunk = "image_encoder.trunk"
-    out = [_Expect("conv", f"{trunk}.patch_embed.proj"), _Expect("position_embedding", trunk)]
+    out = [_Expect("conv", f"{trunk}.patch_embed.proj")]
     dims = [cfg.embed_dim * 2**s for s, n in enumerate(cfg.stages) for _ in range(n)]
     for i in range(sum(cfg.stages)):
         block = f"{trunk}.blocks.{i}"
@@ -364,8 +366,12 @@ def _encoder_layout(cfg: HieraConfig) -> list[_Expect]:
         ]
     out += [_Expect("conv", f"image_encoder.neck.convs.{i}.conv") for i in range(len(cfg.stages))]
     out += [_Expect("conv", "mask_decoder.conv_s0"), _Expect("conv", "mask_decoder.conv_s1")]
-    out.append(_Expect("no_mem_embed", "no_mem_embed"))
     return out
+
+
+# Operations found by their pattern alone, wherever they sit: how many of each the graph must have.
+_ENCODER_SINGLETONS = {"position_embedding": 1, "no_mem_embed": 1}
+_DECODER_SINGLETONS = {"fourier": 2, "label_embedding": len(_LABEL_KEYS), "no_mask_embed": 1, "tokens": 1}
 
 
 def _attention(prefix: str) -> list[_Expect]:
@@ -374,14 +380,9 @@ def _attention(prefix: str) -> list[_Expect]:
 
 def _decoder_layout(depth: int = 2, num_mask_tokens: int = 4) -> list[_Expect]:
     md = "prompt_encoder.mask_downscaling"
-    out = [_Expect("fourier", "points")]
-    out += [_Expect("label_embedding", str(k)) for k in sorted(_LABEL_KEYS)]
-    out += [
+    out = [
         _Expect("conv", f"{md}.0"), _Expect("layer_norm_2d", f"{md}.1"), _Expect("conv", f"{md}.3"),
         _Expect("layer_norm_2d", f"{md}.4"), _Expect("conv", f"{md}.6"),
-        _Expect("no_mask_embed", "prompt_encoder.no_mask_embed.weight"),
-        _Expect("fourier", "grid"),
-        _Expect("tokens", "mask_decoder"),
     ]
     tr = "mask_decoder.transformer"
     for i in range(depth):
@@ -415,6 +416,7 @@ class _Assembler:
         self.expected = reference.state_dict()
         self.out: dict[str, torch.Tensor] = {}
         self.used: set[str] = set()
+        self.seen: set[str] = set()  # roles of singleton patterns already placed
 
     def put(self, op: _Op, key: str, value: np.ndarray, source: str | None) -> None:
         want = self.expected.get(key)
@@ -445,18 +447,40 @@ class _Assembler:
             raise self.g.error(op.node, f"the initializer '{source}' sits where '{key}' belongs")
 
 
-def _match(g: _Graph, ops: list[_Op], layout: Sequence[_Expect], reference: Sam2ImageModel) -> _Assembler:
+_LAYER_KINDS = frozenset({"linear", "conv", "conv_transpose", "layer_norm", "layer_norm_2d"})
+
+
+def _match(
+    g: _Graph, ops: list[_Op], layout: Sequence[_Expect], singletons: Mapping[str, int], reference: Sam2ImageModel
+) -> _Assembler:
+    """Layers one to one in the order the network runs them; the other patterns by kind and count.
+
+    The layers of one part form a dependency chain, so every exporter writes them in that order;
+    the singletons (tables, tokens, embeddings) may come wherever the wrapper happened to compute
+    them (the dense positional encoding before or after the prompts, for instance).
+    """
     asm = _Assembler(g, reference)
+    layers = [op for op in ops if op.kind in _LAYER_KINDS]
     for i, expect in enumerate(layout):
-        if i >= len(ops):
-            raise g.error(None, f"the graph ends before '{expect.key}' ({expect.kind}), after {len(ops)} weighted ops")
-        op = ops[i]
+        if i >= len(layers):
+            raise g.error(None, f"the graph ends before '{expect.key}' ({expect.kind}), after {len(layers)} layers")
+        op = layers[i]
         if op.kind != expect.kind:
             raise g.error(op.node, f"expected the {expect.kind} '{expect.key}', found a {op.kind}")
         _HANDLERS[op.kind](asm, op, expect)
-    if len(ops) > len(layout):
-        extra = ops[len(layout)]
-        raise g.error(extra.node, f"a weighted operation ({extra.kind}) after the last layer of the network")
+    if len(layers) > len(layout):
+        extra = layers[len(layout)]
+        raise g.error(extra.node, f"a layer ({extra.kind}) after the last layer of the network")
+    for kind, count in singletons.items():
+        found = [op for op in ops if op.kind == kind]
+        if len(found) != count:
+            where = found[count] if len(found) > count else None
+            raise g.error(where.node if where else None, f"{len(found)} {kind} patterns where the network has {count}")
+        for op in found:
+            _HANDLERS[kind](asm, op, _Expect(kind, kind))
+    stray = [op for op in ops if op.kind not in _LAYER_KINDS and op.kind not in singletons]
+    if stray:
+        raise g.error(stray[0].node, f"a {stray[0].kind} pattern that belongs to the other file")
     unused = [
         name for name, value in g.initializers.items()
         if name not in asm.used and _is_float(value) and value.size > 1 and g.consumers.get(name)
@@ -502,9 +526,16 @@ def _handle_layer_norm_2d(asm: _Assembler, op: _Op, expect: _Expect) -> None:
 
 
 def _handle_fourier(asm: _Assembler, op: _Op, expect: _Expect) -> None:
+    """Two uses of the Fourier matrix: the prompt points, and the grid of the dense encoding."""
     asm.put(op, _FOURIER_KEY, op.tensors["matrix"], op.sources["matrix"])
-    if expect.key == "grid":
-        grid = op.info["grid"]
+    grid = op.info["grid"]
+    role = "grid" if grid is not None else "points"
+    if role in asm.seen:
+        raise asm.g.error(op.node, f"a second Fourier encoding of the {role}")
+    asm.seen.add(role)
+    if grid is None and not _derives_from(asm.g, op.node.input[0], "point_coords", depth=12):
+        raise asm.g.error(op.node, "a Fourier encoding of something other than point_coords or a fixed grid")
+    if grid is not None:
         h, w = asm.reference.prompt_encoder.image_embedding_size
         ys, xs = (np.arange(h) + 0.5) / h, (np.arange(w) + 0.5) / w
         centres = np.stack(np.meshgrid(xs, ys), axis=-1)  # [h, w, (x, y)] in [0, 1]
@@ -524,7 +555,7 @@ def _handle_label_embedding(asm: _Assembler, op: _Op, expect: _Expect) -> None:
 
 
 def _handle_no_mask(asm: _Assembler, op: _Op, expect: _Expect) -> None:
-    asm.put(op, expect.key, op.tensors["embed"].reshape(1, -1), op.sources["embed"])
+    asm.put(op, "prompt_encoder.no_mask_embed.weight", op.tensors["embed"].reshape(1, -1), op.sources["embed"])
 
 
 def _handle_tokens(asm: _Assembler, op: _Op, expect: _Expect) -> None:
@@ -540,8 +571,9 @@ def _handle_tokens(asm: _Assembler, op: _Op, expect: _Expect) -> None:
 
 
 def _handle_position_embedding(asm: _Assembler, op: _Op, expect: _Expect) -> None:
-    asm.put(op, f"{expect.key}.pos_embed", op.tensors["background"], op.sources["background"])
-    asm.put(op, f"{expect.key}.pos_embed_window", op.tensors["window"], op.sources["window"])
+    trunk = "image_encoder.trunk"
+    asm.put(op, f"{trunk}.pos_embed", op.tensors["background"], op.sources["background"])
+    asm.put(op, f"{trunk}.pos_embed_window", op.tensors["window"], op.sources["window"])
 
 
 def _handle_no_mem(asm: _Assembler, op: _Op, expect: _Expect) -> None:
@@ -587,14 +619,14 @@ def convert_encoder(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
     """encoder.onnx -> the image encoder's weights, conv_s0/conv_s1 and no_mem_embed (network keys)."""
     g = _Graph(model, "encoder.onnx")
     _check_signature(g, ENCODER_INPUTS, ENCODER_OUTPUTS)
-    return _match(g, _scan(g), _encoder_layout(HieraConfig()), _reference_network()).out
+    return _match(g, _scan(g), _encoder_layout(HieraConfig()), _ENCODER_SINGLETONS, _reference_network()).out
 
 
 def convert_decoder(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
     """decoder.onnx -> the prompt encoder's and mask decoder's weights (network keys)."""
     g = _Graph(model, "decoder.onnx")
     _check_signature(g, DECODER_INPUTS, DECODER_OUTPUTS)
-    return _match(g, _scan(g), _decoder_layout(), _reference_network()).out
+    return _match(g, _scan(g), _decoder_layout(), _DECODER_SINGLETONS, _reference_network()).out
 
 
 def convert(encoder: onnx.ModelProto, decoder: onnx.ModelProto) -> dict[str, torch.Tensor]:
