@@ -34,6 +34,7 @@ probe and reports the differences against stated tolerances.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -654,6 +655,19 @@ def load_onnx(path: Path) -> onnx.ModelProto:
 
 
 @dataclass(frozen=True)
+class Tolerances:
+    """What "agrees" means; None leaves that measure unchecked (reported only)."""
+
+    feature_atol: float | None = PROBE_FEATURE_ATOL
+    logit_atol: float | None = PROBE_LOGIT_ATOL
+    mask_iou_min: float | None = PROBE_MASK_IOU_MIN
+    iou_pred_atol: float | None = PROBE_IOU_PRED_ATOL
+
+
+FP32 = Tolerances()
+
+
+@dataclass(frozen=True)
 class PromptResult:
     """Differences on one probe prompt (this network vs onnxruntime)."""
 
@@ -671,6 +685,10 @@ class ProbeReport:
     prompts: list[PromptResult]
 
     @property
+    def feature_max(self) -> float:
+        return max(self.feature_max_abs.values())
+
+    @property
     def logits_max_abs(self) -> float:
         return max(p.logits_max_abs for p in self.prompts)
 
@@ -682,20 +700,22 @@ class ProbeReport:
     def iou_pred_max_abs(self) -> float:
         return max(p.iou_pred_max_abs for p in self.prompts)
 
-    def failures(self) -> list[str]:
+    def failures(self, tol: Tolerances = FP32) -> list[str]:
         """Plain sentences, one per tolerance exceeded (empty when the conversion is good)."""
-        out = [
-            f"encoder output {k} differs by {v:.3g} (tolerance {PROBE_FEATURE_ATOL})"
-            for k, v in self.feature_max_abs.items() if not v <= PROBE_FEATURE_ATOL
-        ]
+        out = []
+        if tol.feature_atol is not None:
+            out += [
+                f"encoder output {k} differs by {v:.3g} (tolerance {tol.feature_atol})"
+                for k, v in self.feature_max_abs.items() if not v <= tol.feature_atol
+            ]
         for p in self.prompts:
-            if not p.logits_max_abs <= PROBE_LOGIT_ATOL:
-                out.append(f"{p.name}: mask logits differ by {p.logits_max_abs:.3g} (tolerance {PROBE_LOGIT_ATOL})")
-            if not p.mask_iou_min >= PROBE_MASK_IOU_MIN:
-                out.append(f"{p.name}: mask IoU {p.mask_iou_min:.5f} (at least {PROBE_MASK_IOU_MIN})")
-            if not p.iou_pred_max_abs <= PROBE_IOU_PRED_ATOL:
+            if tol.logit_atol is not None and not p.logits_max_abs <= tol.logit_atol:
+                out.append(f"{p.name}: mask logits differ by {p.logits_max_abs:.3g} (tolerance {tol.logit_atol})")
+            if tol.mask_iou_min is not None and not p.mask_iou_min >= tol.mask_iou_min:
+                out.append(f"{p.name}: mask IoU {p.mask_iou_min:.5f} (at least {tol.mask_iou_min})")
+            if tol.iou_pred_atol is not None and not p.iou_pred_max_abs <= tol.iou_pred_atol:
                 out.append(
-                    f"{p.name}: IoU predictions differ by {p.iou_pred_max_abs:.3g} (tolerance {PROBE_IOU_PRED_ATOL})"
+                    f"{p.name}: IoU predictions differ by {p.iou_pred_max_abs:.3g} (tolerance {tol.iou_pred_atol})"
                 )
         return out
 
@@ -739,20 +759,47 @@ PROBE_PROMPTS: tuple[tuple[str, tuple[tuple[float, float, float], ...], bool], .
     ("box, point and the previous mask", ((560.0, 560.0, 2.0), (870.0, 820.0, 3.0), (700.0, 680.0, 1.0)), True),
 )
 
+Features = dict[str, np.ndarray]
+EncodeFn = Callable[[np.ndarray], Features]
+DecodeFn = Callable[[dict[str, np.ndarray]], tuple[np.ndarray, np.ndarray]]
 
-def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+@dataclass(frozen=True)
+class ProbeOutputs:
+    """What one engine answered on the probe: encoder outputs, then masks/IoUs per prompt (fp32)."""
+
+    features: Features
+    masks: list[np.ndarray]  # per prompt: [1, 3, 256, 256] logits
+    iou_predictions: list[np.ndarray]  # per prompt: [1, 3]
 
 
-def verify_conversion(
-    state_dict: Mapping[str, torch.Tensor], encoder_path: Path, decoder_path: Path, *, threads: int = 2
-) -> ProbeReport:
-    """Run the converted network (torch, fp32, CPU) and the ONNX files (onnxruntime, CPU) on the probe.
+def run_probe(encode: EncodeFn, decode: DecodeFn) -> ProbeOutputs:
+    """The probe chain with any engine: encode once, then each prompt; the last prompt is fed the
+    engine's own best previous mask (highest predicted IoU), as the service does on a refining click."""
+    features = encode(probe_image())
+    masks: list[np.ndarray] = []
+    ious: list[np.ndarray] = []
+    for _, points, feed_back in PROBE_PROMPTS:
+        if feed_back:
+            best = int(np.argmax(ious[-1][0]))
+            mask_in = masks[-1][:, best : best + 1]
+        else:
+            mask_in = np.zeros((1, 1, 256, 256), dtype=np.float32)
+        inputs = {
+            **features,
+            "point_coords": np.array([[[p[0], p[1]] for p in points]], dtype=np.float32),
+            "point_labels": np.array([[p[2] for p in points]], dtype=np.float32),
+            "mask_input": np.ascontiguousarray(mask_in, dtype=np.float32),
+            "has_mask_input": np.array([1.0 if feed_back else 0.0], dtype=np.float32),
+        }
+        m, i = decode(inputs)
+        masks.append(m.astype(np.float32))
+        ious.append(i.astype(np.float32))
+    return ProbeOutputs(features, masks, ious)
 
-    Each engine runs the whole chain on its own outputs (encoder, then the prompts, the last one
-    fed with that engine's previous best mask), as the service would.
-    """
+
+def probe_onnxruntime(encoder_path: Path, decoder_path: Path, *, threads: int = 2) -> ProbeOutputs:
+    """The published graphs as published: onnxruntime, CPU provider."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -761,45 +808,71 @@ def verify_conversion(
     providers = ["CPUExecutionProvider"]
     encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
     decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
-    net = build_sam21_tiny(state_dict)
 
-    image = probe_image()
-    ort_feats = dict(zip(ENCODER_OUTPUTS, encoder.run(list(ENCODER_OUTPUTS), {"image": image}), strict=True))
-    with torch.inference_mode():
-        ours = [t.numpy() for t in net.encode(torch.from_numpy(image))]
-    our_feats = dict(zip(ENCODER_OUTPUTS, ours, strict=True))
-    feature_diff = {k: float(np.abs(our_feats[k] - ort_feats[k]).max()) for k in ENCODER_OUTPUTS}
+    def encode(image: np.ndarray) -> Features:
+        return dict(zip(ENCODER_OUTPUTS, encoder.run(list(ENCODER_OUTPUTS), {"image": image}), strict=True))
 
-    results: list[PromptResult] = []
-    previous: dict[str, np.ndarray] = {}
-    for name, points, feed_back in PROBE_PROMPTS:
-        coords = np.array([[[p[0], p[1]] for p in points]], dtype=np.float32)
-        labels = np.array([[p[2] for p in points]], dtype=np.float32)
-        outputs = {}
-        for engine, feats in (("ort", ort_feats), ("torch", our_feats)):
-            mask_in = previous[engine] if feed_back else np.zeros((1, 1, 256, 256), dtype=np.float32)
-            has_mask = np.array([1.0 if feed_back else 0.0], dtype=np.float32)
-            inputs = {
-                "image_embed": feats["image_embed"], "high_res_feats_0": feats["high_res_feats_0"],
-                "high_res_feats_1": feats["high_res_feats_1"], "point_coords": coords, "point_labels": labels,
-                "mask_input": mask_in, "has_mask_input": has_mask,
-            }
-            if engine == "ort":
-                masks, iou = decoder.run(list(DECODER_OUTPUTS), inputs)
-            else:
-                with torch.inference_mode():
-                    tm, ti = net.decode(*(torch.from_numpy(inputs[k]) for k in DECODER_INPUTS))
-                masks, iou = tm.numpy(), ti.numpy()
-            outputs[engine] = (masks, iou)
-            best = int(np.argmax(iou[0]))
-            previous[engine] = masks[:, best : best + 1]
-        (om, oi), (tm_, ti_) = outputs["ort"], outputs["torch"]
-        results.append(
-            PromptResult(
-                name=name,
-                logits_max_abs=float(np.abs(tm_ - om).max()),
-                mask_iou_min=min(_mask_iou(tm_[0, i] > 0, om[0, i] > 0) for i in range(om.shape[1])),
-                iou_pred_max_abs=float(np.abs(ti_ - oi).max()),
-            )
-        )
-    return ProbeReport(feature_max_abs=feature_diff, prompts=results)
+    def decode(inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        masks, iou = decoder.run(list(DECODER_OUTPUTS), {k: inputs[k] for k in DECODER_INPUTS})
+        return masks, iou
+
+    return run_probe(encode, decode)
+
+
+def probe_network(
+    net: Sam2ImageModel, *, device: str | torch.device = "cpu", encoder_autocast: torch.dtype | None = None,
+    decoder_autocast: torch.dtype | None = None, channels_last: bool = False,
+) -> ProbeOutputs:
+    """This project's network on `device` (already moved there), each half optionally under autocast."""
+    device = torch.device(device)
+    memory_format = torch.channels_last if channels_last else torch.contiguous_format
+
+    def run(fn: Callable[[], tuple[torch.Tensor, ...]], dtype: torch.dtype | None) -> list[np.ndarray]:
+        mixed = torch.autocast(device.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with torch.inference_mode(), mixed:
+            outputs = fn()
+        return [t.float().cpu().numpy() for t in outputs]
+
+    def encode(image: np.ndarray) -> Features:
+        x = torch.from_numpy(image).to(device).contiguous(memory_format=memory_format)
+        return dict(zip(ENCODER_OUTPUTS, run(lambda: net.encode(x), encoder_autocast), strict=True))
+
+    def decode(inputs: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        args = [torch.from_numpy(inputs[k]).to(device) for k in DECODER_INPUTS]
+        masks, iou = run(lambda: net.decode(*args), decoder_autocast)
+        return masks, iou
+
+    return run_probe(encode, decode)
+
+
+def _mask_iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+def compare_probe(ours: ProbeOutputs, reference: ProbeOutputs) -> ProbeReport:
+    """Max abs differences and per-mask IoU of the (logits > 0) masks, prompt by prompt."""
+    features = {k: float(np.abs(ours.features[k] - reference.features[k]).max()) for k in ENCODER_OUTPUTS}
+    prompts = []
+    for (name, _, _), m, i, rm, ri in zip(
+        PROBE_PROMPTS, ours.masks, ours.iou_predictions, reference.masks, reference.iou_predictions, strict=True
+    ):
+        prompts.append(PromptResult(
+            name=name,
+            logits_max_abs=float(np.abs(m - rm).max()),
+            mask_iou_min=min(_mask_iou(m[0, j] > 0, rm[0, j] > 0) for j in range(rm.shape[1])),
+            iou_pred_max_abs=float(np.abs(i - ri).max()),
+        ))
+    return ProbeReport(features, prompts)
+
+
+def verify_conversion(
+    state_dict: Mapping[str, torch.Tensor], encoder_path: Path, decoder_path: Path, *, threads: int = 2
+) -> ProbeReport:
+    """Run the converted network (torch, fp32, CPU) and the ONNX files (onnxruntime, CPU) on the probe.
+
+    Each engine runs the whole chain on its own outputs, as the service would; judge the report
+    with `report.ok` / `report.failures()` (the fp32 tolerances above).
+    """
+    reference = probe_onnxruntime(encoder_path, decoder_path, threads=threads)
+    return compare_probe(probe_network(build_sam21_tiny(state_dict)), reference)
