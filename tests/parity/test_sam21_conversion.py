@@ -93,6 +93,20 @@ def test_probe_agrees_with_onnxruntime(folder: Path, converted: dict[str, torch.
     assert len(report.prompts) == len(sam21.PROBE_PROMPTS)
 
 
+def test_tolerates_shared_initializers(decoder_proto: onnx.ModelProto) -> None:
+    """An exporter merges equal tensors into one initializer (with default init, every LayerNorm
+    weight is ones): two nodes then read the same name, and both parameters get its value."""
+    model = copy.deepcopy(decoder_proto)
+    norms = [n for n in model.graph.node if n.op_type == "LayerNormalization"][:2]
+    kept, dropped = norms[0].input[1], norms[1].input[1]
+    norms[1].input[1] = kept
+    model.graph.initializer.remove(_initializer(model, dropped))
+    shared = torch.from_numpy(numpy_helper.to_array(_initializer(model, kept)).copy())
+    state = sam21.convert_decoder(model)
+    assert torch.equal(state["mask_decoder.transformer.layers.0.norm1.weight"], shared)
+    assert torch.equal(state["mask_decoder.transformer.layers.0.norm2.weight"], shared)
+
+
 # ------------------------------------------------------------------------------------------------
 # refusals: a graph that is not this network gets a plain message naming the node
 

@@ -85,7 +85,11 @@ class GraphMismatchError(ValueError):
 
 
 class _Graph:
-    """Index of one ONNX model: constants, producers and consumers (subgraphs of If included)."""
+    """Index of one ONNX model: constants, producers and consumers.
+
+    Nodes inside the branches of If nodes are indexed too: they read outer names (Hiera's window
+    position table is only reached through an If).
+    """
 
     def __init__(self, model: onnx.ModelProto, label: str) -> None:
         self.label = label
@@ -107,12 +111,6 @@ class _Graph:
                 value = _constant_value(node)
                 if value is not None:
                     self.constants[node.output[0]] = value
-            # an If node reads outer-scope names from inside its branches
-            for sub in _subgraphs(node):
-                for inner in self._all_nodes(sub):
-                    for name in inner.input:
-                        if name in self.initializers:
-                            self.consumers.setdefault(name, []).append((node, -1))
 
     def _all_nodes(self, graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
         for node in graph.node:
