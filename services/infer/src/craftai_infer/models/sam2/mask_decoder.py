@@ -1,0 +1,92 @@
+"""SAM 2's mask decoder: output tokens + prompt tokens through the two-way transformer, then masks.
+
+Six learned output tokens lead the sequence, in this order: object score, IoU, and four mask
+tokens (0 = the single-mask answer, 1-3 = the three multimask answers). After the transformer the
+image cells are upscaled 4x by two transposed convs, with the stride-8 and stride-4 features of the
+image encoder added in (SAM 2's high-resolution path), and each mask token, through its own MLP
+("hypernetwork"), becomes a 32-vector dotted with every upscaled cell. The IoU token predicts one
+quality per mask (sigmoid). The object-score head is not part of this network: the image path
+never returns it and the published decoder graph does not contain it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .layers import MLP, LayerNorm2d
+from .two_way_transformer import TwoWayTransformer
+
+NUM_MULTIMASK_OUTPUTS = 3
+
+
+class MaskDecoder(nn.Module):
+    """Tokens + image embedding (+ dense prompt) -> 4 low-res mask logits and 4 IoU predictions."""
+
+    def __init__(self, transformer_dim: int = 256, iou_head_hidden_dim: int = 256, iou_head_depth: int = 3) -> None:
+        super().__init__()
+        c = transformer_dim
+        self.num_mask_tokens = NUM_MULTIMASK_OUTPUTS + 1
+        self.transformer = TwoWayTransformer(depth=2, embed_dim=c, num_heads=8, mlp_dim=2048)
+        self.obj_score_token = nn.Embedding(1, c)
+        self.iou_token = nn.Embedding(1, c)
+        self.mask_tokens = nn.Embedding(self.num_mask_tokens, c)
+        # [L, 256, 64, 64] -> [L, 64, 128, 128] -> [L, 32, 256, 256]
+        self.output_upscaling = nn.Sequential(
+            nn.ConvTranspose2d(c, c // 4, kernel_size=2, stride=2),
+            LayerNorm2d(c // 4),
+            nn.GELU(),
+            nn.ConvTranspose2d(c // 4, c // 8, kernel_size=2, stride=2),
+            nn.GELU(),
+        )
+        # Applied once per picture by the encoder side (SAM2Base.forward_image), not per click.
+        self.conv_s0 = nn.Conv2d(c, c // 8, kernel_size=1)  # stride-4 FPN level -> 32 channels
+        self.conv_s1 = nn.Conv2d(c, c // 4, kernel_size=1)  # stride-8 FPN level -> 64 channels
+        self.output_hypernetworks_mlps = nn.ModuleList(MLP(c, c, c // 8, 3) for _ in range(self.num_mask_tokens))
+        self.iou_prediction_head = MLP(
+            c, iou_head_hidden_dim, self.num_mask_tokens, iou_head_depth, sigmoid_output=True
+        )
+
+    def project_high_res(self, level0: torch.Tensor, level1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """FPN levels [B,256,256²], [B,256,128²] -> high_res_feats_0 [B,32,256²], high_res_feats_1 [B,64,128²]."""
+        return self.conv_s0(level0), self.conv_s1(level1)
+
+    def output_tokens(self) -> torch.Tensor:
+        """[6, C]: object score, IoU, mask 0..3 (the order of the exported graph's token constant)."""
+        return torch.cat([self.obj_score_token.weight, self.iou_token.weight, self.mask_tokens.weight], dim=0)
+
+    def forward(
+        self,
+        image_embed: torch.Tensor,
+        image_pe: torch.Tensor,
+        sparse: torch.Tensor,
+        dense: torch.Tensor,
+        *,
+        high_res_feats_0: torch.Tensor,
+        high_res_feats_1: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """All four mask tokens: masks [L, 4, 256, 256], IoU [L, 4].
+
+        image_embed/high_res_feats have batch 1 (one picture for every prompt set) or L.
+        sparse: [L, Np, C]; dense: [L, C, 64, 64]; image_pe: [1, C, 64, 64].
+        """
+        n = sparse.shape[0]
+        tokens = torch.cat([self.output_tokens().unsqueeze(0).expand(n, -1, -1), sparse], dim=1)  # [L, 6+Np, C]
+        src = image_embed + dense  # [L, C, h, w]
+        b, c, h, w = src.shape
+        hs, keys = self.transformer(src, image_pe, tokens)
+        iou_token_out = hs[:, 1, :]
+        mask_tokens_out = hs[:, 2 : 2 + self.num_mask_tokens, :]
+
+        deconv1, norm1, act1, deconv2, act2 = self.output_upscaling
+        src = keys.transpose(1, 2).reshape(b, c, h, w)
+        up = act1(norm1(deconv1(src) + high_res_feats_1))
+        up = act2(deconv2(up) + high_res_feats_0)  # [L, 32, 4h, 4w]
+
+        hyper = torch.stack(
+            [mlp(mask_tokens_out[:, i, :]) for i, mlp in enumerate(self.output_hypernetworks_mlps)], dim=1
+        )  # [L, 4, 32]
+        b, c, h, w = up.shape
+        masks = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
+        return masks, self.iou_prediction_head(iou_token_out)
+
