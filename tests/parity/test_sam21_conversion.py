@@ -22,9 +22,10 @@ import numpy as np
 import onnx
 import pytest
 import torch
+from onnx import numpy_helper
+
 from craftai_infer.models.sam2 import state_dict_from_meta
 from craftai_prepare.converters import sam21
-from onnx import numpy_helper
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache" / "fixtures"
@@ -129,8 +130,9 @@ def _equal_with_constant(model: onnx.ModelProto, k: float) -> onnx.NodeProto:
         n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in model.graph.node if n.op_type == "Constant"
     }
     for node in model.graph.node:
-        if node.op_type == "Equal" and any(x in constants and constants[x].size == 1 and float(constants[x]) == k
-                                            for x in node.input):
+        if node.op_type == "Equal" and any(
+            x in constants and constants[x].size == 1 and float(constants[x]) == k for x in node.input
+        ):
             return node
     raise AssertionError(f"no Equal with {k}")
 

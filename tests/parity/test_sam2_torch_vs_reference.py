@@ -12,9 +12,9 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny, state_dict_from_meta
 from craftai_infer.models.sam2.fpn_neck import sine_position_encoding
-
 from tests.parity.sam2_meta import MetaModel, build_meta_sam21_tiny, meta_decode, meta_encode
 
 # fp32 CPU, same weights: the two implementations differ only in the order of float operations.
@@ -117,8 +117,13 @@ def test_decode_matches_meta(
     coords, labels = prompt_tensors(points)
     mask = torch.randn(1, 1, 256, 256, generator=torch.Generator().manual_seed(4)) * 8
     masks, iou = ours.decode(
-        features[2], features[0], features[1], coords, labels,
-        mask if with_mask else torch.zeros(1, 1, 256, 256), torch.tensor([1.0 if with_mask else 0.0]),
+        features[2],
+        features[0],
+        features[1],
+        coords,
+        labels,
+        mask if with_mask else torch.zeros(1, 1, 256, 256),
+        torch.tensor([1.0 if with_mask else 0.0]),
     )
     expected_masks, expected_iou = meta_decode(meta, features, coords, labels, mask if with_mask else None)
     assert masks.shape == (1, 3, 256, 256) and iou.shape == (1, 3)

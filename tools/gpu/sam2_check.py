@@ -38,6 +38,7 @@ for _src in ("services/infer/src", "services/prepare/src", "services/common/src"
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
 
@@ -167,7 +168,10 @@ def measure(
     memory_format = torch.channels_last if variant.channels_last else torch.contiguous_format
     with precision(device, variant, None):  # (probe_network sets autocast per half itself)
         ours = sam21.probe_network(
-            net, device=device, encoder_autocast=variant.autocast, decoder_autocast=variant.decoder_autocast,
+            net,
+            device=device,
+            encoder_autocast=variant.autocast,
+            decoder_autocast=variant.decoder_autocast,
             channels_last=variant.channels_last,
         )
     report = sam21.compare_probe(ours, reference)
@@ -193,15 +197,25 @@ def measure(
         def prompt(n: int) -> tuple[torch.Tensor, ...]:
             coords = torch.tensor([[[358.0, 410.0]]], device=device).expand(n, 1, 2).contiguous()
             return (
-                coords, torch.ones(n, 1, device=device), torch.zeros(n, 1, 256, 256, device=device),
+                coords,
+                torch.ones(n, 1, device=device),
+                torch.zeros(n, 1, 256, 256, device=device),
                 torch.zeros(n, device=device),
             )
 
         one, many = prompt(1), prompt(DECODER_BATCH)
-        dec = time_ms(lambda: net.decode(feats[2], feats[0], feats[1], *one), device,
-                      repeats=args.decoder_repeats, warmup=args.warmup)
-        batch = time_ms(lambda: net.decode(feats[2], feats[0], feats[1], *many), device,
-                        repeats=max(1, args.decoder_repeats // 4), warmup=args.warmup)
+        dec = time_ms(
+            lambda: net.decode(feats[2], feats[0], feats[1], *one),
+            device,
+            repeats=args.decoder_repeats,
+            warmup=args.warmup,
+        )
+        batch = time_ms(
+            lambda: net.decode(feats[2], feats[0], feats[1], *many),
+            device,
+            repeats=max(1, args.decoder_repeats // 4),
+            warmup=args.warmup,
+        )
     row.encoder_ms_median, row.encoder_ms_p90 = statistics.median(enc), p90(enc)
     row.decoder_ms_median, row.decoder_ms_p90 = statistics.median(dec), p90(dec)
     row.decoder_batch_ms_per_set = statistics.median(batch) / DECODER_BATCH
@@ -235,8 +249,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--encoder", type=Path, required=True, help="encoder.onnx (samexporter contract)")
     parser.add_argument("--decoder", type=Path, required=True, help="decoder.onnx (samexporter contract)")
     parser.add_argument("--device", default="cuda", help="cuda, cuda:N or cpu (default cuda)")
-    parser.add_argument("--variants", default=None,
-                        help=f"comma-separated, from {','.join(VARIANTS)} (default: all on cuda, fp32,bf16 on cpu)")
+    parser.add_argument(
+        "--variants",
+        default=None,
+        help=f"comma-separated, from {','.join(VARIANTS)} (default: all on cuda, fp32,bf16 on cpu)",
+    )
     parser.add_argument("--encoder-repeats", type=int, default=50)
     parser.add_argument("--decoder-repeats", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=10)
@@ -254,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown variants {unknown}; known: {list(VARIANTS)}")
 
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu"
-    print(f"torch {torch.__version__} (CUDA {torch.version.cuda}), device {device} = {gpu}, "
-          f"python {platform.python_version()}")
+    print(
+        f"torch {torch.__version__} (CUDA {torch.version.cuda}), device {device} = {gpu}, "
+        f"python {platform.python_version()}"
+    )
     t0 = time.perf_counter()
     state = sam21.convert(sam21.load_onnx(args.encoder), sam21.load_onnx(args.decoder))
     print(f"converted {len(state)} tensors in {time.perf_counter() - t0:.1f} s (converter v{sam21.CONVERTER_VERSION})")
@@ -274,8 +293,10 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # one variant's failure (an unsupported dtype on this device) is reported
             rows.append(Row(name, error=f"{type(exc).__name__}: {exc}"))
         print(f"  {name} done", file=sys.stderr)
-    print(f"encoder: batch 1, {args.encoder_repeats} runs; decoder: 1 click (1 point, no mask), {args.decoder_repeats} "
-          f"runs, and {DECODER_BATCH} prompt sets per call; warm-up {args.warmup}")
+    print(
+        f"encoder: batch 1, {args.encoder_repeats} runs; decoder: 1 click (1 point, no mask), {args.decoder_repeats} "
+        f"runs, and {DECODER_BATCH} prompt sets per call; warm-up {args.warmup}"
+    )
     print_table(rows)
     if args.json:
         args.json.write_text(json.dumps([{**asdict(r), "ok": r.ok} for r in rows], indent=2) + "\n")

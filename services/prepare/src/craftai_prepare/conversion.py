@@ -52,9 +52,9 @@ class Converter:
 
 def converters() -> dict[str, Converter]:
     """Known conversions by revision. Imports are lazy: torch and onnx load only to convert."""
-    from craftai_prepare.converters import u2netp
+    from craftai_prepare.converters import sam21, u2netp
 
-    return {c.revision: c for c in (u2netp.CONVERTER,)}
+    return {c.revision: c for c in (u2netp.CONVERTER, sam21.CONVERTER)}
 
 
 def made_with() -> dict[str, str]:

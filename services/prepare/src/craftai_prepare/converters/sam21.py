@@ -44,16 +44,25 @@ from typing import Any
 import numpy as np
 import onnx
 import torch
+from onnx import numpy_helper
+from safetensors.torch import save
+
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
 from craftai_infer.models.sam2.hiera import HieraConfig
-from onnx import numpy_helper
+from craftai_prepare.conversion import Converter, Step
+from craftai_prepare.converters import ConversionError
 
 CONVERTER_VERSION = 1
 
 ENCODER_INPUTS = ("image",)
 ENCODER_OUTPUTS = ("high_res_feats_0", "high_res_feats_1", "image_embed")
 DECODER_INPUTS = (
-    "image_embed", "high_res_feats_0", "high_res_feats_1", "point_coords", "point_labels", "mask_input",
+    "image_embed",
+    "high_res_feats_0",
+    "high_res_feats_1",
+    "point_coords",
+    "point_labels",
+    "mask_input",
     "has_mask_input",
 )
 DECODER_OUTPUTS = ("masks", "iou_predictions")
@@ -76,7 +85,7 @@ _LABEL_KEYS = {
 _FOURIER_KEY = "prompt_encoder.pe_layer.positional_encoding_gaussian_matrix"
 
 
-class GraphMismatchError(ValueError):
+class GraphMismatchError(ConversionError):
     """The ONNX file is not the SAM 2.1 tiny samexporter graph this converter knows."""
 
 
@@ -95,9 +104,7 @@ class _Graph:
         self.label = label
         self.graph = model.graph
         self.nodes = list(model.graph.node)
-        self.initializers: dict[str, np.ndarray] = {
-            t.name: numpy_helper.to_array(t) for t in model.graph.initializer
-        }
+        self.initializers: dict[str, np.ndarray] = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
         self.constants: dict[str, np.ndarray] = dict(self.initializers)
         self.producers: dict[str, onnx.NodeProto] = {}
         self.consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
@@ -224,7 +231,10 @@ def _recognise(g: _Graph, node: onnx.NodeProto) -> _Op | None:
     if t == "LayerNormalization" and len(ins) >= 3 and _is_float(consts[1]) and _is_float(consts[2]):
         assert consts[1] is not None and consts[2] is not None
         return _Op(
-            "layer_norm", node, {"weight": consts[1], "bias": consts[2]}, {"weight": ins[1], "bias": ins[2]},
+            "layer_norm",
+            node,
+            {"weight": consts[1], "bias": consts[2]},
+            {"weight": ins[1], "bias": ins[2]},
             {"eps": _attr(node, "epsilon", 1e-5), "axis": _attr(node, "axis", -1)},
         )
     if t == "Mul":
@@ -253,9 +263,7 @@ def _recognise_mul(g: _Graph, node: onnx.NodeProto, consts: list[np.ndarray | No
         bias = g.const(bias_name[0]) if user is not None and user.op_type == "Add" and len(bias_name) == 1 else None
         if bias is None or bias.shape != c.shape:
             raise g.error(node, f"a Mul by a {list(c.shape)} constant not followed by the LayerNorm2d bias Add")
-        return _Op(
-            "layer_norm_2d", node, {"weight": c, "bias": bias}, {"weight": node.input[i], "bias": bias_name[0]}
-        )
+        return _Op("layer_norm_2d", node, {"weight": c, "bias": bias}, {"weight": node.input[i], "bias": bias_name[0]})
     if c.ndim == 2 and c.shape[0] == 1:  # embedding [1, C] * (point_labels == k)
         label = _equal_label(g, other)
         if label is None:
@@ -311,7 +319,9 @@ def _recognise_position_embedding(g: _Graph, node: onnx.NodeProto, background: n
         raise g.error(tile, f"expected one window table behind the Tile, found {sorted({n for n, _ in found})}")
     name, window = found[0]
     return _Op(
-        "position_embedding", node, {"background": background, "window": window},
+        "position_embedding",
+        node,
+        {"background": background, "window": window},
         {"background": node.input[0], "window": name},
     )
 
@@ -360,8 +370,11 @@ def _encoder_layout(cfg: HieraConfig) -> list[_Expect]:
         if dim_in != dims[i]:
             out.append(_linear(f"{block}.proj"))
         out += [
-            _linear(f"{block}.attn.qkv"), _linear(f"{block}.attn.proj"), _Expect("layer_norm", f"{block}.norm2"),
-            _linear(f"{block}.mlp.layers.0"), _linear(f"{block}.mlp.layers.1"),
+            _linear(f"{block}.attn.qkv"),
+            _linear(f"{block}.attn.proj"),
+            _Expect("layer_norm", f"{block}.norm2"),
+            _linear(f"{block}.mlp.layers.0"),
+            _linear(f"{block}.mlp.layers.1"),
         ]
     out += [_Expect("conv", f"image_encoder.neck.convs.{i}.conv") for i in range(len(cfg.stages))]
     out += [_Expect("conv", "mask_decoder.conv_s0"), _Expect("conv", "mask_decoder.conv_s1")]
@@ -380,8 +393,11 @@ def _attention(prefix: str) -> list[_Expect]:
 def _decoder_layout(depth: int = 2, num_mask_tokens: int = 4) -> list[_Expect]:
     md = "prompt_encoder.mask_downscaling"
     out = [
-        _Expect("conv", f"{md}.0"), _Expect("layer_norm_2d", f"{md}.1"), _Expect("conv", f"{md}.3"),
-        _Expect("layer_norm_2d", f"{md}.4"), _Expect("conv", f"{md}.6"),
+        _Expect("conv", f"{md}.0"),
+        _Expect("layer_norm_2d", f"{md}.1"),
+        _Expect("conv", f"{md}.3"),
+        _Expect("layer_norm_2d", f"{md}.4"),
+        _Expect("conv", f"{md}.6"),
     ]
     tr = "mask_decoder.transformer"
     for i in range(depth):
@@ -394,7 +410,9 @@ def _decoder_layout(depth: int = 2, num_mask_tokens: int = 4) -> list[_Expect]:
     out += [*_attention(f"{tr}.final_attn_token_to_image"), _Expect("layer_norm", f"{tr}.norm_final_attn")]
     up = "mask_decoder.output_upscaling"
     out += [
-        _Expect("conv_transpose", f"{up}.0"), _Expect("layer_norm_2d", f"{up}.1"), _Expect("conv_transpose", f"{up}.3")
+        _Expect("conv_transpose", f"{up}.0"),
+        _Expect("layer_norm_2d", f"{up}.1"),
+        _Expect("conv_transpose", f"{up}.3"),
     ]
     for t in range(num_mask_tokens):
         out += [_linear(f"mask_decoder.output_hypernetworks_mlps.{t}.layers.{j}") for j in range(3)]
@@ -481,7 +499,8 @@ def _match(
     if stray:
         raise g.error(stray[0].node, f"a {stray[0].kind} pattern that belongs to the other file")
     unused = [
-        name for name, value in g.initializers.items()
+        name
+        for name, value in g.initializers.items()
         if name not in asm.used and _is_float(value) and value.size > 1 and g.consumers.get(name)
     ]
     if unused:
@@ -503,7 +522,8 @@ def _handle_conv(asm: _Assembler, op: _Op, expect: _Expect) -> None:
     stride, padding = list(module.stride), list(module.padding)
     if op.info["strides"] != stride or op.info["pads"] != padding * 2 or op.info["group"] != module.groups:
         raise asm.g.error(
-            op.node, f"'{expect.key}' should have stride {stride}, padding {padding}, groups {module.groups}; the "
+            op.node,
+            f"'{expect.key}' should have stride {stride}, padding {padding}, groups {module.groups}; the "
             f"graph has strides {op.info['strides']}, pads {op.info['pads']}, group {op.info['group']}",
         )
     _put_weight_bias(asm, op, expect)
@@ -561,8 +581,11 @@ def _handle_tokens(asm: _Assembler, op: _Op, expect: _Expect) -> None:
     tokens = op.tensors["tokens"]
     n_mask = asm.reference.mask_decoder.num_mask_tokens
     if tokens.shape[:2] != (1, 2 + n_mask):
-        raise asm.g.error(op.node, f"the output tokens should be [1, {2 + n_mask}, C] (object score, IoU, masks), "
-                                   f"the graph has {list(tokens.shape)}")
+        raise asm.g.error(
+            op.node,
+            f"the output tokens should be [1, {2 + n_mask}, C] (object score, IoU, masks), "
+            f"the graph has {list(tokens.shape)}",
+        )
     asm.put(op, "mask_decoder.obj_score_token.weight", tokens[0, 0:1], None)
     asm.put(op, "mask_decoder.iou_token.weight", tokens[0, 1:2], None)
     asm.put(op, "mask_decoder.mask_tokens.weight", tokens[0, 2:], None)
@@ -603,7 +626,8 @@ def _check_signature(g: _Graph, inputs: Sequence[str], outputs: Sequence[str]) -
     got_out = tuple(o.name for o in g.graph.output)
     if got_in != tuple(inputs) or got_out != tuple(outputs):
         raise g.error(
-            None, f"inputs {list(got_in)} and outputs {list(got_out)}; expected inputs {list(inputs)} "
+            None,
+            f"inputs {list(got_in)} and outputs {list(got_out)}; expected inputs {list(inputs)} "
             f"and outputs {list(outputs)}",
         )
 
@@ -704,7 +728,8 @@ class ProbeReport:
         if tol.feature_atol is not None:
             out += [
                 f"encoder output {k} differs by {v:.3g} (tolerance {tol.feature_atol})"
-                for k, v in self.feature_max_abs.items() if not v <= tol.feature_atol
+                for k, v in self.feature_max_abs.items()
+                if not v <= tol.feature_atol
             ]
         for p in self.prompts:
             if tol.logit_atol is not None and not p.logits_max_abs <= tol.logit_atol:
@@ -818,8 +843,12 @@ def probe_onnxruntime(encoder_path: Path, decoder_path: Path, *, threads: int = 
 
 
 def probe_network(
-    net: Sam2ImageModel, *, device: str | torch.device = "cpu", encoder_autocast: torch.dtype | None = None,
-    decoder_autocast: torch.dtype | None = None, channels_last: bool = False,
+    net: Sam2ImageModel,
+    *,
+    device: str | torch.device = "cpu",
+    encoder_autocast: torch.dtype | None = None,
+    decoder_autocast: torch.dtype | None = None,
+    channels_last: bool = False,
 ) -> ProbeOutputs:
     """This project's network on `device` (already moved there), each half optionally under autocast."""
     device = torch.device(device)
@@ -855,12 +884,14 @@ def compare_probe(ours: ProbeOutputs, reference: ProbeOutputs) -> ProbeReport:
     for (name, _, _), m, i, rm, ri in zip(
         PROBE_PROMPTS, ours.masks, ours.iou_predictions, reference.masks, reference.iou_predictions, strict=True
     ):
-        prompts.append(PromptResult(
-            name=name,
-            logits_max_abs=float(np.abs(m - rm).max()),
-            mask_iou_min=min(_mask_iou(m[0, j] > 0, rm[0, j] > 0) for j in range(rm.shape[1])),
-            iou_pred_max_abs=float(np.abs(i - ri).max()),
-        ))
+        prompts.append(
+            PromptResult(
+                name=name,
+                logits_max_abs=float(np.abs(m - rm).max()),
+                mask_iou_min=min(_mask_iou(m[0, j] > 0, rm[0, j] > 0) for j in range(rm.shape[1])),
+                iou_pred_max_abs=float(np.abs(i - ri).max()),
+            )
+        )
     return ProbeReport(features, prompts)
 
 
@@ -874,3 +905,35 @@ def verify_conversion(
     """
     reference = probe_onnxruntime(encoder_path, decoder_path, threads=threads)
     return compare_probe(probe_network(build_sam21_tiny(state_dict)), reference)
+
+
+# -- the prepare step ---------------------------------------------------------------------------------
+
+#: The revision the catalogue's torch routes of the SAM 2 / 2.1 tiny recipes name (a test holds them equal).
+REVISION = f"sam21-torch.{CONVERTER_VERSION}"
+WEIGHTS = "sam2_tiny.safetensors"
+
+
+def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:
+    """Convert the encoder/decoder pair, check it against onnxruntime on the probe, write the weights."""
+    step("reading the published encoder and decoder graphs")
+    encoder, decoder = load_onnx(sources["encoder"]), load_onnx(sources["decoder"])
+    step("following the graphs into the network's weights")
+    state_dict = convert(encoder, decoder)
+    del encoder, decoder
+    step("checking the converted network against onnxruntime on the probe")
+    report = verify_conversion(state_dict, sources["encoder"], sources["decoder"])
+    if not report.ok:
+        raise ConversionError("the converted network differs from the ONNX files: " + "; ".join(report.failures()))
+    step("writing the weights")
+    # Serialised in memory and written by Python, so a full disk is an OSError (ENOSPC) like any other.
+    (out / WEIGHTS).write_bytes(save({k: v.contiguous() for k, v in state_dict.items()}))
+    return {
+        "feature_max_abs": report.feature_max,
+        "logits_max_abs": report.logits_max_abs,
+        "mask_iou_min": report.mask_iou_min,
+        "iou_pred_max_abs": report.iou_pred_max_abs,
+    }
+
+
+CONVERTER = Converter(REVISION, prepare, steps=4)

@@ -63,7 +63,12 @@ class FpnNeck(nn.Module):
 
 
 def sine_position_encoding(
-    batch: int, height: int, width: int, *, channels: int = 256, temperature: float = 10000.0,
+    batch: int,
+    height: int,
+    width: int,
+    *,
+    channels: int = 256,
+    temperature: float = 10000.0,
     device: torch.device | None = None,
 ) -> torch.Tensor:
     """Normalised 2D sine/cosine encoding [B, channels, H, W]: y features first, then x.

@@ -222,4 +222,3 @@ class Hiera(nn.Module):
             if i in self.stage_ends:
                 outputs.append(x.permute(0, 3, 1, 2))
         return outputs
-

@@ -89,4 +89,3 @@ class MaskDecoder(nn.Module):
         b, c, h, w = up.shape
         masks = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
         return masks, self.iou_prediction_head(iou_token_out)
-

@@ -91,8 +91,12 @@ class Sam2ImageModel(nn.Module):
         sparse = self.prompt_encoder.embed_points(point_coords, point_labels)  # [L, P+1, C]
         dense = self.prompt_encoder.embed_mask(mask_input, has_mask_input)  # [L, C, 64, 64]
         masks, iou = self.mask_decoder(
-            image_embed, self.prompt_encoder.dense_positional_encoding(), sparse, dense,
-            high_res_feats_0=high_res_feats_0, high_res_feats_1=high_res_feats_1,
+            image_embed,
+            self.prompt_encoder.dense_positional_encoding(),
+            sparse,
+            dense,
+            high_res_feats_0=high_res_feats_0,
+            high_res_feats_1=high_res_feats_1,
         )
         masks = masks[:, 1:].clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP)
         return masks, iou[:, 1:]
