@@ -1,0 +1,141 @@
+"""image.segment with SAM 2.1 tiny on torch: the same answers as the onnxruntime route
+(craftai_infer.pipelines.segment_sam), with everything after decoding on the device.
+
+The picture is decoded on the CPU; from there the square 1024² antialiased resize, the ImageNet
+normalisation, the encoder, the decoder, the bilinear upscale of the low-res logits to the
+picture's size and the threshold run on the device; only the boolean mask (and three IoUs)
+come back. Embeddings stay on the device, where a session keeps them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+
+from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
+from craftai_infer.pipelines.segment_sam import (
+    IMAGE_SIZE,
+    LOW_RES,
+    MASK_THRESHOLD,
+    MEAN,
+    STD,
+    SamMasks,
+    SamPrompt,
+    check_picture,
+    encode_prompt,
+    order_by_score,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class TorchSamEmbedding:
+    """The encoder's three outputs for one picture, kept on the device."""
+
+    high_res_feats_0: torch.Tensor  # [1, 32, 256, 256]
+    high_res_feats_1: torch.Tensor  # [1, 64, 128, 128]
+    image_embed: torch.Tensor  # [1, 256, 64, 64]
+    picture_height: int
+    picture_width: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.high_res_feats_0, self.high_res_feats_1, self.image_embed)
+        )
+
+
+def load_network(weights: Path, device: str) -> Sam2ImageModel:
+    from safetensors.torch import load_file
+
+    net = build_sam21_tiny(load_file(str(weights)))
+    return net.to(device).eval()
+
+
+class SamTorchRunner:
+    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32."""
+
+    def __init__(self, net: Sam2ImageModel, device: str, *, encoder_autocast: torch.dtype | None = None) -> None:
+        self.net = net
+        self.device = torch.device(device)
+        self.encoder_autocast = encoder_autocast
+        self._mean = torch.as_tensor(MEAN, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.as_tensor(STD, device=self.device).view(1, 3, 1, 1)
+
+    def _autocast(self, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def preprocess(self, picture: npt.NDArray[Any]) -> torch.Tensor:
+        """RGB uint8 HxWx3 -> [1, 3, 1024, 1024] normalised, on the device (antialiased when shrinking,
+        as torchvision's Resize on a tensor, which calls this same interpolation)."""
+        pixels = torch.from_numpy(np.require(check_picture(picture), requirements=("C", "W")))
+        if self.device.type == "cuda":
+            pixels = pixels.pin_memory().to(self.device, non_blocking=True)
+        x = pixels.permute(2, 0, 1)[None].float() / 255.0
+        x = F.interpolate(x, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False, antialias=True)
+        return (x - self._mean) / self._std
+
+    def encode_batch(self, pictures: Sequence[npt.NDArray[Any]]) -> list[TorchSamEmbedding]:
+        """The encoder once for several pictures (one batch on the device)."""
+        with torch.inference_mode():
+            x = torch.cat([self.preprocess(p) for p in pictures])
+            with self._autocast(self.encoder_autocast):
+                feats_0, feats_1, embed = self.net.encode(x)
+            feats_0, feats_1, embed = feats_0.float(), feats_1.float(), embed.float()
+        return [
+            TorchSamEmbedding(
+                feats_0[i : i + 1], feats_1[i : i + 1], embed[i : i + 1], int(p.shape[0]), int(p.shape[1])
+            )
+            for i, p in enumerate(pictures)
+        ]
+
+    def encode(self, picture: npt.NDArray[Any]) -> TorchSamEmbedding:
+        return self.encode_batch([picture])[0]
+
+    def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
+        """low-res logits [3, 256, 256] and IoUs [3], on the device."""
+        feeds = encode_prompt(prompt, embedding.picture_height, embedding.picture_width)
+        d = self.device
+        with torch.inference_mode():
+            masks, ious = self.net.decode(
+                embedding.image_embed,
+                embedding.high_res_feats_0,
+                embedding.high_res_feats_1,
+                torch.from_numpy(feeds["point_coords"]).to(d, non_blocking=True),
+                torch.from_numpy(feeds["point_labels"]).to(d, non_blocking=True),
+                torch.from_numpy(feeds["mask_input"]).to(d, non_blocking=True),
+                torch.from_numpy(feeds["has_mask_input"]).to(d, non_blocking=True),
+            )
+        return masks[0], ious[0]
+
+    def decode(self, embedding: TorchSamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
+        low_res, ious = self.decode_raw(embedding, prompt)
+        scores = ious.float().cpu().numpy()  # the one read-back the choice needs
+        chosen = order_by_score(scores, all_masks=all_masks)
+        index = torch.from_numpy(chosen).to(self.device)
+        with torch.inference_mode():
+            picked = low_res.index_select(0, index)  # [K, 256, 256]
+            up = F.interpolate(
+                picked[:, None],
+                size=(embedding.picture_height, embedding.picture_width),
+                mode="bilinear",
+                align_corners=False,
+            )[:, 0]
+            masks = up > MASK_THRESHOLD
+            fractions = masks.flatten(1).float().mean(dim=1, dtype=torch.float64)
+        return SamMasks(
+            masks=masks.cpu().numpy(),
+            ious=scores[chosen],
+            low_res=picked.float().cpu().numpy().reshape(-1, LOW_RES, LOW_RES),
+            indices=chosen,
+            fractions=fractions.cpu().numpy(),
+        )

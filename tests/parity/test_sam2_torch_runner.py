@@ -1,0 +1,59 @@
+"""The torch route's runner (converted weights, pre/post on the device) answers what the
+onnxruntime route answers on the same picture and prompts: IoU >= 0.999 per mask, IoUs within 1e-4."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from craftai_infer.models.sam2 import build_sam21_tiny
+from craftai_infer.pipelines.segment_sam import SamOnnxRunner, SamPrompt
+from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner
+from craftai_prepare.converters import sam21
+from tests.support import sam_fixture
+from tests.support.files import sample_photo
+
+PROMPTS = {
+    "click": SamPrompt(points=[(220, 150)], labels=[1]),
+    "clicks": SamPrompt(points=[(220, 150), (40, 30)], labels=[1, 0]),
+    "box": SamPrompt(box=(100, 60, 380, 260)),
+    "box+click": SamPrompt(points=[(250, 170)], labels=[1], box=(100, 60, 380, 260)),
+}
+
+
+@pytest.fixture(scope="module")
+def runners(sam21_files: sam_fixture.Sam21Fixture) -> tuple[SamOnnxRunner, SamTorchRunner]:
+    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+    torch_runner = SamTorchRunner(build_sam21_tiny(state).eval(), "cpu")
+    return SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False), torch_runner
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+@pytest.mark.slow
+def test_torch_runner_equals_the_onnxruntime_route(runners: tuple[SamOnnxRunner, SamTorchRunner]) -> None:
+    onnx_runner, torch_runner = runners
+    picture = np.asarray(Image.open(sample_photo("chelsea.png")).convert("RGB"))
+    with torch.inference_mode():
+        ours_embedding = torch_runner.encode(picture)
+    theirs_embedding = onnx_runner.encode(picture)
+    assert ours_embedding.nbytes == theirs_embedding.nbytes
+    previous = None
+    for name, prompt in PROMPTS.items():
+        ours = torch_runner.decode(ours_embedding, prompt, all_masks=True)
+        theirs = onnx_runner.decode(theirs_embedding, prompt, all_masks=True)
+        assert ours.masks.shape == theirs.masks.shape == (3, 300, 451), name
+        np.testing.assert_allclose(ours.ious, theirs.ious, atol=1e-4, err_msg=name)
+        for k in range(3):
+            assert _iou(ours.masks[k], theirs.masks[k]) >= 0.999, (name, k)
+        previous = theirs.low_res[0]
+    feedback = SamPrompt(points=[(220, 150)], labels=[1], mask_input=previous)
+    ours = torch_runner.decode(ours_embedding, feedback)
+    theirs = onnx_runner.decode(theirs_embedding, feedback)
+    assert _iou(ours.masks[0], theirs.masks[0]) >= 0.999
+    np.testing.assert_allclose(ours.ious, theirs.ious, atol=1e-4)

@@ -1,0 +1,191 @@
+"""SAM 2.1 tiny: this project's torch route against Meta's SAM2ImagePredictor, same weights, same GPU.
+
+    python tools/bench/sam_gpu.py [--device cuda] [--reps 50] [--out DIR]
+
+Weights: the random-weight fixture (tools/fixtures/sam21.py): Meta's model loads its state_dict;
+this project's network gets its weights by converting the fixture's encoder.onnx/decoder.onnx, as
+the prepare step does. Parity first (per mask IoU of the picture-size masks and predicted-IoU
+differences, fp32 and the reduced-precision variants), then median wall-clock times (device
+synchronised after each call, as a caller sees them, after warm-up) of:
+
+- encoder alone: the network on a prepared [1,3,1024,1024] input;
+- picture set: a 2048x1536 uint8 picture in memory to embedding ready (ours: `encode`; Meta's:
+  `set_image`);
+- one click / one box: the best mask at the picture's size as a numpy array (ours: `decode`;
+  Meta's: `predict(multimask_output=True)` then the best of the three by predicted IoU).
+
+Writes sam_gpu.json and sam_gpu.md (a table) into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+for src in ("clients/python/src", "services/common/src", "services/infer/src", "services/prepare/src", "."):
+    if str(REPO / src) not in sys.path:
+        sys.path.insert(0, str(REPO / src))
+
+from craftai_infer.models.sam2 import build_sam21_tiny  # noqa: E402
+from craftai_infer.pipelines.segment_sam import SamPrompt  # noqa: E402
+from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner  # noqa: E402
+from craftai_prepare.converters import sam21  # noqa: E402
+from tests.support import sam_fixture  # noqa: E402
+
+WIDTH, HEIGHT = 2048, 1536
+CLICK = SamPrompt(points=[(1020, 700)], labels=[1])
+BOX = SamPrompt(box=(500, 300, 1500, 1200))
+VARIANTS: dict[str, torch.dtype | None] = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def picture() -> np.ndarray:
+    from tools.samples import photos
+
+    image = Image.open(photos()["astronaut.png"]).convert("RGB").resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC)
+    return np.asarray(image)
+
+
+def timed(fn: Callable[[], Any], reps: int, warmup: int, device: torch.device) -> float:
+    for _ in range(warmup):
+        fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    samples = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples)
+
+
+def iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
+
+
+def meta_best(predictor: Any, prompt: SamPrompt) -> tuple[np.ndarray, float]:
+    kwargs: dict[str, Any] = {"multimask_output": True}
+    if len(prompt.points):
+        kwargs["point_coords"] = np.asarray(prompt.points, dtype=np.float32)
+        kwargs["point_labels"] = np.asarray(prompt.labels, dtype=np.int32)
+    if prompt.box is not None:
+        kwargs["box"] = np.asarray(prompt.box, dtype=np.float32)
+    masks, ious, _ = predictor.predict(**kwargs)
+    best = int(np.argmax(ious))
+    return masks[best] > 0, float(ious[best])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    options = parser.parse_args(argv)
+    device = torch.device(options.device)
+    options.out.mkdir(parents=True, exist_ok=True)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+    files = sam_fixture.fixture()
+    meta_model = sam_fixture.reference_model(files.weights).to(device)
+    predictor = sam_fixture.reference_predictor(meta_model)
+    state = sam21.convert(sam21.load_onnx(files.encoder), sam21.load_onnx(files.decoder))
+    net = build_sam21_tiny(state).to(device).eval()
+    pic = picture()
+
+    results: dict[str, Any] = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "picture": f"{WIDTH}x{HEIGHT}",
+        "variants": {},
+    }
+    predictor.set_image(pic)
+    meta_answers = {name: meta_best(predictor, p) for name, p in (("click", CLICK), ("box", BOX))}
+
+    for variant in options.variants.split(","):
+        tf32 = variant == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = tf32
+        torch.backends.cudnn.allow_tf32 = tf32
+        runner = SamTorchRunner(net, str(device), encoder_autocast=VARIANTS[variant])
+        embedding = runner.encode(pic)
+        row: dict[str, Any] = {}
+        for name, prompt in (("click", CLICK), ("box", BOX)):
+            ours = runner.decode(embedding, prompt)
+            theirs_mask, theirs_iou = meta_answers[name]
+            row[f"{name}_mask_iou"] = iou(ours.masks[0], theirs_mask)
+            row[f"{name}_pred_iou_diff"] = abs(float(ours.ious[0]) - theirs_iou)
+        row.update(time_route(runner, pic, embedding, options.reps, options.warmup))
+        results["variants"][variant] = row
+        print(variant, json.dumps(row), flush=True)
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    meta_input = predictor._transforms(pic)[None].to(device)  # what set_image feeds the network
+    with torch.inference_mode():
+        results["meta_encoder_ms"] = timed(
+            lambda: meta_model.forward_image(meta_input), options.reps, options.warmup, device
+        )
+    results["meta_set_ms"] = timed(lambda: predictor.set_image(pic), options.reps, options.warmup, device)
+    results["meta_click_ms"] = timed(lambda: meta_best(predictor, CLICK), options.reps, options.warmup, device)
+    results["meta_box_ms"] = timed(lambda: meta_best(predictor, BOX), options.reps, options.warmup, device)
+
+    (options.out / "sam_gpu.json").write_text(json.dumps(results, indent=2))
+    lines = [
+        f"SAM 2.1 tiny on {results['device']} (torch {results['torch']}), picture {results['picture']}, "
+        f"median of {options.reps} after {options.warmup} warm-up",
+        "",
+        "| run | encoder alone ms | picture set ms | click ms | box ms | click mask IoU vs Meta | box mask IoU vs Meta "
+        "| pred-IoU diff (max) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for variant, row in results["variants"].items():
+        lines.append(
+            f"| ours {variant} | {row['ours_encoder_ms']:.2f} | {row['ours_set_ms']:.2f} | {row['ours_click_ms']:.2f} "
+            f"| {row['ours_box_ms']:.2f} | {row['click_mask_iou']:.4f} | {row['box_mask_iou']:.4f} "
+            f"| {max(row['click_pred_iou_diff'], row['box_pred_iou_diff']):.1e} |"
+        )
+    lines.append(
+        f"| Meta SAM2ImagePredictor fp32 | {results['meta_encoder_ms']:.2f} | {results['meta_set_ms']:.2f} "
+        f"| {results['meta_click_ms']:.2f} | {results['meta_box_ms']:.2f} | 1 | 1 | 0 |"
+    )
+    (options.out / "sam_gpu.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+def time_route(runner: SamTorchRunner, pic: np.ndarray, embedding: Any, reps: int, warmup: int) -> dict[str, float]:
+    x = runner.preprocess(pic)
+
+    def encoder_alone() -> Any:
+        with torch.inference_mode():
+            if runner.encoder_autocast is None:
+                return runner.net.encode(x)
+            with torch.autocast(runner.device.type, dtype=runner.encoder_autocast):
+                return runner.net.encode(x)
+
+    device = runner.device
+    return {
+        "ours_encoder_ms": timed(encoder_alone, reps, warmup, device),
+        "ours_set_ms": timed(lambda: runner.encode(pic), reps, warmup, device),
+        "ours_click_ms": timed(lambda: runner.decode(embedding, CLICK), reps, warmup, device),
+        "ours_box_ms": timed(lambda: runner.decode(embedding, BOX), reps, warmup, device),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

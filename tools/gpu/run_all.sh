@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Every GPU check and figure in one lease of the GPU machine (tools library: device).
+#
+#   bash tools/gpu/run_all.sh            # there: python3 3.12, torch with CUDA, no network
+#
+# Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there, see
+# docs/PERFORMANCE.md), .cache/models/u2netp.onnx and .cache/photos/. Results go to $OUT (or out/gpu).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-out/gpu}
+mkdir -p "$out"
+steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet}
+
+wheels=$(ls .whl/*.whl 2>/dev/null | grep -v transparent_background || true)
+if [ -n "$wheels" ]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
+        || { echo "wheel install failed" >&2; exit 1; }
+fi
+export PYTHONPATH=/tmp/site:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD
+export PYTHONUNBUFFERED=1
+
+run() {  # name, timeout seconds, command...
+    local name=$1 limit=$2
+    shift 2
+    case ",$steps," in *",$name,"*) ;; *) return 0 ;; esac
+    echo "== $name"
+    local started=$(date +%s)
+    timeout "$limit" "$@" >"$out/$name.log" 2>&1
+    local code=$?
+    echo "   exit $code in $(( $(date +%s) - started )) s"
+    tail -n 25 "$out/$name.log"
+}
+
+run env 60 bash -c 'nvidia-smi; python3 -c "import torch, onnxruntime, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0)); print(onnxruntime.__version__, onnxruntime.get_available_providers())"; ls /dev/nvidia* /proc/driver/nvidia 2>&1 | head'
+run u2netp 240 python3 tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --photos .cache/photos/chelsea.png .cache/photos/astronaut.png
+run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 tools/gpu/sam2_check.py --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
+run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
+run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py --reference-wheel "$(ls .whl/transparent_background-*.whl)"
+echo "== done"
