@@ -46,7 +46,14 @@ from tests.support import sam_fixture  # noqa: E402
 WIDTH, HEIGHT = 2048, 1536
 CLICK = SamPrompt(points=[(1020, 700)], labels=[1])
 BOX = SamPrompt(box=(500, 300, 1500, 1200))
-VARIANTS: dict[str, torch.dtype | None] = {"fp32": None, "tf32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+# name -> (encoder autocast, TF32 matmuls, CUDA graphs)
+VARIANTS: dict[str, tuple[torch.dtype | None, bool, bool]] = {
+    "fp32-eager": (None, False, False),
+    "fp32": (None, False, True),
+    "tf32": (None, True, True),
+    "bf16": (torch.bfloat16, False, True),
+    "fp16": (torch.float16, False, True),
+}
 
 
 def picture() -> np.ndarray:
@@ -94,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(VARIANTS), help=f"from {', '.join(VARIANTS)}")
     options = parser.parse_args(argv)
     device = torch.device(options.device)
     options.out.mkdir(parents=True, exist_ok=True)
@@ -118,10 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     meta_answers = {name: meta_best(predictor, p) for name, p in (("click", CLICK), ("box", BOX))}
 
     for variant in options.variants.split(","):
-        tf32 = variant == "tf32"
+        autocast, tf32, graphs = VARIANTS[variant]
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
-        runner = SamTorchRunner(net, str(device), encoder_autocast=VARIANTS[variant])
+        runner = SamTorchRunner(net, str(device), encoder_autocast=autocast, graphs=graphs)
+        runner.warm_up()
         embedding = runner.encode(pic)
         row: dict[str, Any] = {}
         for name, prompt in (("click", CLICK), ("box", BOX)):
@@ -173,10 +181,9 @@ def time_route(runner: SamTorchRunner, pic: np.ndarray, embedding: Any, reps: in
 
     def encoder_alone() -> Any:
         with torch.inference_mode():
-            if runner.encoder_autocast is None:
-                return runner.net.encode(x)
-            with torch.autocast(runner.device.type, dtype=runner.encoder_autocast):
-                return runner.net.encode(x)
+            if runner._encoder_graphs is not None:
+                return runner._encoder_graphs.run(1, [x])
+            return runner._encode_network(x)
 
     device = runner.device
     return {

@@ -10,7 +10,7 @@ come back. Embeddings stay on the device, where a session keeps them.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ import numpy.typing as npt
 import torch
 import torch.nn.functional as F
 
+from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
 from craftai_infer.pipelines.segment_sam import (
     IMAGE_SIZE,
@@ -33,6 +34,8 @@ from craftai_infer.pipelines.segment_sam import (
     encode_prompt,
     order_by_score,
 )
+
+DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
 
 
 @dataclass(frozen=True, eq=False)
@@ -60,14 +63,42 @@ def load_network(weights: Path, device: str) -> Sam2ImageModel:
 
 
 class SamTorchRunner:
-    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32."""
+    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32.
 
-    def __init__(self, net: Sam2ImageModel, device: str, *, encoder_autocast: torch.dtype | None = None) -> None:
+    On a CUDA device the encoder (per batch size) and the decoder (per number of prompt points)
+    run as CUDA graphs unless `graphs` is False; `warm_up()` captures the common shapes at load.
+    """
+
+    def __init__(
+        self, net: Sam2ImageModel, device: str, *, encoder_autocast: torch.dtype | None = None, graphs: bool = True
+    ) -> None:
         self.net = net
         self.device = torch.device(device)
         self.encoder_autocast = encoder_autocast
         self._mean = torch.as_tensor(MEAN, device=self.device).view(1, 3, 1, 1)
         self._std = torch.as_tensor(STD, device=self.device).view(1, 3, 1, 1)
+        self._encoder_graphs: GraphCache | None = None
+        self._decoder_graphs: GraphCache | None = None
+        if graphs and self.device.type == "cuda":
+            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=4)
+            self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
+
+    def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        with self._autocast(self.encoder_autocast):
+            feats_0, feats_1, embed = self.net.encode(x)
+        return feats_0.float(), feats_1.float(), embed.float()
+
+    def warm_up(self, steps: Callable[[str], None] | None = None) -> None:
+        """Capture the shapes every picture and the first clicks use (no-op without graphs)."""
+        if self._encoder_graphs is None:
+            return
+        say = steps or (lambda _message: None)
+        say("capturing the encoder")
+        picture = np.zeros((64, 64, 3), np.uint8)
+        embedding = self.encode(picture)
+        for points in (1, 2, 3, 4):
+            say(f"capturing the decoder for {points} point(s)")
+            self.decode(embedding, SamPrompt(points=[(8.0, 8.0)] * points, labels=[1] * points))
 
     def _autocast(self, dtype: torch.dtype | None) -> contextlib.AbstractContextManager[Any]:
         if dtype is None:
@@ -88,9 +119,11 @@ class SamTorchRunner:
         """The encoder once for several pictures (one batch on the device)."""
         with torch.inference_mode():
             x = torch.cat([self.preprocess(p) for p in pictures])
-            with self._autocast(self.encoder_autocast):
-                feats_0, feats_1, embed = self.net.encode(x)
-            feats_0, feats_1, embed = feats_0.float(), feats_1.float(), embed.float()
+            if self._encoder_graphs is not None:
+                outputs = self._encoder_graphs.run(len(pictures), [x])
+                feats_0, feats_1, embed = (t.clone() for t in outputs)  # kept by sessions past the next replay
+            else:
+                feats_0, feats_1, embed = self._encode_network(x)
         return [
             TorchSamEmbedding(
                 feats_0[i : i + 1], feats_1[i : i + 1], embed[i : i + 1], int(p.shape[0]), int(p.shape[1])
@@ -106,15 +139,16 @@ class SamTorchRunner:
         feeds = encode_prompt(prompt, embedding.picture_height, embedding.picture_width)
         d = self.device
         with torch.inference_mode():
-            masks, ious = self.net.decode(
+            inputs = [
                 embedding.image_embed,
                 embedding.high_res_feats_0,
                 embedding.high_res_feats_1,
-                torch.from_numpy(feeds["point_coords"]).to(d, non_blocking=True),
-                torch.from_numpy(feeds["point_labels"]).to(d, non_blocking=True),
-                torch.from_numpy(feeds["mask_input"]).to(d, non_blocking=True),
-                torch.from_numpy(feeds["has_mask_input"]).to(d, non_blocking=True),
-            )
+                *(torch.from_numpy(feeds[k]).to(d, non_blocking=True) for k in DECODER_FEEDS),
+            ]
+            if self._decoder_graphs is not None:
+                masks, ious = self._decoder_graphs.run(inputs[3].shape[1], inputs)
+            else:
+                masks, ious = self.net.decode(*inputs)
         return masks[0], ious[0]
 
     def decode(self, embedding: TorchSamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
@@ -131,11 +165,14 @@ class SamTorchRunner:
                 align_corners=False,
             )[:, 0]
             masks = up > MASK_THRESHOLD
-            fractions = masks.flatten(1).float().mean(dim=1, dtype=torch.float64)
+            counts = masks.flatten(1).sum(dim=1)
+            host_masks = masks.cpu().numpy()
+            low = picked.float().cpu().numpy().reshape(-1, LOW_RES, LOW_RES)
+        area = embedding.picture_height * embedding.picture_width
         return SamMasks(
-            masks=masks.cpu().numpy(),
+            masks=host_masks,
             ious=scores[chosen],
-            low_res=picked.float().cpu().numpy().reshape(-1, LOW_RES, LOW_RES),
+            low_res=low,
             indices=chosen,
-            fractions=fractions.cpu().numpy(),
+            fractions=counts.cpu().numpy().astype(np.float64) / area,
         )
