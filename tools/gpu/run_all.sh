@@ -11,7 +11,7 @@ out=${OUT:-out/gpu}
 mkdir -p "$out"
 steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet}
 
-wheels=$(ls .whl/*.whl 2>/dev/null | grep -v transparent_background || true)
+wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
         || { echo "wheel install failed" >&2; exit 1; }
@@ -35,5 +35,5 @@ run env 60 bash -c 'nvidia-smi; python3 -c "import torch, onnxruntime, sys; prin
 run u2netp 240 python3 tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --photos .cache/photos/chelsea.png .cache/photos/astronaut.png
 run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 tools/gpu/sam2_check.py --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
 run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
-run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py --reference-wheel "$(ls .whl/transparent_background-*.whl)"
+run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 echo "== done"
