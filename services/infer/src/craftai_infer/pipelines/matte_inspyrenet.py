@@ -3,7 +3,8 @@
 - long side <= 1280 px: the network sees the picture at full resolution, reflect-padded on the
   right/bottom to a multiple of 32; the matte is cropped back.
 - long side > 1280 px: reflect-padded on the right/bottom to a square, reduced with antialiased
-  Lanczos-3 (Pillow's LANCZOS) to 1280², the matte enlarged back bilinearly and cropped; when the
+  Lanczos-3 (Pillow's coefficients, on the device: pipelines/resample.py) to 1280², the matte
+  enlarged back bilinearly and cropped; when the
   reduction was below half scale, the matte is refined at full resolution with a colour guided
   filter on the tiles near the subject's edge only.
 - then the fringe shrink α' = clip((α − 0.2) / 0.8, 0, 1), and 8-bit rounding.
@@ -21,10 +22,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image
 from torch import Tensor
 
 from craftai_infer.pipelines.guided_filter import guided_filter
+from craftai_infer.pipelines.resample import reflect_pad, resize_lanczos
 
 __all__ = [
     "MatteNetwork",
@@ -73,19 +74,12 @@ def refine_radius(scale: float) -> int:
     return max(2, math.ceil(3.0 / scale))
 
 
-def _normalise(rgb: Tensor) -> Tensor:
-    """(H, W, 3) uint8 -> (1, 3, H, W) float32 ImageNet-normalised."""
-    x = rgb.permute(2, 0, 1).unsqueeze(0).float() / 255.0
+def _normalise(chw: Tensor) -> Tensor:
+    """(1, 3, H, W) float in [0, 255] -> ImageNet-normalised."""
+    x = chw / 255.0
     mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
     return (x - mean) / std
-
-
-def _reflect_pad(rgb: np.ndarray, height: int, width: int) -> np.ndarray:
-    """Reflect-pad (H, W, 3) on the right and bottom to (height, width); any amount (numpy repeats the
-    reflection, and a one-pixel side repeats its pixel)."""
-    h, w = rgb.shape[:2]
-    return np.pad(rgb, ((0, height - h), (0, width - w), (0, 0)), mode="reflect")
 
 
 def _run(network: MatteNetwork, x: Tensor, autocast: torch.dtype | None) -> Tensor:
@@ -134,23 +128,24 @@ def matte_inspyrenet_float(
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
         raise ValueError(f"expected an (H, W, 3) uint8 picture, got {rgb.dtype} {rgb.shape}")
     device = torch.device(device)
-    rgb = np.ascontiguousarray(rgb)
     h, w = rgb.shape[:2]
+    # Decoded on the CPU; from here on everything runs on the device (one host-to-device copy).
+    pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W")))
+    pixels = pixels.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else pixels.to(device)
+    chw = pixels.permute(2, 0, 1).unsqueeze(0).float()  # (1, 3, H, W) in [0, 255]
     m = settings.multiple
     if max(h, w) <= settings.max_side:
-        padded = _reflect_pad(rgb, -(-h // m) * m, -(-w // m) * m)
-        x = _normalise(torch.from_numpy(padded).to(device))
+        x = _normalise(reflect_pad(chw, -(-h // m) * m, -(-w // m) * m))
         return _run(network, x, autocast)[0, 0, :h, :w]
 
     side = max(h, w)
-    square = _reflect_pad(rgb, side, side)
     n = settings.max_side
-    reduced = np.array(Image.fromarray(square).resize((n, n), Image.Resampling.LANCZOS))  # writable copy
-    small = _run(network, _normalise(torch.from_numpy(reduced).to(device)), autocast)  # (1, 1, n, n)
+    reduced = resize_lanczos(reflect_pad(chw, side, side), n, n).clamp(0.0, 255.0)
+    small = _run(network, _normalise(reduced), autocast)  # (1, 1, n, n)
     alpha = F.interpolate(small, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
     scale = n / side
     if scale < settings.refine_below_scale:
-        alpha = _refine(torch.from_numpy(rgb).to(device), alpha.contiguous(), refine_radius(scale), settings)
+        alpha = _refine(pixels, alpha.contiguous(), refine_radius(scale), settings)
     return alpha[0, 0]
 
 

@@ -58,6 +58,12 @@ class PromptEncoder(nn.Module):
         super().__init__()
         self.embed_dim = embed_dim
         self.image_embedding_size = image_embedding_size
+        # (1/W, 1/H) of the input frame, kept on the device: no host-to-device copy per prompt
+        # (a CUDA graph cannot record one); 1/1024 is exact, so this equals dividing.
+        self.pixel_scale: torch.Tensor
+        self.register_buffer(
+            "pixel_scale", torch.tensor([1.0 / input_image_size[1], 1.0 / input_image_size[0]]), persistent=False
+        )
         self.input_image_size = input_image_size
         self.pe_layer = RandomFourierEncoding(embed_dim // 2)
         self.point_embeddings = nn.ModuleList(nn.Embedding(1, embed_dim) for _ in range(NUM_POINT_LABELS))
@@ -93,8 +99,7 @@ class PromptEncoder(nn.Module):
         n = coords.shape[0]
         coords = torch.cat([coords + 0.5, coords.new_zeros(n, 1, 2)], dim=1)  # pixel centres + pad point
         labels = torch.cat([labels, labels.new_full((n, 1), PADDING_LABEL)], dim=1)
-        h, w = self.input_image_size
-        emb = self.pe_layer.encode(coords / coords.new_tensor([w, h]))  # [L, P+1, C]
+        emb = self.pe_layer.encode(coords * self.pixel_scale)  # [L, P+1, C]
         labels = labels.unsqueeze(-1)  # [L, P+1, 1]
         emb = emb * (labels != PADDING_LABEL) + self.not_a_point_embed.weight * (labels == PADDING_LABEL)
         for i in range(NUM_POINT_LABELS):
