@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -36,4 +36,5 @@ run u2netp 240 python3 tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --pho
 run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 tools/gpu/sam2_check.py --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
 run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
+run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
 echo "== done"

@@ -41,6 +41,7 @@ __all__ = [
     "PinnedFile",
     "Stages",
     "expected_tensors",
+    "fold_batchnorm",
     "inspyrenet_swin_b",
     "load_inspyrenet",
     "normalise_per_image",
@@ -435,6 +436,23 @@ def _safetensors_header(data: bytes, path: Path) -> dict[str, tuple[tuple[int, .
         return {k: (tuple(int(n) for n in v["shape"]), str(v["dtype"])) for k, v in raw.items() if k != "__metadata__"}
     except (struct.error, ValueError, KeyError, TypeError) as exc:
         raise CheckpointRefusedError(f"{path} is not a safetensors file: {exc}") from exc
+
+
+@torch.no_grad()
+def fold_batchnorm(model: nn.Module) -> nn.Module:
+    """For inference: fold every ConvBn's BatchNorm (eval statistics) into its conv, which gains a
+    bias: y = γ(Wx − μ)/√(σ² + ε) + β = (W·γ/√(σ² + ε))x + (β − μγ/√(σ² + ε)). One pass over the
+    activations instead of two; the same function up to float rounding."""
+    for module in model.modules():
+        if isinstance(module, ConvBn) and module.bn is not None:
+            bn, conv = module.bn, module.conv
+            assert bn.running_mean is not None and bn.running_var is not None
+            scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+            bias = bn.bias - bn.running_mean * scale
+            conv.weight.mul_(scale.view(-1, 1, 1, 1))
+            conv.bias = nn.Parameter(bias.to(conv.weight.dtype), requires_grad=False)
+            module.bn = None
+    return model
 
 
 def load_inspyrenet(
