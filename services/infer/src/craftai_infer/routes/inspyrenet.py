@@ -12,8 +12,8 @@ from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_infer.routes import ModelRefusedError, RouteFiles
 
-# Autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise (tolerance: docs/MATTE.md).
-GPU_DEFAULT = torch.float16
+# bf16 autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise (docs/PERFORMANCE.md says why).
+GPU_DEFAULT = torch.bfloat16
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
