@@ -414,7 +414,9 @@ class AiClient:
 class SegmentSession:
     """A picture kept on the server for prompts; close it (or use `with`) when done.
 
-    Not thread-safe: one app thread prompts one session at a time.
+    The picture's bytes stay here, so a prompt after the server forgot the session (idle time,
+    memory budget, restart) or after `close()` opens it again first. Not thread-safe: one app
+    thread prompts one session at a time.
     """
 
     def __init__(self, client: AiClient, picture: bytes, recipe: str, engine: str) -> None:
