@@ -5,11 +5,16 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
+
+if TYPE_CHECKING:
+    from tests.support.sam_fixture import Sam21Fixture
+    from tests.support.segment import SetUpStore
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -78,3 +83,21 @@ def matte_server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory
             events = list(ai.setup("image.matte", "u2netp"))
         assert events[-1].files[0].sha256 == U2NETP_SHA256  # type: ignore[union-attr]
         yield process
+
+
+@pytest.fixture(scope="session")
+def sam21_files() -> Sam21Fixture:
+    """SAM 2.1 tiny with random weights: encoder.onnx, decoder.onnx and weights.safetensors, exported
+    once and cached under .cache/fixtures/ by a key of the generator's inputs (tools/fixtures/sam21.py)."""
+    from tests.support import sam_fixture  # imports torch: only for the suites that use SAM
+
+    return sam_fixture.fixture()
+
+
+@pytest.fixture(scope="session")
+def sam_store(sam21_files: Sam21Fixture, tmp_path_factory: pytest.TempPathFactory) -> SetUpStore:
+    """A store where the real prepare service set up sam2-hiera-tiny (the fixture, pinned by a test
+    catalogue, downloaded from a loopback HTTP server); each segment suite serves it its own way."""
+    from tests.support import segment
+
+    return segment.set_up_store(tmp_path_factory.mktemp("sam-store"), sam21_files)

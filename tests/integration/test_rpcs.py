@@ -24,8 +24,13 @@ from tests.support import servers
 
 APP = (("craftai-app-id", "tests"),)
 MATTE = common_pb2.RouteRef(feature="image.matte")
-# Segment RPCs are answered UNIMPLEMENTED until the segment issue lands; nothing else may be.
-NOT_YET = {"OpenSession", "Segment", "SegmentOnce", "CloseSession"}
+CLICK = infer_pb2.Prompt(points=[infer_pb2.Point(x=1, y=1, label=infer_pb2.POINT_LABEL_FOREGROUND)])
+# This server has not set image.segment up: its RPCs answer with these errors (never UNIMPLEMENTED).
+ANSWERED_WITH = {
+    "OpenSession": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
+    "Segment": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
+    "SegmentOnce": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,9 +54,21 @@ def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
         "Matte": lambda: list(
             i.Matte(infer_pb2.MatteRequest(picture=common_pb2.Picture(data=photo)), metadata=APP, timeout=60)
         ),
-        "OpenSession": lambda: list(i.OpenSession(infer_pb2.OpenSessionRequest(), metadata=APP, timeout=10)),
-        "Segment": lambda: list(i.Segment(infer_pb2.SegmentRequest(session_id="x"), metadata=APP, timeout=10)),
-        "SegmentOnce": lambda: list(i.SegmentOnce(infer_pb2.SegmentOnceRequest(), metadata=APP, timeout=10)),
+        "OpenSession": lambda: list(
+            i.OpenSession(
+                infer_pb2.OpenSessionRequest(picture=common_pb2.Picture(data=photo)), metadata=APP, timeout=10
+            )
+        ),
+        "Segment": lambda: list(
+            i.Segment(infer_pb2.SegmentRequest(session_id="x", prompt=CLICK), metadata=APP, timeout=10)
+        ),
+        "SegmentOnce": lambda: list(
+            i.SegmentOnce(
+                infer_pb2.SegmentOnceRequest(picture=common_pb2.Picture(data=photo), prompt=CLICK),
+                metadata=APP,
+                timeout=10,
+            )
+        ),
         "CloseSession": lambda: i.CloseSession(infer_pb2.CloseSessionRequest(session_id="x"), metadata=APP, timeout=10),
     }
 
@@ -66,10 +83,13 @@ def test_every_rpc_answers(channel: grpc.Channel, photos: dict[str, Path]) -> No
     }
     assert declared == set(calls)
     for name, call in calls.items():
-        if name in NOT_YET:
+        if name in ANSWERED_WITH:
             with pytest.raises(grpc.RpcError) as caught:
                 call()  # type: ignore[operator]
-            assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED, name
+            status = rpc_status.from_call(caught.value)
+            info = error_details_pb2.ErrorInfo()
+            assert status is not None and status.details[0].Unpack(info), name
+            assert (caught.value.code(), info.reason) == ANSWERED_WITH[name], name
         else:
             assert call(), name  # type: ignore[operator]
 

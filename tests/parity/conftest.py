@@ -1,4 +1,5 @@
-"""Parity fixtures: SAM 2.1 tiny with random weights, as ONNX files and as Meta's reference predictor."""
+"""Parity fixtures: Meta's reference predictor on the SAM 2.1 fixture's weights (the ONNX files are
+`sam21_files` in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,6 @@ from typing import Any
 import pytest
 
 from tests.support import sam_fixture
-
-
-@pytest.fixture(scope="session")
-def sam21_files() -> sam_fixture.Sam21Fixture:
-    """encoder.onnx, decoder.onnx and weights.safetensors, exported once and cached across runs."""
-    return sam_fixture.fixture()
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,26 @@
 from craftai import AiClient
 """
 
-from craftai.client import AiClient, Deadlines, MatteOutput
+from craftai.client import (
+    AiClient,
+    Deadlines,
+    LowResMask,
+    MaskOutput,
+    MatteOutput,
+    Point,
+    SegmentOutput,
+    SegmentSession,
+)
 from craftai.errors import CraftAiError
 
-__all__ = ["AiClient", "CraftAiError", "Deadlines", "MatteOutput"]
+__all__ = [
+    "AiClient",
+    "CraftAiError",
+    "Deadlines",
+    "LowResMask",
+    "MaskOutput",
+    "MatteOutput",
+    "Point",
+    "SegmentOutput",
+    "SegmentSession",
+]

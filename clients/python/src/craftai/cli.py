@@ -1,8 +1,9 @@
-"""The `craftai` command: serve, status, setup, remove-background.
+"""The `craftai` command: serve, status, setup, remove-background, segment.
 
 craftai serve                                  # all three services on 127.0.0.1:50051
 craftai setup image.matte --recipe u2netp      # download and verify (progress bars)
 craftai remove-background a.jpg b.png -o out/  # mattes and cutouts, with timings
+craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from craftai.client import AiClient
+from craftai.client import AiClient, Point
 from craftai.errors import CraftAiError
 from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
@@ -128,6 +129,80 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
     return 0
 
 
+def _point(text: str) -> Point:
+    """`x,y` (foreground), `x,y:fg` or `x,y:bg`, in picture pixels."""
+    where, _, kind = text.partition(":")
+    kind = kind.strip().lower() or "fg"
+    if kind not in ("fg", "bg"):
+        raise argparse.ArgumentTypeError(f"{text!r}: a point is x,y or x,y:fg or x,y:bg")
+    try:
+        x, y = (float(v) for v in where.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a point is x,y or x,y:fg or x,y:bg (numbers)") from None
+    return Point(x, y, foreground=kind == "fg")
+
+
+def _box(text: str) -> tuple[float, float, float, float]:
+    try:
+        x0, y0, x1, y1 = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: a box is x0,y0,x1,y1 (top-left, bottom-right)") from None
+    return (x0, y0, x1, y1)
+
+
+def cmd_segment(options: argparse.Namespace) -> int:
+    if not options.point and options.box is None:
+        print("craftai: give at least one --point or a --box", file=sys.stderr)
+        return 2
+    out = Path(options.output)
+    bars: dict[str, tqdm] = {}  # type: ignore[type-arg]
+
+    def progress(event: common_pb2.Progress) -> None:
+        bar = bars.get("steps")
+        if bar is None:
+            bar = bars["steps"] = tqdm(total=event.total or None, desc="segment", leave=False, disable=options.quiet)
+        if event.total and bar.total != event.total:
+            bar.reset(total=event.total)
+        bar.n = event.done
+        bar.set_postfix_str(f"{event.stage}: {event.message}"[-70:], refresh=True)
+
+    started = time.perf_counter()
+    with _client(options) as ai:
+        try:
+            result = ai.segment_once(
+                Path(options.input),
+                points=options.point,
+                box=options.box,
+                all_masks=options.all_masks,
+                recipe=options.recipe,
+                engine=options.engine,
+                on_progress=progress,
+            )
+        finally:
+            for bar in bars.values():
+                bar.close()
+    round_trip = (time.perf_counter() - started) * 1000
+    if options.all_masks:
+        stem, suffix = out.stem, out.suffix or ".png"
+        paths = [out.with_name(f"{stem}-{k}{suffix}") for k in range(len(result.masks))]
+    else:
+        paths = [out]
+    if out.parent != Path(""):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    for path, mask in zip(paths, result.masks, strict=True):
+        path.write_bytes(mask.png)
+        what = "empty (nothing selected)" if mask.empty else f"{mask.selected_fraction:.1%} of the picture"
+        print(f"{path}: predicted IoU {mask.predicted_iou:.3f}, {what}")
+    stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
+    print(
+        f"{Path(options.input).name}: {result.width}x{result.height} {result.recipe}/{result.engine} on "
+        f"{result.device}: {round_trip:.0f} ms round trip (server {result.server_ms:.0f} ms: {stages})"
+    )
+    for notice in result.notices:
+        print(f"  note: {notice}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="craftai", description="craft-ai services: local AI image features")
     p.add_argument(
@@ -173,6 +248,25 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_remove_background)
+
+    s = sub.add_parser("segment", help="write the mask selected by clicks and/or a box (image.segment)")
+    s.add_argument("input", metavar="IN", help="a PNG, JPEG or WebP picture")
+    s.add_argument(
+        "--point",
+        action="append",
+        type=_point,
+        default=[],
+        metavar="X,Y[:fg|:bg]",
+        help="a click in picture pixels (origin top-left); foreground unless :bg; repeat for more",
+    )
+    s.add_argument("--box", type=_box, default=None, metavar="X0,Y0,X1,Y1", help="a box: top-left, bottom-right")
+    s.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the mask PNG (0/255) to write")
+    s.add_argument(
+        "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
+    )
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.set_defaults(func=cmd_segment)
     return p
 
 

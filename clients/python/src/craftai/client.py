@@ -7,6 +7,10 @@
             print(event)
         result = ai.remove_background("photo.jpg", cutout=True)
         Path("matte.png").write_bytes(result.matte_png)
+        with ai.open_session("photo.jpg") as picture:   # the encoder runs once, here
+            first = picture.segment(points=[(310, 200, True)])
+            better = picture.segment(points=[(310, 200, True), (40, 40, False)], mask_input=first.best.low_res)
+            Path("mask.png").write_bytes(better.best.png)
 
 Every call has a deadline; errors are raised as `CraftAiError` with the service's plain message.
 """
@@ -14,10 +18,10 @@ Every call has a deadline; errors are raised as `CraftAiError` with the service'
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 
@@ -64,6 +68,106 @@ class Deadlines:
     unary: float = 30.0
     inference: float = 600.0
     setup: float = 6 * 3600.0
+
+
+@dataclass(frozen=True)
+class Point:
+    """A click in picture pixels (x to the right, y down, origin at the top-left corner)."""
+
+    x: float
+    y: float
+    foreground: bool = True
+
+
+@dataclass(frozen=True)
+class LowResMask:
+    """Low-res mask logits as answered (float32 little-endian, row-major, 256x256); feed one back
+    as `mask_input` to refine the next prompt on the same picture."""
+
+    logits: bytes
+    width: int = 256
+    height: int = 256
+
+
+@dataclass(frozen=True)
+class MaskOutput:
+    """One mask: a 0/255 grayscale PNG at the picture's size. `empty` is True when it selects
+    nothing (an answer, not an error); `selected_fraction` is the share of pixels selected."""
+
+    png: bytes
+    predicted_iou: float
+    empty: bool
+    selected_fraction: float
+    low_res: LowResMask
+
+
+@dataclass(frozen=True)
+class SegmentOutput:
+    """The answer to one prompt: masks best first (three when all were asked, else one)."""
+
+    masks: list[MaskOutput]
+    width: int
+    height: int
+    recipe: str
+    engine: str
+    device: str
+    session_id: str = ""
+    timing_ms: dict[str, float] = field(default_factory=dict)
+    server_ms: float = 0.0
+    notices: list[str] = field(default_factory=list)
+    reopened: bool = False  # the session had been forgotten and was opened again with the picture
+
+    @property
+    def best(self) -> MaskOutput:
+        return self.masks[0]
+
+
+PointLike = Point | tuple[float, float, bool] | tuple[float, float]
+MaskInput = LowResMask | bytes | None
+
+
+def _prompt(
+    points: Iterable[PointLike], box: Sequence[float] | None, mask_input: MaskInput, all_masks: bool
+) -> infer_pb2.Prompt:
+    prompt = infer_pb2.Prompt(all_masks=all_masks)
+    for point in points:
+        p = point if isinstance(point, Point) else Point(*point)
+        label = infer_pb2.POINT_LABEL_FOREGROUND if p.foreground else infer_pb2.POINT_LABEL_BACKGROUND
+        prompt.points.append(infer_pb2.Point(x=p.x, y=p.y, label=label))
+    if box is not None:
+        if len(box) != 4:
+            raise ValueError(f"a box is four numbers (x0, y0, x1, y1); got {len(box)}")
+        x0, y0, x1, y1 = box
+        prompt.box.CopyFrom(infer_pb2.Box(x0=x0, y0=y0, x1=x1, y1=y1))
+    if mask_input is not None:
+        low = mask_input if isinstance(mask_input, LowResMask) else LowResMask(bytes(mask_input))
+        prompt.mask_input.CopyFrom(infer_pb2.LowResMask(logits=low.logits, width=low.width, height=low.height))
+    return prompt
+
+
+def _segment_output(r: infer_pb2.SegmentResult, notices: list[str], reopened: bool = False) -> SegmentOutput:
+    return SegmentOutput(
+        masks=[
+            MaskOutput(
+                png=m.png,
+                predicted_iou=m.predicted_iou,
+                empty=m.empty,
+                selected_fraction=m.selected_fraction,
+                low_res=LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height),
+            )
+            for m in r.masks
+        ],
+        width=r.width,
+        height=r.height,
+        recipe=r.route.recipe,
+        engine=r.route.engine,
+        device=r.device,
+        session_id=r.session_id,
+        timing_ms=dict(r.timing.stages_ms),
+        server_ms=r.timing.total_ms,
+        notices=notices,
+        reopened=reopened,
+    )
 
 
 def _read_picture(picture: Picture) -> bytes:
@@ -137,6 +241,31 @@ class AiClient:
             return call(request, timeout=self.deadlines.unary, metadata=self._metadata())
         except grpc.RpcError as exc:
             raise CraftAiError.from_rpc(exc) from None
+
+    def _stream(
+        self,
+        call: Callable[..., Any],
+        request: object,
+        on_progress: ProgressCallback | None,
+        notices: list[str],
+        request_id: str | None = None,
+    ) -> object:
+        """Run an inference stream to its one result (progress to the callback, notices collected)."""
+        stream = call(request, timeout=self.deadlines.inference, metadata=self._metadata(request_id))
+        try:
+            for event in stream:
+                kind = event.WhichOneof("event")
+                if kind == "progress" and on_progress is not None:
+                    on_progress(event.progress)
+                elif kind == "notice":
+                    notices.append(event.notice.message)
+                elif kind == "result":
+                    return event.result
+        except grpc.RpcError as exc:
+            raise CraftAiError.from_rpc(exc) from None
+        finally:
+            stream.cancel()
+        raise CraftAiError(grpc.StatusCode.INTERNAL, "the stream ended without a result")
 
     # -- catalogue and runtime -----------------------------------------------------------
 
@@ -238,3 +367,134 @@ class AiClient:
         except grpc.RpcError as exc:
             raise CraftAiError.from_rpc(exc) from None
         raise CraftAiError(grpc.StatusCode.INTERNAL, "the stream ended without a result")
+
+    # -- image.segment -------------------------------------------------------------------
+
+    def open_session(
+        self,
+        picture: Picture,
+        recipe: str | None = None,
+        engine: str | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> SegmentSession:
+        """Send a picture once (the encoder runs now); prompt it many times with `segment`.
+
+        The session keeps the picture's bytes: if the server has forgotten it (idle time, memory
+        budget, restart), the next prompt opens it again transparently.
+        """
+        session = SegmentSession(self, _read_picture(picture), recipe or "", engine or "")
+        session.open(on_progress)
+        return session
+
+    def segment_once(
+        self,
+        picture: Picture,
+        points: Iterable[PointLike] = (),
+        box: Sequence[float] | None = None,
+        mask_input: MaskInput = None,
+        all_masks: bool = False,
+        *,
+        recipe: str | None = None,
+        engine: str | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> SegmentOutput:
+        """Picture and prompt in one call; nothing is kept on the server (the encoder runs each time)."""
+        request = infer_pb2.SegmentOnceRequest(
+            route=common_pb2.RouteRef(feature="image.segment", recipe=recipe or "", engine=engine or ""),
+            picture=common_pb2.Picture(data=_read_picture(picture)),
+            prompt=_prompt(points, box, mask_input, all_masks),
+        )
+        notices: list[str] = []
+        result = self._stream(self.infer_stub.SegmentOnce, request, on_progress, notices)
+        assert isinstance(result, infer_pb2.SegmentResult)
+        return _segment_output(result, notices)
+
+
+class SegmentSession:
+    """A picture kept on the server for prompts; close it (or use `with`) when done.
+
+    The picture's bytes stay here, so a prompt after the server forgot the session (idle time,
+    memory budget, restart) or after `close()` opens it again first. Not thread-safe: one app
+    thread prompts one session at a time.
+    """
+
+    def __init__(self, client: AiClient, picture: bytes, recipe: str, engine: str) -> None:
+        self._client = client
+        self._picture = picture
+        self._recipe = recipe
+        self._engine = engine
+        self.session_id = ""
+        self.width = 0
+        self.height = 0
+        self.device = ""
+        self.idle_seconds = 0.0
+        self.timing_ms: dict[str, float] = {}
+        self.reopened = 0  # how many times the server had forgotten it and it was opened again
+
+    @property
+    def recipe(self) -> str:
+        return self._recipe
+
+    @property
+    def engine(self) -> str:
+        return self._engine
+
+    def open(self, on_progress: ProgressCallback | None = None) -> None:
+        """(Re)open on the server with the kept picture bytes; the route answered first is kept."""
+        request = infer_pb2.OpenSessionRequest(
+            route=common_pb2.RouteRef(feature="image.segment", recipe=self._recipe, engine=self._engine),
+            picture=common_pb2.Picture(data=self._picture),
+        )
+        result = self._client._stream(self._client.infer_stub.OpenSession, request, on_progress, [])
+        assert isinstance(result, infer_pb2.OpenSessionResult)
+        self.session_id = result.session_id
+        self.width, self.height = result.width, result.height
+        self._recipe, self._engine = result.route.recipe, result.route.engine
+        self.device = result.device
+        self.idle_seconds = result.idle_seconds
+        self.timing_ms = dict(result.timing.stages_ms)
+
+    def segment(
+        self,
+        points: Iterable[PointLike] = (),
+        box: Sequence[float] | None = None,
+        mask_input: MaskInput = None,
+        all_masks: bool = False,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> SegmentOutput:
+        """Masks for a prompt: points (x, y, foreground?) and/or a box (x0, y0, x1, y1) in picture
+        pixels, optionally a previous answer's `low_res` to refine; best mask first."""
+        prompt = _prompt(list(points), box, mask_input, all_masks)
+        reopened = False
+        if not self.session_id:
+            self.open(on_progress)
+            reopened = True
+        while True:
+            request = infer_pb2.SegmentRequest(session_id=self.session_id, prompt=prompt)
+            notices: list[str] = []
+            try:
+                result = self._client._stream(self._client.infer_stub.Segment, request, on_progress, notices)
+            except CraftAiError as exc:
+                if reopened or exc.code != grpc.StatusCode.NOT_FOUND or exc.reason != "SESSION_NOT_FOUND":
+                    raise
+                self.open(on_progress)  # evicted, expired or the server restarted: send the picture again
+                self.reopened += 1
+                reopened = True
+                continue
+            assert isinstance(result, infer_pb2.SegmentResult)
+            return _segment_output(result, notices, reopened)
+
+    def close(self) -> None:
+        """Forget the picture on the server (nothing happens if it is already gone)."""
+        if self.session_id:
+            request = infer_pb2.CloseSessionRequest(session_id=self.session_id)
+            self.session_id = ""
+            self._client._unary(self._client.infer_stub.CloseSession, request)
+
+    def __enter__(self) -> SegmentSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

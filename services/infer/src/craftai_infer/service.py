@@ -12,22 +12,38 @@ from importlib.util import find_spec
 from typing import Any, TypeVar
 
 import grpc
+import numpy as np
+import numpy.typing as npt
+from PIL import Image
 
 from craftai.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient
-from craftai_common.errors import Reason, handle_errors, handle_stream_errors, invalid_argument
+from craftai_common.errors import (
+    Reason,
+    handle_errors,
+    handle_stream_errors,
+    invalid_argument,
+    not_found,
+    resource_exhausted,
+)
+from craftai_common.metadata import app_id
 from craftai_common.server import Mount
 from craftai_common.store import Store
 from craftai_infer import device as devices
-from craftai_infer import pictures
+from craftai_infer import pictures, prompts
 from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
 from craftai_infer.pipelines.cutout import cutout
+from craftai_infer.pipelines.picture_convert import to_rgb_uint8
+from craftai_infer.pipelines.segment_sam import SamMasks
+from craftai_infer.routes import SegmentModel
+from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_infer.settings import InferSettings
 
 log = logging.getLogger("craftai.infer")
 Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = infer_pb2.DESCRIPTOR.services_by_name["InferService"].full_name
 MATTE = "image.matte"
+SEGMENT = "image.segment"
 T = TypeVar("T")
 
 
@@ -46,6 +62,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
         # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.
         self._cpu = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="pictures")
+        self.sessions = SessionStore(settings.session_budget_bytes, settings.session_idle_seconds)
 
     async def _on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
@@ -162,36 +179,203 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             )
         )
 
-    # -- image.segment (issue: Segment on onnxruntime) ------------------------------------
+    # -- image.segment -------------------------------------------------------------------
 
-    async def _not_yet(self, context: Context) -> None:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "image.segment is not served by this version yet")
+    async def _picture_rgb(self, data: bytes) -> tuple[npt.NDArray[np.uint8], int, int]:
+        """Decoded (limits checked first), oriented, as RGB uint8; off the event loop."""
 
+        def work() -> npt.NDArray[np.uint8]:
+            return np.asarray(to_rgb_uint8(pictures.decode(data, self.limits)), dtype=np.uint8)
+
+        rgb = await self._on_cpu(work)
+        return rgb, int(rgb.shape[1]), int(rgb.shape[0])
+
+    async def _masks(self, masks: SamMasks) -> list[infer_pb2.Mask]:
+        """The answer's masks as 0/255 grayscale PNGs at the picture's size, best first."""
+        level = self.settings.png_compress_level
+
+        def work() -> list[bytes]:
+            return [
+                pictures.encode_png(Image.fromarray(m.view(np.uint8) * np.uint8(255), mode="L"), level)
+                for m in masks.masks
+            ]
+
+        pngs = await self._on_cpu(work)
+        return [
+            infer_pb2.Mask(
+                png=png,
+                predicted_iou=float(masks.ious[k]),
+                empty=bool(masks.empty[k]),
+                selected_fraction=float(masks.fractions[k]),
+                low_res=prompts.low_res_message(masks.low_res[k]),
+            )
+            for k, png in enumerate(pngs)
+        ]
+
+    @handle_stream_errors
     async def OpenSession(
         self, request: infer_pb2.OpenSessionRequest, context: Context
     ) -> AsyncIterator[infer_pb2.OpenSessionEvent]:
-        await self._not_yet(context)
-        yield infer_pb2.OpenSessionEvent()
+        started = time.perf_counter()
+        stages: dict[str, float] = {}
+        resolved = await self._resolve(request.route, SEGMENT)
+        loaded: LoadedRoute[SegmentModel] | None = None
+        async for item in self._load(resolved):
+            if isinstance(item, common_pb2.Progress):
+                yield infer_pb2.OpenSessionEvent(progress=item)
+            else:
+                loaded = item
+        assert loaded is not None
 
+        t = time.perf_counter()
+        yield infer_pb2.OpenSessionEvent(progress=_progress("decode", 0, 2, "decoding the picture"))
+        rgb, width, height = await self._picture_rgb(request.picture.data)
+        stages["decode"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        yield infer_pb2.OpenSessionEvent(
+            progress=_progress("encode", 1, 2, f"encoding the {width}x{height} picture ({loaded.device})")
+        )
+        notices = Notices([])
+        embedding = await loaded.run(lambda model: model.encode(rgb), notices)
+        stages["encode"] = (time.perf_counter() - t) * 1000
+        for notice in notices.items:
+            yield infer_pb2.OpenSessionEvent(notice=notice)
+
+        try:
+            opened = self.sessions.open(
+                app_id(context), embedding, width=width, height=height, route=loaded, device=loaded.device
+            )
+        except BudgetTooSmallError as exc:
+            raise resource_exhausted(
+                Reason.LIMIT_REACHED,
+                f"cannot keep this picture: {exc} (CRAFTAI_SESSION_BUDGET_BYTES); "
+                "raise the budget, or use SegmentOnce, which keeps nothing",
+            ) from exc
+        yield infer_pb2.OpenSessionEvent(
+            result=infer_pb2.OpenSessionResult(
+                session_id=opened.session.id,
+                width=width,
+                height=height,
+                route=loaded.ref,
+                device=loaded.device,
+                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
+                idle_seconds=self.sessions.idle_seconds,
+            )
+        )
+
+    @handle_stream_errors
     async def Segment(
         self, request: infer_pb2.SegmentRequest, context: Context
     ) -> AsyncIterator[infer_pb2.SegmentEvent]:
-        await self._not_yet(context)
-        yield infer_pb2.SegmentEvent()
+        started = time.perf_counter()
+        stages: dict[str, float] = {}
+        checked = prompts.check(request.prompt, self.settings.max_points)
+        session = self._session(app_id(context), request.session_id)
+        prompt = checked.within(session.width, session.height)
+        route: LoadedRoute[SegmentModel] = session.route
 
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(progress=_progress("model", 0, 2, f"decoding the mask ({route.device})"))
+        notices = Notices([])
+        embedding = session.embedding
+        masks = await route.run(lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks), notices)
+        stages["model"] = (time.perf_counter() - t) * 1000
+        for notice in notices.items:
+            yield infer_pb2.SegmentEvent(notice=notice)
+
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(progress=_progress("png", 1, 2, "encoding the mask PNG"))
+        answered = await self._masks(masks)
+        stages["png"] = (time.perf_counter() - t) * 1000
+        yield infer_pb2.SegmentEvent(
+            result=infer_pb2.SegmentResult(
+                masks=answered,
+                width=session.width,
+                height=session.height,
+                device=route.device,
+                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
+                session_id=session.id,
+                route=route.ref,
+            )
+        )
+
+    def _session(self, app: str, session_id: str) -> Session:
+        if not session_id:
+            raise not_found(
+                Reason.SESSION_NOT_FOUND, "the request names no session (session_id is empty); open one first"
+            )
+        session = self.sessions.get(app, session_id)
+        if session is None:
+            raise not_found(
+                Reason.SESSION_NOT_FOUND,
+                f"session {session_id} is not open for this app: it was closed, forgotten after "
+                f"{self.sessions.idle_seconds:g} s without use, or evicted to keep within the session budget; "
+                "open it again with the picture",
+                session_id=session_id,
+            )
+        return session
+
+    @handle_stream_errors
     async def SegmentOnce(
         self, request: infer_pb2.SegmentOnceRequest, context: Context
     ) -> AsyncIterator[infer_pb2.SegmentEvent]:
-        await self._not_yet(context)
-        yield infer_pb2.SegmentEvent()
+        started = time.perf_counter()
+        stages: dict[str, float] = {}
+        checked = prompts.check(request.prompt, self.settings.max_points)
+        resolved = await self._resolve(request.route, SEGMENT)
+        loaded: LoadedRoute[SegmentModel] | None = None
+        async for item in self._load(resolved):
+            if isinstance(item, common_pb2.Progress):
+                yield infer_pb2.SegmentEvent(progress=item)
+            else:
+                loaded = item
+        assert loaded is not None
 
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(progress=_progress("decode", 0, 4, "decoding the picture"))
+        rgb, width, height = await self._picture_rgb(request.picture.data)
+        prompt = checked.within(width, height)
+        stages["decode"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(
+            progress=_progress("encode", 1, 4, f"encoding the {width}x{height} picture ({loaded.device})")
+        )
+        notices = Notices([])
+        embedding = await loaded.run(lambda model: model.encode(rgb), notices)
+        stages["encode"] = (time.perf_counter() - t) * 1000
+
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(progress=_progress("model", 2, 4, f"decoding the mask ({loaded.device})"))
+        masks = await loaded.run(lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks), notices)
+        stages["model"] = (time.perf_counter() - t) * 1000
+        for notice in notices.items:
+            yield infer_pb2.SegmentEvent(notice=notice)
+
+        t = time.perf_counter()
+        yield infer_pb2.SegmentEvent(progress=_progress("png", 3, 4, "encoding the mask PNG"))
+        answered = await self._masks(masks)
+        stages["png"] = (time.perf_counter() - t) * 1000
+        yield infer_pb2.SegmentEvent(
+            result=infer_pb2.SegmentResult(
+                masks=answered,
+                width=width,
+                height=height,
+                device=loaded.device,
+                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
+                route=loaded.ref,
+            )
+        )
+
+    @handle_errors
     async def CloseSession(
         self, request: infer_pb2.CloseSessionRequest, context: Context
     ) -> infer_pb2.CloseSessionResponse:
-        await self._not_yet(context)
-        return infer_pb2.CloseSessionResponse()
+        return infer_pb2.CloseSessionResponse(closed=self.sessions.close(app_id(context), request.session_id))
 
     async def close(self) -> None:
+        await self.sessions.stop()
         self.routes.close()
         self._cpu.shutdown(wait=False, cancel_futures=True)
         await self.catalogue.close()
@@ -205,6 +389,7 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
+        servicer.sessions.start_sweeping()
         log.info(
             "device: %s%s",
             servicer.device.preferred,

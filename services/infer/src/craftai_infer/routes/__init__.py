@@ -1,8 +1,9 @@
 """What runs each route: a factory per (recipe, engine), building the model from its files.
 
 A factory gets the route's verified files and a device, and returns an object with the
-feature's method (`matte(picture) -> matte` for image.matte). It is called again with the CPU
-when the GPU fails (see craftai_infer.loader).
+feature's methods (`matte(picture) -> matte` for image.matte; `encode(rgb) -> embedding` and
+`decode(embedding, prompt, all_masks) -> masks` for image.segment). It is called again with the
+CPU when the GPU fails (see craftai_infer.loader).
 """
 
 from __future__ import annotations
@@ -10,11 +11,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+import numpy as np
+import numpy.typing as npt
 from PIL import Image
 
 from craftai_common.store import FilePin
+
+if TYPE_CHECKING:
+    from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 
@@ -51,14 +57,28 @@ class MatteModel(Model, Protocol):
         ...
 
 
+class SegmentModel(Model, Protocol):
+    """image.segment: the image encoder once per picture, the mask decoder once per prompt."""
+
+    def encode(self, picture: npt.NDArray[np.uint8]) -> Any:
+        """The picture's embedding (RGB uint8 HxWx3 in); has `nbytes`, kept in a session."""
+        ...
+
+    def decode(self, embedding: Any, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
+        """Masks at the picture's size for one prompt on an embedding this model made, best first."""
+        ...
+
+
 Factory = Callable[[RouteFiles, str], Model]
 
 
 def factories() -> dict[tuple[str, str], Factory]:
     """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
-    from craftai_infer.routes import inspyrenet, u2netp
+    from craftai_infer.routes import inspyrenet, sam2, u2netp
 
     return {
+        ("sam2-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
+        ("sam2.1-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
         ("u2netp", "onnxruntime"): u2netp.U2netpOnnx,
         ("u2netp", "torch"): u2netp.U2netpTorch,
         ("inspyrenet-swinb", "torch"): inspyrenet.InspyrenetTorch,

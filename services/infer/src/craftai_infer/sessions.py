@@ -1,0 +1,182 @@
+"""Kept pictures for image.segment: the encoder's output under a session id, so later prompts skip it.
+
+A session holds one picture's image embedding (with the picture's size and the route that made
+it). Sessions are
+
+* scoped by app id: a session is found only with the app id that opened it; another app asking
+  for the same id gets "not found", exactly as if it did not exist;
+* bounded by a memory budget (`CRAFTAI_SESSION_BUDGET_BYTES`), counted as the bytes of the kept
+  embeddings (`embedding.nbytes`, the arrays themselves; the picture is not kept): opening a
+  session evicts the least recently used ones, of any app, until the new one fits;
+* forgotten after `CRAFTAI_SESSION_IDLE_SECONDS` without use (each prompt is a use), checked on
+  every access and by a periodic sweep so memory is given back even when no request comes;
+* closed by their owner (CloseSession), or all at once when the service stops.
+
+The store is touched only from the event loop (no locks); every operation is a few dict steps and
+never waits on model work. A prompt that already holds a session's embedding finishes with it
+even if the session is evicted meanwhile (memory may exceed the budget by that one embedding
+until the prompt ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+log = logging.getLogger("craftai.infer.sessions")
+
+
+class Embedding(Protocol):
+    """What a segment model's encoder returns; `nbytes` is what the budget counts."""
+
+    @property
+    def nbytes(self) -> int: ...
+
+
+@dataclass
+class Session:
+    """One kept picture. `route` is the LoadedRoute whose encoder made `embedding`."""
+
+    id: str
+    app_id: str
+    embedding: Embedding
+    width: int
+    height: int
+    route: Any
+    device: str
+    nbytes: int
+    created: float
+    last_used: float = field(default=0.0)
+
+
+@dataclass(frozen=True)
+class Opened:
+    """What `SessionStore.open` did: the new session and the sessions evicted to make room."""
+
+    session: Session
+    evicted: int
+
+
+class BudgetTooSmallError(Exception):
+    """One embedding alone is larger than the whole session budget."""
+
+    def __init__(self, nbytes: int, budget: int) -> None:
+        super().__init__(f"one kept picture needs {nbytes:,} bytes; the session budget is {budget:,} bytes")
+        self.nbytes = nbytes
+        self.budget = budget
+
+
+class SessionStore:
+    """Sessions in least-recently-used order (oldest first), with their total bytes."""
+
+    def __init__(self, budget_bytes: int, idle_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_bytes = budget_bytes
+        self.idle_seconds = idle_seconds
+        self._clock = clock
+        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._bytes = 0
+        self._sweeper: asyncio.Task[None] | None = None
+        self.evicted_total = 0
+        self.expired_total = 0
+
+    # -- queries -------------------------------------------------------------------------
+
+    @property
+    def bytes_used(self) -> int:
+        return self._bytes
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, app_id: str, session_id: str) -> Session | None:
+        """The app's session, marked as used now; None when unknown, another app's, expired or evicted."""
+        self.expire()
+        session = self._sessions.get(session_id)
+        if session is None or session.app_id != app_id:
+            return None
+        session.last_used = self._clock()
+        self._sessions.move_to_end(session_id)
+        return session
+
+    # -- changes -------------------------------------------------------------------------
+
+    def open(self, app_id: str, embedding: Embedding, *, width: int, height: int, route: Any, device: str) -> Opened:
+        """Keep a new picture, evicting the least recently used sessions until it fits the budget."""
+        self.expire()
+        nbytes = int(embedding.nbytes)
+        if nbytes > self.budget_bytes:
+            raise BudgetTooSmallError(nbytes, self.budget_bytes)
+        evicted = 0
+        while self._sessions and self._bytes + nbytes > self.budget_bytes:
+            _, oldest = self._sessions.popitem(last=False)
+            self._bytes -= oldest.nbytes
+            evicted += 1
+            log.info("session %s… of %s evicted (budget %d bytes)", oldest.id[:6], oldest.app_id, self.budget_bytes)
+        self.evicted_total += evicted
+        now = self._clock()
+        session_id = secrets.token_urlsafe(18)  # unguessable: an id alone never reaches another app's picture
+        session = Session(session_id, app_id, embedding, width, height, route, device, nbytes, now, now)
+        self._sessions[session_id] = session
+        self._bytes += nbytes
+        return Opened(session, evicted)
+
+    def close(self, app_id: str, session_id: str) -> bool:
+        """Forget the app's session; False when it was already gone (or is another app's)."""
+        session = self._sessions.get(session_id)
+        if session is None or session.app_id != app_id:
+            return False
+        self._drop(session_id)
+        return True
+
+    def expire(self) -> int:
+        """Forget the sessions idle for longer than the idle time; returns how many."""
+        deadline = self._clock() - self.idle_seconds
+        # Oldest use first: stop at the first session used recently enough.
+        stale = []
+        for session_id, session in self._sessions.items():
+            if session.last_used > deadline:
+                break
+            stale.append(session_id)
+        for session_id in stale:
+            self._drop(session_id)
+        self.expired_total += len(stale)
+        return len(stale)
+
+    def clear(self) -> None:
+        self._sessions.clear()
+        self._bytes = 0
+
+    def _drop(self, session_id: str) -> None:
+        session = self._sessions.pop(session_id)
+        self._bytes -= session.nbytes
+
+    # -- the periodic sweep --------------------------------------------------------------
+
+    def start_sweeping(self) -> None:
+        """Expire idle sessions in the background as well (owned here; `stop` ends it)."""
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().create_task(self._sweep(), name="session-sweeper")
+
+    async def _sweep(self) -> None:
+        period = min(max(self.idle_seconds / 4, 0.25), 30.0)
+        while True:
+            await asyncio.sleep(period)
+            count = self.expire()
+            if count:
+                log.info("%d idle session(s) forgotten after %.0f s", count, self.idle_seconds)
+
+    async def stop(self) -> None:
+        """End the sweep and forget every session."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
+        self.clear()

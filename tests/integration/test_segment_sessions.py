@@ -1,0 +1,98 @@
+"""Session lifecycle on real servers: eviction under a budget that holds one picture, expiry after
+an idle time of about a second, and the SDK sending the picture again when its session is gone.
+
+Two servers on the store set up by prepare (`sam_store`), each with one setting changed, so that an
+eviction is never mistaken for an expiry (each encoder run takes seconds here).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from craftai import AiClient, CraftAiError, SegmentSession
+from craftai.v1 import infer_pb2, infer_pb2_grpc
+from tests.support import servers
+from tests.support.segment import SetUpStore
+
+pytestmark = pytest.mark.slow
+EMBEDDING_BYTES = 4 * (32 * 256 * 256 + 64 * 128 * 128 + 256 * 64 * 64)  # SAM 2 tiny: 16 MiB per picture
+BUDGET = EMBEDDING_BYTES + EMBEDDING_BYTES // 2  # room for one picture, not two
+IDLE_SECONDS = 1.5
+CLICK = [(200.0, 150.0, True)]
+
+
+def _serve(sam_store: SetUpStore, workdir: Path, env: dict[str, str]) -> Iterator[servers.Process]:
+    with servers.running(sam_store.serve(workdir, env)) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def small_budget(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    yield from _serve(sam_store, tmp_path_factory.mktemp("budget"), {"CRAFTAI_SESSION_BUDGET_BYTES": str(BUDGET)})
+
+
+@pytest.fixture(scope="module")
+def short_idle(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    env = {"CRAFTAI_SESSION_IDLE_SECONDS": str(IDLE_SECONDS)}
+    yield from _serve(sam_store, tmp_path_factory.mktemp("idle"), env)
+
+
+def _is_kept(address: str, session: SegmentSession) -> bool:
+    """Ask the server directly (not through the SDK, which would reopen the session)."""
+    request = infer_pb2.SegmentRequest(
+        session_id=session.session_id,
+        prompt=infer_pb2.Prompt(points=[infer_pb2.Point(x=10, y=10, label=infer_pb2.POINT_LABEL_FOREGROUND)]),
+    )
+    with grpc.insecure_channel(address) as channel:
+        try:
+            list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=(("craftai-app-id", "tests"),)))
+        except grpc.RpcError as exc:
+            error = CraftAiError.from_rpc(exc)
+            assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"), error
+            return False
+    return True
+
+
+def test_the_runtime_reports_the_session_settings(small_budget: servers.Process, short_idle: servers.Process) -> None:
+    with AiClient(app_id="tests", target=small_budget.address) as ai:
+        assert ai.runtime().limits.session_budget_bytes == BUDGET
+    with AiClient(app_id="tests", target=short_idle.address) as ai:
+        assert ai.runtime().limits.session_idle_seconds == IDLE_SECONDS
+
+
+def test_a_budget_for_one_picture_evicts_the_older_and_the_sdk_sends_it_again(
+    small_budget: servers.Process, photos: dict[str, Path]
+) -> None:
+    with AiClient(app_id="tests", target=small_budget.address) as ai:
+        first = ai.open_session(photos["chelsea.png"])
+        before = first.segment(points=CLICK)
+        second = ai.open_session(photos["astronaut.png"])
+        assert not _is_kept(small_budget.address, first)  # evicted: the budget holds one embedding
+        assert _is_kept(small_budget.address, second)
+
+        again = first.segment(points=CLICK)  # the SDK re-sends chelsea.png and asks again
+        assert again.reopened and first.reopened == 1
+        assert again.best.png == before.best.png and again.best.predicted_iou == before.best.predicted_iou
+        assert again.session_id == first.session_id != before.session_id
+        assert not _is_kept(small_budget.address, second)  # reopening evicted the other in turn
+        first.close()
+        second.close()  # already gone: closing says nothing
+
+
+def test_an_idle_session_is_forgotten_and_the_sdk_sends_it_again(
+    short_idle: servers.Process, photos: dict[str, Path]
+) -> None:
+    with AiClient(app_id="tests", target=short_idle.address) as ai, ai.open_session(photos["chelsea.png"]) as session:
+        assert session.idle_seconds == IDLE_SECONDS
+        before = session.segment(points=CLICK)
+        assert not before.reopened
+        time.sleep(IDLE_SECONDS * 2)
+        assert not _is_kept(short_idle.address, session)
+
+        again = session.segment(points=CLICK)
+        assert again.reopened and session.reopened == 1 and again.best.png == before.best.png
