@@ -430,6 +430,7 @@ class SegmentSession:
         self.device = ""
         self.idle_seconds = 0.0
         self.timing_ms: dict[str, float] = {}
+        self.notices: list[str] = []  # notices of the last opening (e.g. FELL_BACK_TO_CPU)
         self.reopened = 0  # how many times the server had forgotten it and it was opened again
 
     @property
@@ -446,7 +447,8 @@ class SegmentSession:
             route=common_pb2.RouteRef(feature="image.segment", recipe=self._recipe, engine=self._engine),
             picture=common_pb2.Picture(data=self._picture),
         )
-        result = self._client._stream(self._client.infer_stub.OpenSession, request, on_progress, [])
+        self.notices = []
+        result = self._client._stream(self._client.infer_stub.OpenSession, request, on_progress, self.notices)
         assert isinstance(result, infer_pb2.OpenSessionResult)
         self.session_id = result.session_id
         self.width, self.height = result.width, result.height

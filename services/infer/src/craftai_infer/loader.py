@@ -20,6 +20,7 @@ from craftai.v1 import catalogue_pb2, common_pb2
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition
 from craftai_common.store import Store, check_prepared, prepared_key
+from craftai_infer import faults
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, Model, ModelRefusedError, Precision, RouteFiles, factories
 
@@ -93,14 +94,17 @@ class RouteLoader:
         catalogue: CatalogueClient,
         store: Store,
         device: DeviceInfo,
+        *,
         cpu_threads: int,
         gpu_precision: Precision = "auto",
+        fault_injection: str = "",
     ) -> None:
         self.catalogue = catalogue
         self.store = store
         self.device = device
         self.cpu_threads = cpu_threads
         self.gpu_precision: Precision = gpu_precision
+        self.fault_injection = fault_injection
         self._resolved: dict[RouteKey, tuple[float, catalogue_pb2.ResolveRouteResponse]] = {}
         self._loaded: dict[RouteKey, LoadedRoute[Any]] = {}
         self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
@@ -158,7 +162,10 @@ class RouteLoader:
         files = self._verified_files(resolved)
         started = time.perf_counter()
         try:
-            model = factory(files, self.device.preferred)
+            if self.fault_injection:
+                model = faults.wrap(self.fault_injection, lambda device: factory(files, device))
+            else:
+                model = factory(files, self.device.preferred)
         except ModelRefusedError as exc:
             raise failed_precondition(
                 Reason.MODEL_REFUSED,

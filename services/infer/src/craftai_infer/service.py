@@ -57,7 +57,12 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.device = devices.detect(settings.device)
         self.catalogue = catalogue
         self.routes = RouteLoader(
-            catalogue, Store(settings.store), self.device, settings.cpu_threads, settings.gpu_precision
+            catalogue,
+            Store(settings.store),
+            self.device,
+            cpu_threads=settings.cpu_threads,
+            gpu_precision=settings.gpu_precision,
+            fault_injection=settings.fault_injection,
         )
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
         # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.

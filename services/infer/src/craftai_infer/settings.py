@@ -22,5 +22,8 @@ class InferSettings(ServerSettings):
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
     session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
+    fault_injection: Literal["", "gpu-oom-once"] = Field(
+        "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
+    )
     cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")
     png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")
