@@ -126,8 +126,12 @@ class RouteLoader:
         r = resolved.route
         return (r.feature, r.recipe, r.engine) in self._loaded
 
-    async def get(self, resolved: catalogue_pb2.ResolveRouteResponse) -> LoadedRoute[Any]:
-        """The loaded route, loading it first (once, however many requests ask at the same time)."""
+    async def get(
+        self, resolved: catalogue_pb2.ResolveRouteResponse, step: Callable[[str], None] | None = None
+    ) -> LoadedRoute[Any]:
+        """The loaded route, loading it first (once, however many requests ask at the same time).
+
+        `step` hears the load's warm-up steps (called from the loading thread)."""
         r = resolved.route
         key = (r.feature, r.recipe, r.engine)
         if key in self._loaded:
@@ -137,7 +141,7 @@ class RouteLoader:
             pending = asyncio.get_running_loop().create_future()
             self._loading[key] = pending
             try:
-                loaded = await asyncio.to_thread(self._load, resolved)
+                loaded = await asyncio.to_thread(self._load, resolved, step or (lambda _message: None))
                 self._loaded[key] = loaded
                 pending.set_result(loaded)
             except BaseException as exc:
@@ -149,7 +153,7 @@ class RouteLoader:
             return loaded
         return await asyncio.shield(pending)
 
-    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse) -> LoadedRoute[Any]:
+    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Callable[[str], None]) -> LoadedRoute[Any]:
         ref = resolved.route
         factory = self._factories.get((ref.recipe, ref.engine))
         if factory is None:
@@ -173,6 +177,9 @@ class RouteLoader:
                 recipe=ref.recipe,
                 engine=ref.engine,
             ) from exc
+        warm_up = getattr(model, "warm_up", None)
+        if warm_up is not None:  # e.g. CUDA graphs captured now, not on the first request
+            warm_up(step)
         log.info(
             "loaded %s/%s on %s in %.0f ms",
             ref.recipe,

@@ -105,17 +105,35 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
     async def _load(
         self, resolved: catalogue_pb2.ResolveRouteResponse
     ) -> AsyncIterator[common_pb2.Progress | LoadedRoute[Any]]:
-        """Yield a load progress event (first use only), then the loaded route."""
+        """Yield load progress events (first use only: the load and its warm-up steps), then the route."""
         r = resolved.route
-        if not self.routes.is_loaded(resolved):
-            yield _progress("load", 0, 1, f"loading {r.recipe} ({r.engine})")
-            started = time.perf_counter()
-            loaded = await self.routes.get(resolved)
-            yield _progress(
-                "load", 1, 1, f"loaded {r.recipe} on {loaded.device} in {(time.perf_counter() - started) * 1000:.0f} ms"
-            )
-        else:
-            loaded = await self.routes.get(resolved)
+        if self.routes.is_loaded(resolved):
+            yield await self.routes.get(resolved)
+            return
+        yield _progress("load", 0, 1, f"loading {r.recipe} ({r.engine})")
+        started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+        steps: asyncio.Queue[str] = asyncio.Queue()
+
+        def step(message: str) -> None:  # called from the loading thread
+            loop.call_soon_threadsafe(steps.put_nowait, message)
+
+        loading = asyncio.ensure_future(self.routes.get(resolved, step))
+        try:
+            while not loading.done():
+                waiting = asyncio.ensure_future(steps.get())
+                await asyncio.wait({loading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+                if waiting.done():
+                    yield _progress("load", 0, 1, waiting.result())
+                else:
+                    waiting.cancel()
+        finally:
+            if not loading.done():
+                loading.cancel()
+        loaded = loading.result()
+        yield _progress(
+            "load", 1, 1, f"loaded {r.recipe} on {loaded.device} in {(time.perf_counter() - started) * 1000:.0f} ms"
+        )
         yield loaded
 
     @handle_stream_errors

@@ -48,6 +48,16 @@ class TorchSamEmbedding:
     picture_height: int
     picture_width: int
 
+    def to(self, device: torch.device) -> TorchSamEmbedding:
+        """The same embedding on another device (after a fall back to the CPU, sessions keep working)."""
+        return TorchSamEmbedding(
+            self.high_res_feats_0.to(device),
+            self.high_res_feats_1.to(device),
+            self.image_embed.to(device),
+            self.picture_height,
+            self.picture_width,
+        )
+
     @property
     def nbytes(self) -> int:
         return sum(
@@ -138,6 +148,8 @@ class SamTorchRunner:
         """low-res logits [3, 256, 256] and IoUs [3], on the device."""
         feeds = encode_prompt(prompt, embedding.picture_height, embedding.picture_width)
         d = self.device
+        if embedding.image_embed.device != d:
+            embedding = embedding.to(d)
         with torch.inference_mode():
             inputs = [
                 embedding.image_embed,

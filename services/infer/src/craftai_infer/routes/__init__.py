@@ -79,6 +79,8 @@ def factories() -> dict[tuple[str, str], Factory]:
     return {
         ("sam2-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
         ("sam2.1-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
+        ("sam2-hiera-tiny", "torch"): sam2.Sam2Torch,
+        ("sam2.1-hiera-tiny", "torch"): sam2.Sam2Torch,
         ("u2netp", "onnxruntime"): u2netp.U2netpOnnx,
         ("u2netp", "torch"): u2netp.U2netpTorch,
         ("inspyrenet-swinb", "torch"): inspyrenet.InspyrenetTorch,

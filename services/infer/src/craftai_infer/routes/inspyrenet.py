@@ -3,6 +3,8 @@ pinned safetensors file as downloaded (no preparation), the any-size pipeline of
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from PIL import Image
 
@@ -49,9 +51,10 @@ class InspyrenetTorch:
             return out
         return self._graphs.run(tuple(x.shape), [x])[0]
 
-    def warm_up(self) -> None:
-        """Capture the graph every picture over 1280 px uses."""
+    def warm_up(self, step: Callable[[str], None]) -> None:
+        """Capture the graph every picture over 1280 px uses (no-op on the CPU)."""
         if self._graphs is not None:
+            step("capturing the network's CUDA graph at 1280²")
             self.matte(Image.new("RGB", (1600, 1200)))
 
     def matte(self, picture: Image.Image) -> Image.Image:
