@@ -260,7 +260,7 @@ def parser() -> argparse.ArgumentParser:
         help="a click in picture pixels (origin top-left); foreground unless :bg; repeat for more",
     )
     s.add_argument("--box", type=_box, default=None, metavar="X0,Y0,X1,Y1", help="a box: top-left, bottom-right")
-    s.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the mask PNG (0/255) to write")
+    s.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the mask PNG (1-bit grayscale) to write")
     s.add_argument(
         "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
     )

@@ -91,7 +91,7 @@ class LowResMask:
 
 @dataclass(frozen=True)
 class MaskOutput:
-    """One mask: a 0/255 grayscale PNG at the picture's size. `empty` is True when it selects
+    """One mask: a 1-bit grayscale PNG at the picture's size. `empty` is True when it selects
     nothing (an answer, not an error); `selected_fraction` is the share of pixels selected."""
 
     png: bytes

@@ -475,7 +475,7 @@ class Mask(_message.Message):
     SELECTED_FRACTION_FIELD_NUMBER: _builtins.int
     LOW_RES_FIELD_NUMBER: _builtins.int
     png: _builtins.bytes
-    """1-bit mask as an 8-bit grayscale PNG (0 or 255) at the picture's size"""
+    """1-bit grayscale PNG (bit depth 1: 0 outside, 1 selected) at the picture's size"""
     predicted_iou: _builtins.float
     empty: _builtins.bool
     """nothing selected"""
