@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import filecmp
+import os
 import shutil
 import sys
 import tempfile
@@ -40,8 +41,19 @@ def _generate(out_root: Path) -> None:
         f"--mypy_grpc_out={out_root}",
         *protos,
     ]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc failed")
+    # The mypy plugins print a line per file to stderr; keep them out of CI logs unless protoc fails.
+    with tempfile.TemporaryFile() as noise:
+        saved = os.dup(2)
+        os.dup2(noise.fileno(), 2)
+        try:
+            code = protoc.main(args)
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+        if code != 0:
+            noise.seek(0)
+            sys.stderr.write(noise.read().decode(errors="replace"))
+            raise SystemExit("protoc failed")
     (out_root / PACKAGE_DIR / "__init__.py").write_text(INIT_TEXT)
 
 

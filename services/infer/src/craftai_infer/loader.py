@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -21,6 +21,7 @@ from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition
 from craftai_common.store import Store, check_prepared, prepared_key
 from craftai_infer import faults
+from craftai_infer.batching import MicroBatcher
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, Model, ModelRefusedError, Precision, RouteFiles, factories
 
@@ -46,16 +47,29 @@ class Notices:
         self.items.append(common_pb2.Notice(code=code, message=message))
 
 
+@dataclass(frozen=True)
+class Batching:
+    """Dynamic batching: requests arriving within `window_s` run as one model call (up to `max_batch`)."""
+
+    window_s: float = 0.003
+    max_batch: int = 8
+
+
 class LoadedRoute(Generic[M]):
     """A built model, its own worker thread (model work never runs on the event loop) and files."""
 
-    def __init__(self, ref: common_pb2.RouteRef, model: M, factory: Factory, files: RouteFiles) -> None:
+    def __init__(
+        self, ref: common_pb2.RouteRef, model: M, factory: Factory, files: RouteFiles, batching: Batching | None = None
+    ) -> None:
         self.ref = ref
         self.model = model
         self._factory = factory
         self._files = files
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
         self._fell_back = False
+        self._batching = batching or Batching()
+        self._batchers: dict[str, MicroBatcher[tuple[Hashable, Any], tuple[Any, str]]] = {}
+        self.requests = 0
 
     @property
     def device(self) -> str:
@@ -82,6 +96,50 @@ class LoadedRoute(Generic[M]):
             )
             return result
 
+    @property
+    def batches(self) -> int:
+        """Model calls made for batched requests (fewer than the requests when batching happened)."""
+        return sum(b.stats.batches for b in self._batchers.values())
+
+    async def submit(
+        self, method: str, payload: Any, single: Callable[[M], T], notices: Notices, key: Hashable = None
+    ) -> T:
+        """One request to the model: batched with others arriving within the window when the model has
+        `<method>_batch` (like requests only: same `key`), else `single(model)` alone."""
+        self.requests += 1
+        if not hasattr(self.model, f"{method}_batch") or self._batching.max_batch < 2:
+            return await self.run(single, notices)
+        batcher = self._batchers.get(method)
+        if batcher is None:
+            batcher = MicroBatcher(
+                lambda items: self._run_batch(method, [payload for _, payload in items]),
+                self._worker,
+                max_batch=self._batching.max_batch,
+                window_s=self._batching.window_s,
+                key=lambda item: item[0],
+            )
+            self._batchers[method] = batcher
+        result, notice = await batcher.submit((key, payload))
+        if notice:
+            notices.add("FELL_BACK_TO_CPU", notice)
+        return cast(T, result)
+
+    def _run_batch(self, method: str, payloads: list[Any]) -> list[tuple[Any, str]]:
+        """On the model's worker: one call for the batch; the GPU-failure fallback as in `run`."""
+        model = self.model
+        try:
+            return [(r, "") for r in getattr(model, f"{method}_batch")(payloads)]
+        except Exception as exc:
+            if model.device == "cpu" or self._fell_back:
+                raise
+            self._fell_back = True
+            log.warning("%s failed on %s (%s); rebuilding on the CPU", self.ref.recipe, model.device, exc)
+            cpu_model = self._factory(self._files, "cpu")
+            results = getattr(cpu_model, f"{method}_batch")(payloads)
+            self.model = cast(M, cpu_model)
+            notice = f"the GPU failed ({type(exc).__name__}: {exc}); answered on the CPU, which this model keeps using"
+            return [(r, notice) for r in results]
+
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
 
@@ -98,6 +156,7 @@ class RouteLoader:
         cpu_threads: int,
         gpu_precision: Precision = "auto",
         fault_injection: str = "",
+        batching: Batching | None = None,
     ) -> None:
         self.catalogue = catalogue
         self.store = store
@@ -105,6 +164,7 @@ class RouteLoader:
         self.cpu_threads = cpu_threads
         self.gpu_precision: Precision = gpu_precision
         self.fault_injection = fault_injection
+        self.batching = batching or Batching()
         self._resolved: dict[RouteKey, tuple[float, catalogue_pb2.ResolveRouteResponse]] = {}
         self._loaded: dict[RouteKey, LoadedRoute[Any]] = {}
         self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
@@ -187,7 +247,7 @@ class RouteLoader:
             model.device,
             (time.perf_counter() - started) * 1000,
         )
-        return LoadedRoute(ref, model, factory, files)
+        return LoadedRoute(ref, model, factory, files, self.batching)
 
     def _verified_files(self, resolved: catalogue_pb2.ResolveRouteResponse) -> RouteFiles:
         """The files the route loads, each checked: a prepared folder against its manifest (every

@@ -31,10 +31,10 @@ from craftai_common.server import Mount
 from craftai_common.store import Store
 from craftai_infer import device as devices
 from craftai_infer import pictures, prompts
-from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
+from craftai_infer.loader import Batching, LoadedRoute, Notices, RouteLoader
 from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
-from craftai_infer.pipelines.segment_sam import SamMasks
+from craftai_infer.pipelines.segment_sam import SamMasks, prompt_points
 from craftai_infer.routes import SegmentModel
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_infer.settings import InferSettings
@@ -63,6 +63,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             cpu_threads=settings.cpu_threads,
             gpu_precision=settings.gpu_precision,
             fault_injection=settings.fault_injection,
+            batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
         )
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
         # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.
@@ -82,7 +83,10 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             device=self.device.preferred,
             gpu_available=self.device.gpu_available,
             gpu_name=self.device.gpu_name,
-            loaded=[infer_pb2.LoadedRoute(route=r.ref, device=r.device) for r in self.routes.loaded()],
+            loaded=[
+                infer_pb2.LoadedRoute(route=r.ref, device=r.device, requests=r.requests, batches=r.batches)
+                for r in self.routes.loaded()
+            ],
             limits=infer_pb2.Limits(
                 max_message_bytes=s.max_message_bytes,
                 max_picture_pixels=s.max_picture_pixels,
@@ -176,7 +180,8 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         t = time.perf_counter()
         yield infer_pb2.MatteEvent(progress=_progress("model", 1, 3, f"removing the background ({loaded.device})"))
         notices = Notices([])
-        matte = await loaded.run(lambda model: model.matte(picture), notices)
+        key = loaded.model.batch_key(picture) if hasattr(loaded.model, "batch_key") else None
+        matte = await loaded.submit("matte", picture, lambda model: model.matte(picture), notices, key)
         stages["model"] = (time.perf_counter() - t) * 1000
         for notice in notices.items:
             yield infer_pb2.MatteEvent(notice=notice)
@@ -258,7 +263,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             progress=_progress("encode", 1, 2, f"encoding the {width}x{height} picture ({loaded.device})")
         )
         notices = Notices([])
-        embedding = await loaded.run(lambda model: model.encode(rgb), notices)
+        embedding = await loaded.submit("encode", rgb, lambda model: model.encode(rgb), notices)
         stages["encode"] = (time.perf_counter() - t) * 1000
         for notice in notices.items:
             yield infer_pb2.OpenSessionEvent(notice=notice)
@@ -300,7 +305,13 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         yield infer_pb2.SegmentEvent(progress=_progress("model", 0, 2, f"decoding the mask ({route.device})"))
         notices = Notices([])
         embedding = session.embedding
-        masks = await route.run(lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks), notices)
+        masks = await route.submit(
+            "decode",
+            (embedding, prompt, checked.all_masks),
+            lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks),
+            notices,
+            prompt_points(prompt),
+        )
         stages["model"] = (time.perf_counter() - t) * 1000
         for notice in notices.items:
             yield infer_pb2.SegmentEvent(notice=notice)
@@ -364,12 +375,18 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             progress=_progress("encode", 1, 4, f"encoding the {width}x{height} picture ({loaded.device})")
         )
         notices = Notices([])
-        embedding = await loaded.run(lambda model: model.encode(rgb), notices)
+        embedding = await loaded.submit("encode", rgb, lambda model: model.encode(rgb), notices)
         stages["encode"] = (time.perf_counter() - t) * 1000
 
         t = time.perf_counter()
         yield infer_pb2.SegmentEvent(progress=_progress("model", 2, 4, f"decoding the mask ({loaded.device})"))
-        masks = await loaded.run(lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks), notices)
+        masks = await loaded.submit(
+            "decode",
+            (embedding, prompt, checked.all_masks),
+            lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks),
+            notices,
+            prompt_points(prompt),
+        )
         stages["model"] = (time.perf_counter() - t) * 1000
         for notice in notices.items:
             yield infer_pb2.SegmentEvent(notice=notice)

@@ -22,6 +22,10 @@ class InferSettings(ServerSettings):
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
     session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
+    batch_window_ms: float = Field(
+        3.0, ge=0, description="requests arriving within this many ms run as one batch (models that batch)"
+    )
+    max_batch: int = Field(8, ge=1, le=64, description="largest batch; 1 turns batching off")
     fault_injection: Literal["", "gpu-oom-once"] = Field(
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )

@@ -105,8 +105,14 @@ class LoadedRoute(_message.Message):
 
     ROUTE_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
+    REQUESTS_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
     device: _builtins.str
     """"cuda:0" or "cpu" """
+    requests: _builtins.int
+    """model requests answered since it was loaded"""
+    batches: _builtins.int
+    """model calls made for batched requests (dynamic batching)"""
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef: ...
     def __init__(
@@ -114,10 +120,12 @@ class LoadedRoute(_message.Message):
         *,
         route: _common_pb2.RouteRef | None = ...,
         device: _builtins.str = ...,
+        requests: _builtins.int = ...,
+        batches: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "device", b"device", "requests", b"requests", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -16,7 +16,7 @@ and returning a (1, 1, H, W) matte in [0, 1] (craftai_infer.models.inspyrenet.In
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -34,7 +34,9 @@ __all__ = [
     "edge_tiles",
     "fringe_shrink",
     "matte_inspyrenet",
+    "matte_inspyrenet_batch",
     "matte_inspyrenet_float",
+    "network_shape",
     "refine_radius",
 ]
 
@@ -116,6 +118,52 @@ def _refine(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tens
     return out
 
 
+@dataclass(frozen=True)
+class NetworkInput:
+    """A picture on the device and the network input made from it (stage one of the pipeline)."""
+
+    pixels: Tensor  # (H, W, 3) uint8
+    x: Tensor  # (1, 3, h, w) ImageNet-normalised: padded to a multiple of 32, or reduced to 1280²
+    reduced: bool  # the picture was over `max_side` (padded to a square and reduced)
+
+
+def network_shape(height: int, width: int, settings: MatteSettings = MatteSettings()) -> tuple[int, int]:
+    """The network input's size for a picture: pictures with the same one can run as one batch."""
+    if max(height, width) > settings.max_side:
+        return settings.max_side, settings.max_side
+    m = settings.multiple
+    return -(-height // m) * m, -(-width // m) * m
+
+
+def network_input(rgb: np.ndarray, device: torch.device, settings: MatteSettings = MatteSettings()) -> NetworkInput:
+    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
+        raise ValueError(f"expected an (H, W, 3) uint8 picture, got {rgb.dtype} {rgb.shape}")
+    h, w = rgb.shape[:2]
+    # Decoded on the CPU; from here on everything runs on the device (one host-to-device copy).
+    pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W")))
+    pixels = pixels.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else pixels.to(device)
+    chw = pixels.permute(2, 0, 1).unsqueeze(0).float()  # (1, 3, H, W) in [0, 255]
+    if max(h, w) <= settings.max_side:
+        return NetworkInput(pixels, _normalise(reflect_pad(chw, *network_shape(h, w, settings))), reduced=False)
+    side = max(h, w)
+    n = settings.max_side
+    reduced = resize_lanczos(reflect_pad(chw, side, side), n, n).clamp(0.0, 255.0)
+    return NetworkInput(pixels, _normalise(reduced), reduced=True)
+
+
+def matte_from_network(prepared: NetworkInput, out: Tensor, settings: MatteSettings = MatteSettings()) -> Tensor:
+    """Stage three: the network's (1, 1, h, w) output -> the matte before the fringe shrink, (H, W)."""
+    h, w = prepared.pixels.shape[:2]
+    if not prepared.reduced:
+        return out[0, 0, :h, :w]
+    side = max(h, w)
+    alpha = F.interpolate(out, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
+    scale = settings.max_side / side
+    if scale < settings.refine_below_scale:
+        alpha = _refine(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings)
+    return alpha[0, 0]
+
+
 def matte_inspyrenet_float(
     rgb: np.ndarray,
     network: MatteNetwork,
@@ -125,28 +173,13 @@ def matte_inspyrenet_float(
     settings: MatteSettings = MatteSettings(),
 ) -> Tensor:
     """The matte before the fringe shrink and rounding: (H, W) float32 in [0, 1] on `device`."""
-    if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
-        raise ValueError(f"expected an (H, W, 3) uint8 picture, got {rgb.dtype} {rgb.shape}")
-    device = torch.device(device)
-    h, w = rgb.shape[:2]
-    # Decoded on the CPU; from here on everything runs on the device (one host-to-device copy).
-    pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W")))
-    pixels = pixels.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else pixels.to(device)
-    chw = pixels.permute(2, 0, 1).unsqueeze(0).float()  # (1, 3, H, W) in [0, 255]
-    m = settings.multiple
-    if max(h, w) <= settings.max_side:
-        x = _normalise(reflect_pad(chw, -(-h // m) * m, -(-w // m) * m))
-        return _run(network, x, autocast)[0, 0, :h, :w]
+    prepared = network_input(rgb, torch.device(device), settings)
+    return matte_from_network(prepared, _run(network, prepared.x, autocast), settings)
 
-    side = max(h, w)
-    n = settings.max_side
-    reduced = resize_lanczos(reflect_pad(chw, side, side), n, n).clamp(0.0, 255.0)
-    small = _run(network, _normalise(reduced), autocast)  # (1, 1, n, n)
-    alpha = F.interpolate(small, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
-    scale = n / side
-    if scale < settings.refine_below_scale:
-        alpha = _refine(pixels, alpha.contiguous(), refine_radius(scale), settings)
-    return alpha[0, 0]
+
+def _to_uint8(alpha: Tensor, settings: MatteSettings) -> np.ndarray:
+    out: np.ndarray = torch.floor(fringe_shrink(alpha, settings.fringe) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+    return out
 
 
 def matte_inspyrenet(
@@ -158,10 +191,24 @@ def matte_inspyrenet(
     settings: MatteSettings = MatteSettings(),
 ) -> np.ndarray:
     """The picture's matte: (H, W) uint8, white = subject, exactly the picture's size."""
-    alpha = matte_inspyrenet_float(rgb, network, device=device, autocast=autocast, settings=settings)
-    alpha = fringe_shrink(alpha, settings.fringe)
-    out: np.ndarray = torch.floor(alpha * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
-    return out
+    return _to_uint8(
+        matte_inspyrenet_float(rgb, network, device=device, autocast=autocast, settings=settings), settings
+    )
+
+
+def matte_inspyrenet_batch(
+    pictures: Sequence[np.ndarray],
+    network: MatteNetwork,
+    *,
+    device: torch.device | str = "cpu",
+    autocast: torch.dtype | None = None,
+    settings: MatteSettings = MatteSettings(),
+) -> list[np.ndarray]:
+    """Several pictures whose network inputs have the same shape (`network_shape`): one forward for
+    all, each picture's matte the same as alone (the min-max normalisation is per picture)."""
+    prepared = [network_input(rgb, torch.device(device), settings) for rgb in pictures]
+    out = _run(network, torch.cat([p.x for p in prepared]), autocast)
+    return [_to_uint8(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]
 
 
 def cutout_rgba(rgb: np.ndarray, matte: np.ndarray) -> np.ndarray:

@@ -140,6 +140,12 @@ class SamPrompt:
     mask_input: npt.NDArray[Any] | None = None
 
 
+def prompt_points(prompt: SamPrompt) -> int:
+    """How many points the decoder gets for a prompt (a box is two): prompts with as many can share a
+    decoder call (batched) and a captured graph."""
+    return len(prompt.points) + (2 if prompt.box is not None else 0)
+
+
 def encode_prompt(prompt: SamPrompt, picture_height: int, picture_width: int) -> dict[str, F32]:
     """The prompt as the decoder's point_coords/point_labels/mask_input/has_mask_input feeds."""
     points = (

@@ -158,13 +158,49 @@ class SamTorchRunner:
                 *(torch.from_numpy(feeds[k]).to(d, non_blocking=True) for k in DECODER_FEEDS),
             ]
             if self._decoder_graphs is not None:
-                masks, ious = self._decoder_graphs.run(inputs[3].shape[1], inputs)
+                masks, ious = self._decoder_graphs.run((1, inputs[3].shape[1]), inputs)
             else:
                 masks, ious = self.net.decode(*inputs)
         return masks[0], ious[0]
 
     def decode(self, embedding: TorchSamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
         low_res, ious = self.decode_raw(embedding, prompt)
+        return self._answer(embedding, low_res, ious, all_masks)
+
+    def decode_batch(self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]]) -> list[SamMasks]:
+        """Prompts on several pictures (or one) in one decoder call; every prompt must have as many
+        points (`prompt_points`): the batcher groups them so."""
+        if len(items) == 1:
+            embedding, prompt, all_masks = items[0]
+            return [self.decode(embedding, prompt, all_masks=all_masks)]
+        d = self.device
+        embeddings = [e if e.image_embed.device == d else e.to(d) for e, _, _ in items]
+        feeds = [
+            encode_prompt(p, e.picture_height, e.picture_width) for e, (_, p, _) in zip(embeddings, items, strict=True)
+        ]
+        with torch.inference_mode():
+            inputs = [
+                torch.cat([e.image_embed for e in embeddings]),
+                torch.cat([e.high_res_feats_0 for e in embeddings]),
+                torch.cat([e.high_res_feats_1 for e in embeddings]),
+                *(
+                    torch.from_numpy(np.concatenate([f[k] for f in feeds])).to(d, non_blocking=True)
+                    for k in DECODER_FEEDS
+                ),
+            ]
+            if self._decoder_graphs is not None:
+                masks, ious = self._decoder_graphs.run((len(items), inputs[3].shape[1]), inputs)
+            else:
+                masks, ious = self.net.decode(*inputs)
+            return [
+                self._answer(e, masks[i], ious[i], all_masks)
+                for i, (e, (_, _, all_masks)) in enumerate(zip(embeddings, items, strict=True))
+            ]
+
+    def _answer(
+        self, embedding: TorchSamEmbedding, low_res: torch.Tensor, ious: torch.Tensor, all_masks: bool
+    ) -> SamMasks:
+        """One prompt's decoder outputs -> masks at the picture's size (upscaled and thresholded here)."""
         scores = ious.float().cpu().numpy()  # the one read-back the choice needs
         chosen = order_by_score(scores, all_masks=all_masks)
         index = torch.from_numpy(chosen).to(self.device)

@@ -3,14 +3,14 @@ pinned safetensors file as downloaded (no preparation), the any-size pipeline of
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from PIL import Image
 
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.models.inspyrenet import CheckpointRefusedError, PinnedFile, fold_batchnorm, load_inspyrenet
-from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet
+from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet, matte_inspyrenet_batch, network_shape
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_infer.routes import ModelRefusedError, RouteFiles
 
@@ -56,6 +56,17 @@ class InspyrenetTorch:
         if self._graphs is not None:
             step("capturing the network's CUDA graph at 1280²")
             self.matte(Image.new("RGB", (1600, 1200)))
+
+    def batch_key(self, picture: Image.Image) -> tuple[int, int]:
+        """Pictures whose network inputs have the same shape share a forward."""
+        return network_shape(picture.height, picture.width)
+
+    def matte_batch(self, pictures: Sequence[Image.Image]) -> list[Image.Image]:
+        with torch.inference_mode():
+            mattes = matte_inspyrenet_batch(
+                [to_rgb_uint8(p) for p in pictures], self.forward, device=self.device, autocast=self.autocast
+            )
+        return [Image.fromarray(m, mode="L") for m in mattes]
 
     def matte(self, picture: Image.Image) -> Image.Image:
         with torch.inference_mode():

@@ -77,3 +77,6 @@ class Sam2Torch:
 
     def decode(self, embedding: Any, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
         return self.runner.decode(embedding, prompt, all_masks=all_masks)
+
+    def decode_batch(self, items: Sequence[tuple[Any, SamPrompt, bool]]) -> list[SamMasks]:
+        return self.runner.decode_batch(items)
