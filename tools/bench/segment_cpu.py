@@ -25,26 +25,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import functools
-import http.server
 import json
 import os
 import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-import tomllib
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-
-import tomli_w
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
@@ -79,81 +71,27 @@ class Repetition:
 # a server with the fixture
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
-@contextlib.contextmanager
-def _files_on_loopback(folder: Path) -> Iterator[str]:
-    """A plain HTTP server for one folder on 127.0.0.1 (the prepare service downloads from it)."""
-    handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-def _catalogue(path: Path, manifest: dict[str, Any], url: str) -> Path:
-    """The packaged recipe data with sam2-hiera-tiny pinned to the fixture's files."""
-    from craftai_catalogue.recipes import DATA_FILE
-
-    data = tomllib.loads(DATA_FILE.read_text())
-    recipe = next(r for r in data["recipes"] if r["name"] == RECIPE)
-    for pinned in recipe["files"]:
-        name = FIXTURE_FILES[pinned["role"]]
-        entry = manifest["files"][name]
-        pinned.update(size=entry["size"], sha256=entry["sha256"], sources=[{"url": f"{url}/{name}"}])
-    path.write_text(tomli_w.dumps(data))
-    return path
-
-
 @contextlib.contextmanager
 def _serve_fixture(workdir: Path, device: str) -> Iterator[str]:
     """`craftai serve` on a new store with the fixture set up; yields its address."""
+    from tools.bench import harness
     from tools.fixtures import sam21
 
     print("== the SAM 2.1 fixture (generated once into .cache/fixtures/)", flush=True)
     fixture = sam21.ensure_fixture()
-    with _files_on_loopback(fixture.folder) as url:
-        recipes = _catalogue(workdir / "recipes.toml", fixture.manifest, url)
-        ready = workdir / "address"
-        env = {
-            **os.environ,
-            "CRAFTAI_HOST": "127.0.0.1",
-            "CRAFTAI_PORT": "0",
-            "CRAFTAI_STORE": str(workdir / "store"),
-            "CRAFTAI_RECIPES": str(recipes),
-            "CRAFTAI_READY_FILE": str(ready),
-            "CRAFTAI_DEVICE": device,
-            "CRAFTAI_LOG_LEVEL": "WARNING",
+    with harness.files_on_loopback(fixture.folder) as url:
+        pins = {
+            RECIPE: {
+                role: {**fixture.manifest["files"][name], "url": f"{url}/{name}"}
+                for role, name in FIXTURE_FILES.items()
+            }
         }
-        craftai = Path(sys.executable).parent / "craftai"
-        with (workdir / "serve.log").open("wb") as log:
-            process = subprocess.Popen([str(craftai), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while not ready.exists():
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"craftai serve did not start:\n{(workdir / 'serve.log').read_text()}")
-                time.sleep(0.05)
-            address = ready.read_text().strip()
+        recipes = harness.pinned_catalogue(workdir / "recipes.toml", pins)
+        with harness.serve(workdir, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}) as address:
             print(f"== craftai serve on {address}; setting {FEATURE} {RECIPE} up from {url}", flush=True)
             with AiClient(app_id="bench", target=address) as ai:
                 list(ai.setup(FEATURE, RECIPE))
             yield address
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
 
 # ------------------------------------------------------------------------------------------------

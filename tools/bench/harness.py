@@ -1,0 +1,116 @@
+"""What the benchmarks share: a real `craftai serve` on a temporary store, files served on
+loopback for its prepare service, and catalogues pinning test files (random-weight fixtures)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import tomllib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import tomli_w
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def files_on_loopback(folder: Path) -> Iterator[str]:
+    """A plain HTTP server for one folder on 127.0.0.1 (the prepare service downloads from it)."""
+    handler = functools.partial(_QuietHandler, directory=str(folder))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def pinned_catalogue(path: Path, pins: dict[str, dict[str, dict[str, Any]]]) -> Path:
+    """The packaged recipe data with some recipes' files pinned to other bytes.
+
+    pins: recipe -> file role -> {"size", "sha256", "url"}.
+    """
+    from craftai_catalogue.recipes import DATA_FILE
+
+    data = tomllib.loads(DATA_FILE.read_text())
+    for recipe in data["recipes"]:
+        for pinned in recipe.get("files", []):
+            new = pins.get(recipe["name"], {}).get(pinned["role"])
+            if new is not None:
+                pinned.update(size=new["size"], sha256=new["sha256"], sources=[{"url": new["url"]}])
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@contextlib.contextmanager
+def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
+    """`craftai serve` (as `python -m craftai.cli`, so it runs wherever the packages import) on
+    `workdir/store`; yields its address and stops it with SIGTERM at the end."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / "address"
+    ready.unlink(missing_ok=True)
+    full = {
+        **os.environ,
+        "CRAFTAI_HOST": "127.0.0.1",
+        "CRAFTAI_PORT": "0",
+        "CRAFTAI_STORE": str(workdir / "store"),
+        "CRAFTAI_READY_FILE": str(ready),
+        "CRAFTAI_LOG_LEVEL": "WARNING",
+        **env,
+    }
+    with (workdir / "serve.log").open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "craftai.cli", "serve"], env=full, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + 180
+        while not ready.exists():
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"craftai serve did not start:\n{(workdir / 'serve.log').read_text()}")
+            time.sleep(0.05)
+        yield ready.read_text().strip()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+    return {"p50": statistics.median(ordered), "p90": at(0.9), "p99": at(0.99), "n": float(len(ordered))}
+
+
+def timed_ms(fn: Callable[[], Any], reps: int, warmup: int = 1) -> list[float]:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return samples

@@ -1,0 +1,402 @@
+"""The benchmark anyone can rerun: this project against the peers, same machine, same weights, one run.
+
+    python tools/bench/run.py                       # everything, on the GPU when one answers
+    python tools/bench/run.py --tiny --device cpu   # a quick check that every section runs (CI)
+    python tools/bench/run.py --sections sam_grpc,u2netp_cpu --out out/bench
+
+Sections (each writes into --out; bench.json and bench.md gather them):
+- sam_inprocess: SAM 2.1 tiny, this project's torch route in-process against Meta's
+  SAM2ImagePredictor (tools/bench/sam_gpu.py): picture set (2048x1536), click, box.
+- sam_grpc: the same route through `craftai serve` on loopback: click round trip (mask PNG
+  included), picture set (OpenSession), and encoder throughput at concurrency 1, 8 and 32.
+- matte_inprocess: InSPyReNet at 1024 and 1280 against transparent-background's network, and the
+  whole pipeline at 1280x960 and 4000x3000 (tools/bench/matte_gpu.py).
+- matte_grpc: InSPyReNet through `craftai serve`: the Matte round trip at 1280x960 and 4000x3000.
+- u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible)
+  against rembg's own `remove(only_mask=True)` on the same photos: pictures per second with 1 and
+  2 concurrent clients, and a check that both give the same matte.
+Weights: random-weight SAM 2.1 and InSPyReNet fixtures (the published files cannot be had here;
+same architecture and sizes), the real u2netp file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import functools
+import io
+import json
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+for src in (
+    "clients/python/src",
+    "services/common/src",
+    "services/catalogue/src",
+    "services/prepare/src",
+    "services/infer/src",
+    ".",
+):
+    if str(REPO / src) not in sys.path:
+        sys.path.insert(0, str(REPO / src))
+
+from craftai import AiClient  # noqa: E402
+from tools.bench import harness  # noqa: E402
+
+SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "u2netp_cpu")
+
+
+def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
+    from tools.samples import photos
+
+    out = io.BytesIO()
+    Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC).save(
+        out, format="JPEG", quality=quality
+    )
+    return out.getvalue()
+
+
+def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, seconds: float) -> float:
+    """Calls per second of `concurrency` threads each repeating its own call for `seconds`."""
+    counts = [0] * concurrency
+    stop = time.monotonic() + seconds
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        call = make_call(i)
+        try:
+            while time.monotonic() < stop:
+                call()
+                counts[i] += 1
+        except BaseException as exc:
+            errors.append(exc)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(counts) / (time.monotonic() - started)
+
+
+# ---- SAM --------------------------------------------------------------------------------------
+
+
+def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+    from tools.fixtures import sam21
+
+    fixture = sam21.ensure_fixture()
+    work = Path(tempfile.mkdtemp(prefix="bench-sam-"))
+    size = (256, 192) if tiny else (2048, 1536)
+    picture = jpeg(size)
+    with harness.files_on_loopback(fixture.folder) as url:
+        files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+        pins = {"sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}}
+        recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
+        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
+        with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
+            list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+            session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
+            w, h = size
+            clicks = harness.timed_ms(lambda: session.segment([(w * 0.5, h * 0.45, True)]), 5 if tiny else 200, 5)
+            boxes = harness.timed_ms(
+                lambda: session.segment(box=(w * 0.25, h * 0.2, w * 0.75, h * 0.8)), 3 if tiny else 100, 2
+            )
+            opens = harness.timed_ms(
+                lambda: ai.open_session(picture, "sam2-hiera-tiny", "torch").close(), 3 if tiny else 50, 2
+            )
+            rates = {}
+            for concurrency in (1, 2) if tiny else (1, 8, 32):
+                clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(concurrency)]
+                try:
+                    rates[str(concurrency)] = throughput(
+                        functools.partial(_open_and_close, clients, picture), concurrency, 1.0 if tiny else 8.0
+                    )
+                finally:
+                    for client in clients:
+                        client.close()
+            runtime = ai.runtime()
+    result = {
+        "picture": f"{w}x{h} JPEG",
+        "device": runtime.device,
+        "click_round_trip_ms": harness.percentiles(clicks),
+        "box_round_trip_ms": harness.percentiles(boxes),
+        "picture_set_round_trip_ms": harness.percentiles(opens),
+        "encoder_pictures_per_s": rates,
+        "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
+    }
+    (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable[[], Any]:
+    return lambda: clients[i].open_session(picture, "sam2-hiera-tiny", "torch").close()
+
+
+# ---- matte ------------------------------------------------------------------------------------
+
+
+def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
+    """A random-weight checkpoint with the published key names (written once)."""
+    import hashlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    from craftai_infer.models.inspyrenet import inspyrenet_swin_b
+    from tests.support.inspyrenet_reference import randomised_state_dict
+
+    path = folder / "inspyrenet.safetensors"
+    if not path.exists():
+        state = randomised_state_dict(inspyrenet_swin_b(), seed=7)
+        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
+        del state
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"size": path.stat().st_size, "sha256": digest}
+
+
+def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+    work = Path(tempfile.mkdtemp(prefix="bench-matte-"))
+    files = work / "files"
+    files.mkdir()
+    pin = inspyrenet_checkpoint(files)
+    sizes = [(61, 41)] if tiny else [(1280, 960), (4000, 3000)]
+    result: dict[str, Any] = {}
+    with harness.files_on_loopback(files) as url:
+        recipes = harness.pinned_catalogue(
+            work / "recipes.toml", {"inspyrenet-swinb": {"weights": {**pin, "url": f"{url}/inspyrenet.safetensors"}}}
+        )
+        with (
+            harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}) as address,
+            AiClient(app_id="bench", target=address) as ai,
+        ):
+            list(ai.setup("image.matte", "inspyrenet-swinb"))
+            for size in sizes:
+                picture = jpeg(size)
+                matte = functools.partial(ai.remove_background, picture, recipe="inspyrenet-swinb")
+                samples = harness.timed_ms(matte, 2 if tiny else 20, 2)
+                server = ai.remove_background(picture, recipe="inspyrenet-swinb")
+                result[f"{size[0]}x{size[1]}"] = {
+                    "round_trip_ms": harness.percentiles(samples),
+                    "server_stages_ms": server.timing_ms,
+                    "device": server.device,
+                }
+    (out / "matte_grpc.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+# ---- u2netp on the CPU against rembg ------------------------------------------------------------
+
+
+def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
+    import shutil
+
+    from tests.support.files import u2netp_onnx
+    from tools.samples import photos
+
+    names = ["chelsea.png"] if tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]
+    pictures = [photos()[n].read_bytes() for n in names]
+    work = Path(tempfile.mkdtemp(prefix="bench-u2netp-"))
+    (work / "files").mkdir()
+    model = u2netp_onnx()
+    shutil.copyfile(model, work / "files" / "u2netp.onnx")
+    seconds = 1.0 if tiny else 10.0
+
+    os.environ["U2NET_HOME"] = str(work / "files")
+    os.environ.setdefault("NUMBA_DISABLE_JIT", "1")  # pymatting (alpha matting, never called here) compiles at import
+    from rembg import new_session, remove
+
+    session = new_session("u2netp")
+    theirs_masks = [np.asarray(remove(Image.open(io.BytesIO(p)), session=session, only_mask=True)) for p in pictures]
+
+    def rembg_call(i: int) -> Callable[[], Any]:
+        counter = [i]
+
+        def call() -> Any:
+            counter[0] += 1
+            return remove(pictures[counter[0] % len(pictures)], session=session, only_mask=True)
+
+        return call
+
+    result: dict[str, Any] = {"photos": names, "rembg": {}, "ours": {}}
+    for concurrency in (1, 2):
+        result["rembg"][str(concurrency)] = throughput(rembg_call, concurrency, seconds)
+    with harness.files_on_loopback(work / "files") as url:
+        import hashlib
+
+        pin = {
+            "size": model.stat().st_size,
+            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
+            "url": f"{url}/u2netp.onnx",
+        }
+        recipes = harness.pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": pin}})
+        with harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+            clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
+            try:
+                list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
+                ours_masks = [
+                    np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
+                    for p in pictures
+                ]
+
+                def ours_call(i: int) -> Callable[[], Any]:
+                    counter = [i]
+
+                    def call() -> Any:
+                        counter[0] += 1
+                        return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
+
+                    return call
+
+                for concurrency in (1, 2):
+                    result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
+            finally:
+                for client in clients:
+                    client.close()
+    result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
+    result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
+    (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+# ---- report ------------------------------------------------------------------------------------
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = [
+        f"craft-ai bench, {results['machine']['date']}, {results['machine']['gpu'] or 'no GPU'}, "
+        f"{results['machine']['cpus']} CPUs",
+        "",
+    ]
+    if "sam_inprocess" in results:
+        lines += [
+            "### SAM 2.1 tiny in-process",
+            "",
+            (REPO / "out" / "bench" / "sam_gpu.md").read_text()
+            if (REPO / "out" / "bench" / "sam_gpu.md").exists()
+            else json.dumps(results["sam_inprocess"]),
+        ]
+    if "sam_grpc" in results:
+        r = results["sam_grpc"]
+        lines += [
+            f"### SAM 2.1 tiny through gRPC on loopback ({r['picture']}, device {r['device']})",
+            "",
+            "| measure | p50 ms | p90 ms | p99 ms |",
+            "|---|---|---|---|",
+            *(
+                f"| {name} | {r[key]['p50']:.2f} | {r[key]['p90']:.2f} | {r[key]['p99']:.2f} |"
+                for name, key in (
+                    ("click round trip (best mask PNG)", "click_round_trip_ms"),
+                    ("box round trip (best mask PNG)", "box_round_trip_ms"),
+                    ("picture set (OpenSession round trip)", "picture_set_round_trip_ms"),
+                )
+            ),
+            "",
+            "| concurrency | encoder throughput, pictures/s |",
+            "|---|---|",
+            *(f"| {c} | {v:.1f} |" for c, v in r["encoder_pictures_per_s"].items()),
+            "",
+            f"requests/model calls per route: {r['batches']}",
+            "",
+        ]
+    if "matte_grpc" in results:
+        lines += [
+            "### InSPyReNet through gRPC",
+            "",
+            "| picture | round trip p50 ms | server stages ms |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {k} | {v['round_trip_ms']['p50']:.1f} | "
+            + ", ".join(f"{s} {ms:.1f}" for s, ms in v["server_stages_ms"].items())
+            + " |"
+            for k, v in results["matte_grpc"].items()
+        ]
+        lines.append("")
+    if "u2netp_cpu" in results:
+        r = results["u2netp_cpu"]
+        lines += [
+            "### u2netp on the CPU against rembg (pictures/s)",
+            "",
+            "| clients | rembg | ours | ratio |",
+            "|---|---|---|---|",
+            *(f"| {c} | {r['rembg'][c]:.2f} | {r['ours'][c]:.2f} | {r['ratio'][c]:.2f} |" for c in r["ours"]),
+            "",
+            f"same matte as rembg on every photo: {r['same_output']}",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default=",".join(SECTIONS))
+    parser.add_argument("--device", default="auto", help="auto (the GPU when one answers) or cpu")
+    parser.add_argument("--tiny", action="store_true", help="tiny sizes and counts: checks that everything runs")
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
+    options = parser.parse_args(argv)
+    options.out.mkdir(parents=True, exist_ok=True)
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() and options.device != "cpu" else ""
+    torch_device = "cuda" if gpu else "cpu"
+    results: dict[str, Any] = {
+        "machine": {
+            "date": datetime.date.today().isoformat(),
+            "gpu": gpu,
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+        }
+    }
+    for section in options.sections.split(","):
+        started = time.monotonic()
+        print(f"== {section}", flush=True)
+        if section == "sam_inprocess":
+            from tools.bench import sam_gpu
+
+            args = ["--device", torch_device, "--out", str(options.out), "--variants", "fp32,fp16"]
+            sam_gpu.main(args + (["--reps", "1", "--warmup", "0"] if options.tiny else []))
+            results[section] = json.loads((options.out / "sam_gpu.json").read_text())
+        elif section == "sam_grpc":
+            results[section] = sam_grpc(options.out, options.device, options.tiny)
+        elif section == "matte_inprocess":
+            from tools.bench import matte_gpu
+
+            args = ["--device", torch_device, "--out", str(options.out)]
+            matte_gpu.main(
+                args
+                + (["--reps", "1", "--warmup", "0", "--sizes", "64", "--pictures", "80x60"] if options.tiny else [])
+            )
+            results[section] = json.loads((options.out / "matte_gpu.json").read_text())
+        elif section == "matte_grpc":
+            results[section] = matte_grpc(options.out, options.device, options.tiny)
+        elif section == "u2netp_cpu":
+            results[section] = u2netp_cpu(options.out, options.tiny)
+        else:
+            raise SystemExit(f"unknown section {section!r}; sections: {', '.join(SECTIONS)}")
+        print(f"   {section} in {time.monotonic() - started:.0f} s", flush=True)
+    (options.out / "bench.json").write_text(json.dumps(results, indent=2))
+    text = report(results)
+    (options.out / "bench.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
