@@ -7,9 +7,10 @@
 service has its own, read here from CRAFTAI_CATALOGUE_ADDRESS, CRAFTAI_PREPARE_ADDRESS and
 CRAFTAI_INFER_ADDRESS. The command first waits (CRAFTAI_SETUP_WAIT_SECONDS, default 600) until the three
 services report SERVING, since a Job usually starts beside them, then sets each route up in turn and
-prints progress as log lines. Running it twice is harmless: a route already set up is only checked,
-and the store's lock makes a second Job running at the same time wait for the first one's result.
-Exit status: 0 when every route is set up, 1 otherwise.
+prints progress as log lines. When a service goes away mid-way (a restart, a rescheduled pod) it asks
+again once they serve (CRAFTAI_SETUP_ATTEMPTS, default 5). Running it twice is harmless: a route
+already set up is only checked, a second caller joins the running job, and the store's lock makes a
+second prepare process wait for the first one's result. Exit status: 0 when every route is set up.
 """
 
 from __future__ import annotations
@@ -82,15 +83,26 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 0 if argv else 2
     addresses = _addresses()
-    wait_for(addresses, float(os.environ.get("CRAFTAI_SETUP_WAIT_SECONDS", "600")))
+    wait_seconds = float(os.environ.get("CRAFTAI_SETUP_WAIT_SECONDS", "600"))
+    attempts = int(os.environ.get("CRAFTAI_SETUP_ATTEMPTS", "5"))
     app_id = os.environ.get("CRAFTAI_APP_ID", "craftai-setup")
-    with AiClient(app_id, **addresses) as ai:
-        for spec in argv:
-            try:
-                setup(ai, spec)
-            except CraftAiError as exc:
-                print(f"craftai-setup: {spec}: {exc}", file=sys.stderr, flush=True)
-                return 1
+    wait_for(addresses, wait_seconds)
+    for spec in argv:
+        for attempt in range(1, attempts + 1):
+            # A fresh channel per attempt: one that lost its server may still be backing off.
+            with AiClient(app_id, **addresses) as ai:
+                try:
+                    setup(ai, spec)
+                    break
+                except CraftAiError as exc:
+                    # The channel failed (no reason from a service): a service restarted or moved.
+                    # Preparation is never cut short by a caller, so asking again joins or redoes it.
+                    if exc.code == grpc.StatusCode.UNAVAILABLE and not exc.reason and attempt < attempts:
+                        print(f"craftai-setup: {spec}: {exc}; asking again once the services serve", flush=True)
+                        wait_for(addresses, wait_seconds)
+                        continue
+                    print(f"craftai-setup: {spec}: {exc}", file=sys.stderr, flush=True)
+                    return 1
     return 0
 
 

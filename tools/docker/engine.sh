@@ -10,6 +10,7 @@ wait_seconds=${CRAFTAI_DOCKERD_WAIT:-90}
 answers() { docker info >/dev/null 2>&1; }
 
 if answers && command -v docker-compose >/dev/null; then
+    echo "== Docker engine $(docker version --format '{{.Server.Version}}') answers"
     exit 0
 fi
 if [ "$(id -u)" != 0 ]; then
@@ -49,4 +50,4 @@ if ! answers; then
     tail -n 40 "$log" >&2 || true
     exit 1
 fi
-echo "== Docker engine: $(docker version --format '{{.Server.Version}}') answers"
+echo "== Docker engine $(docker version --format '{{.Server.Version}}') answers"

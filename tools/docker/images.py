@@ -14,11 +14,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tools.docker import REPO
+from tools.docker import CACHE, REPO
 from tools.docker.dockercli import docker, docker_json, image_label
 from tools.docker.wheelhouse import PACKAGES, source_files
 
 INPUTS_LABEL = "org.craftai.inputs"
+LOGS = CACHE / "logs"
 DOCKERFILES = REPO / "deploy" / "docker"
 # Built here in this order (prepare reuses the dependency layer infer-cpu builds). infer-cuda is
 # written for GPU hosts and not built here: see docs/DEPLOY.md.
@@ -75,9 +76,20 @@ def build_image(name: str, build_args: dict[str, str], *, tag: str | None = None
         for key, value in build_args.items():
             command += ["--build-arg", f"{key}={value}"]
         env = {**os.environ, "DOCKER_BUILDKIT": "0"}
-        done = subprocess.run([*command, str(REPO)], env=env, check=False, capture_output=True, text=True)
-        if done.returncode != 0:
-            raise SystemExit(f"building {tag} failed:\n{done.stdout[-6000:]}\n{done.stderr[-3000:]}")
+        log = LOGS / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            log.open("w") as out,
+            subprocess.Popen(
+                [*command, str(REPO)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            ) as build,
+        ):
+            assert build.stdout is not None
+            for line in build.stdout:  # timed, so that a slow step can be found afterwards
+                out.write(f"{time.monotonic() - started:7.1f} {line}")
+        if build.returncode != 0:
+            tail = "".join(log.read_text().splitlines(keepends=True)[-60:])
+            raise SystemExit(f"building {tag} failed (log: {log}):\n{tail}")
     size = int(docker_json(["image", "inspect", tag])[0]["Size"])
     seconds = time.monotonic() - started
     what = "built" if rebuilt else "up to date"

@@ -20,6 +20,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -186,7 +187,12 @@ def ensure_project(*, force: bool = False) -> Path:
     offline = ["--no-index", "--find-links", str(DEPS)]
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", *offline, *BUILD_TOOLS], check=True)
     command = [str(python), "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", *offline]
-    subprocess.run([*command, "-w", str(PROJECT), *(str(REPO / p) for p in PACKAGES)], check=True)
+    # setuptools builds in the source folder (build/, *.egg-info): build from a copy, so that the
+    # checkout stays as it was (mypy and ruff would find the copies under build/).
+    with tempfile.TemporaryDirectory(prefix="craftai-wheels-") as tmp:
+        ignore = shutil.ignore_patterns("__pycache__", "build", "dist", "*.egg-info", "*.pyc")
+        copies = [shutil.copytree(REPO / p, Path(tmp) / p, ignore=ignore) for p in PACKAGES]
+        subprocess.run([*command, "-w", str(PROJECT), *map(str, copies)], check=True)
     (PROJECT / ".inputs").write_text(digest + "\n")
     print(f"== wheelhouse: project wheels {sorted(p.name for p in PROJECT.glob('*.whl'))}", flush=True)
     return PROJECT
