@@ -22,6 +22,7 @@ from PIL import Image
 from tests.containers import stack as st
 from tests.support import servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
+from tools.docker.dockercli import docker_json
 
 pytestmark = pytest.mark.containers
 
@@ -85,6 +86,21 @@ def test_the_services_run_as_the_image_user_on_a_read_only_root(services: st.Sta
     services.prepare.exec(["rm", "-f", "/store/x"])
 
 
+def test_the_catalogue_image_is_slim_and_the_torch_images_share_their_big_layer(
+    services: st.Stack, images: dict[str, str]
+) -> None:
+    probe = "import importlib.util as u; print(sorted(m for m in ('torch', 'onnxruntime', 'onnx') if u.find_spec(m)))"
+    assert services.catalogue.exec(["python", "-c", probe]).output.decode().strip() == "[]"
+    assert services.infer.exec(["python", "-c", probe]).output.decode().strip() == "['onnx', 'onnxruntime', 'torch']"
+    inspected = {name: docker_json(["image", "inspect", tag])[0] for name, tag in images.items()}
+    size = {name: int(info["Size"]) for name, info in inspected.items()}
+    assert size["catalogue"] < 350e6 and size["prepare"] < 1.6e9 and size["infer-cpu"] < 1.6e9, size
+    layers = {name: info["RootFS"]["Layers"] for name, info in inspected.items()}
+    # base, user, then the dependency layer (torch): the same layers, stored once.
+    assert layers["prepare"][:3] == layers["infer-cpu"][:3]
+    assert layers["catalogue"][:2] == layers["prepare"][:2]
+
+
 def test_the_matte_equals_the_embedded_runs(
     set_up: st.Stack, matte_server: servers.Process, photos: dict[str, Path]
 ) -> None:
@@ -106,7 +122,7 @@ def test_two_apps_at_once(set_up: st.Stack, photos: dict[str, Path]) -> None:
     def app(app_id: str) -> None:
         try:
             with set_up.client(app_id) as ai:
-                results[app_id] = [_matte(ai, p) for p in pictures for _ in range(2)]
+                results[app_id] = [_matte(ai, p) for p in pictures]
         except BaseException as exc:
             errors.append(exc)
 
@@ -117,9 +133,8 @@ def test_two_apps_at_once(set_up: st.Stack, photos: dict[str, Path]) -> None:
         t.join(300)
     assert not errors, errors
     assert set(results) == {"editor", "batch-tool"}
-    for mattes in results.values():
-        np.testing.assert_array_equal(mattes[0], mattes[1])
-        np.testing.assert_array_equal(mattes[0], results["editor"][0])
+    for picture, editor, batch in zip(pictures, results["editor"], results["batch-tool"], strict=True):
+        np.testing.assert_array_equal(editor, batch, err_msg=picture.name)
 
 
 def _large_picture(photo: Path) -> bytes:

@@ -71,7 +71,7 @@ def build_image(name: str, build_args: dict[str, str], *, tag: str | None = None
     rebuilt = force or image_label(tag, INPUTS_LABEL) != digest
     if rebuilt:
         print(f"== image {tag}: building deploy/docker/{name}.Dockerfile", flush=True)
-        command = ["docker", "build", "-f", str(DOCKERFILES / f"{name}.Dockerfile"), "-t", tag]
+        command = ["docker", "build", "--force-rm", "-f", str(DOCKERFILES / f"{name}.Dockerfile"), "-t", tag]
         command += ["--label", f"{INPUTS_LABEL}={digest}"]
         for key, value in build_args.items():
             command += ["--build-arg", f"{key}={value}"]
