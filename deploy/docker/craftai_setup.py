@@ -20,9 +20,10 @@ import sys
 import time
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
 from craftai import AiClient, CraftAiError
 from craftai.v1 import common_pb2, prepare_pb2
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICES = ("catalogue", "prepare", "infer")
 

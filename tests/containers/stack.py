@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from craftai import AiClient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
 
+from craftai import AiClient
 from tests.support.servers import free_port
 
 PORT = 50051

@@ -14,11 +14,11 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
-from craftai import AiClient, CraftAiError
-from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
 from numpy.typing import NDArray
 from PIL import Image
 
+from craftai import AiClient, CraftAiError
+from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
 from tests.containers import stack as st
 from tests.support import servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
@@ -29,22 +29,21 @@ pytestmark = pytest.mark.containers
 U2NETP = "models/u2netp/u2netp.onnx"
 
 
-def _matte(ai: AiClient, picture: Path | bytes) -> NDArray[np.uint8]:
-    result = ai.remove_background(picture)
-    assert (result.recipe, result.engine, result.device) == ("u2netp", "onnxruntime", "cpu")
+def _matte(ai: AiClient, picture: Path | bytes, engine: str = "onnxruntime") -> NDArray[np.uint8]:
+    result = ai.remove_background(picture, recipe="u2netp", engine=engine)
+    assert (result.recipe, result.engine, result.device) == ("u2netp", engine, "cpu")
     return np.asarray(Image.open(io.BytesIO(result.matte_png)))
 
 
-def _setup(ai: AiClient) -> prepare_pb2.SetupResult:
-    events = list(ai.setup("image.matte", "u2netp"))
+def _setup(ai: AiClient, engine: str = "onnxruntime") -> prepare_pb2.SetupResult:
+    events = list(ai.setup("image.matte", "u2netp", engine))
     result = events[-1]
     assert isinstance(result, prepare_pb2.SetupResult)
     return result
 
 
-def _state(ai: AiClient) -> int:
-    (status,) = ai.status("image.matte", "u2netp")
-    return status.state
+def _state(ai: AiClient, engine: str = "onnxruntime") -> int:
+    return next(s.state for s in ai.status("image.matte", "u2netp") if s.route.engine == engine)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +109,7 @@ def test_the_matte_equals_the_embedded_runs(
             mine, reference = _matte(in_containers, photos[name]), _matte(embedded, photos[name])
             assert mine.shape == reference.shape, name
             np.testing.assert_array_equal(mine, reference, err_msg=name)
-        (status,) = in_containers.status("image.matte", "u2netp")
-        assert status.state == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked infer over the network
+        assert _state(in_containers) == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked infer
 
 
 def test_two_apps_at_once(set_up: st.Stack, photos: dict[str, Path]) -> None:
@@ -137,6 +135,23 @@ def test_two_apps_at_once(set_up: st.Stack, photos: dict[str, Path]) -> None:
         np.testing.assert_array_equal(editor, batch, err_msg=picture.name)
 
 
+def test_the_torch_route_is_converted_in_the_prepare_container_and_served_by_infer(
+    set_up: st.Stack, photos: dict[str, Path]
+) -> None:
+    """The conversion extras of the prepare image (torch, onnx, onnxruntime) and torch in infer."""
+    with set_up.client("tests") as ai:
+        assert _state(ai, "torch") == catalogue_pb2.ROUTE_STATE_DOWNLOADED
+        result = _setup(ai, "torch")
+        assert result.prepared_now and result.revision.startswith("u2netp-torch.")
+        assert _state(ai, "torch") == catalogue_pb2.ROUTE_STATE_PREPARED
+        for name in ("chelsea.png", "rocket.jpg"):
+            by_torch, by_onnx = _matte(ai, photos[name], "torch"), _matte(ai, photos[name])
+            difference = np.abs(by_torch.astype(int) - by_onnx.astype(int))
+            assert difference.max() <= 1, (name, difference.max())  # 8-bit rounding of the same matte
+    listing = st.store_listing(set_up.prepare)
+    assert f"prepared/u2netp/{result.revision}/manifest.json" in listing, sorted(listing)
+
+
 def _large_picture(photo: Path) -> bytes:
     """About 23 megapixels: seconds of decoding, resizing and encoding, time to kill the server."""
     image = Image.open(photo).convert("RGB")
@@ -159,7 +174,7 @@ def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_w
 
     with set_up.client("tests") as ai:
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(picture, on_progress=kill_during_the_model)
+            ai.remove_background(picture, recipe="u2netp", engine="onnxruntime", on_progress=kill_during_the_model)
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE, caught.value
         assert stages[-1] == "model"
 
@@ -169,7 +184,7 @@ def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_w
         result = None
         for _ in range(20):
             try:
-                result = ai.remove_background(picture)
+                result = ai.remove_background(picture, recipe="u2netp", engine="onnxruntime")
                 break
             except CraftAiError as exc:
                 assert exc.code == grpc.StatusCode.UNAVAILABLE, exc
