@@ -6,7 +6,8 @@ GET /good/<file>   the file at once
 GET /stall/<file>  the first request for that exact path (query included) gets the headers and the
                    first MiB, then nothing more until the client goes away (a download cut by a
                    restart); later requests for it get the whole file at once
-Each request is logged on stdout as `GET <path> <how many times this path was asked>`.
+A `Range: bytes=N-` header is honoured (206, the rest from byte N): resumed downloads.
+Each request is logged on stdout as `GET <path> <how many times this path was asked> <Range or ->`.
 """
 
 from __future__ import annotations
@@ -32,14 +33,21 @@ def main() -> None:
         def do_GET(self) -> None:
             with lock:
                 counts[self.path] = seen = counts.get(self.path, 0) + 1
-            print(f"GET {self.path} {seen}", flush=True)
+            asked = self.headers.get("Range", "")
+            print(f"GET {self.path} {seen} {asked or '-'}", flush=True)
             kind, _, name = self.path.lstrip("/").partition("/")
             path = root / name.partition("?")[0]
             if kind not in ("good", "stall") or not path.is_file():
                 self.send_error(404)
                 return
             data = path.read_bytes()
-            self.send_response(200)
+            start = int(asked[len("bytes=") :].partition("-")[0] or 0) if asked.startswith("bytes=") else 0
+            if 0 < start < len(data):
+                self.send_response(206)
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                data = data[start:]
+            else:
+                self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             if kind == "stall" and seen == 1:

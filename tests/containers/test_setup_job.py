@@ -1,8 +1,8 @@
 """The one-time preparation Job's command (`craftai-setup`, as deploy/k8s runs it) in containers.
 
 The prepare container is restarted in the middle of a download from a stalling source, while two
-Jobs run at once (a doubled Job): both complete after the restart, and nothing partial is visible
-under models/.
+Jobs run at once (a doubled Job): both complete after the restart (the download resumes from the
+partial file on the store volume), and nothing partial is visible under models/.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_prepare_restarted_during_a_download_and_a_doubled_job_both_complete(
             st.start_all([catalogue, prepare])
             for job in jobs:
                 job.start()
-            _wait_for_log(files, f"GET {path} 1")  # the download has started (and stalls)
+            _wait_for_log(files, f"GET {path} 1 -")  # the download has started (and stalls)
             prepare.get_wrapped_container().restart(timeout=1)  # SIGTERM, then SIGKILL after 1 s
 
             for job in jobs:
@@ -90,7 +90,10 @@ def test_prepare_restarted_during_a_download_and_a_doubled_job_both_complete(
                 assert exit_code == 0, output
                 assert "craftai-setup: image.matte u2netp (onnxruntime):" in output, output
             assert any("asking again once the services serve" in st.logs(job) for job in jobs)
-            assert f"GET {path} 2" in st.logs(files)  # fetched again after the restart
+            # Fetched again after the restart, resuming the partial file left in the store's tmp/.
+            (again,) = [line for line in st.logs(files).splitlines() if line.startswith(f"GET {path} 2 ")]
+            resumed_at = int(again.rpartition("bytes=")[2].rstrip("-") or 0) if "bytes=" in again else 0
+            assert resumed_at > 0, again
 
             listing = st.store_listing(prepare)
             assert listing[U2NETP] == (U2NETP_SIZE, U2NETP_SHA256)
