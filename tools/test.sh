@@ -12,6 +12,16 @@ echo "== lint and types"
 .venv/bin/ruff format --check services clients tools tests
 .venv/bin/mypy services clients/python/src tools tests
 
+echo "== Docker engine and images (tests/containers; cached under .cache/docker)"
+if bash tools/docker/engine.sh; then
+    .venv/bin/python -m tools.docker
+elif [ "${CI:-}" = true ]; then
+    echo "no Docker engine could be started: the container suite must run in CI" >&2
+    exit 1
+else
+    echo "warning: no Docker engine: the container tests will be skipped" >&2
+fi
+
 echo "== tests"
 set +e
 .venv/bin/python -m pytest -p no:cacheprovider "$@"

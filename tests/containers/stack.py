@@ -1,0 +1,207 @@
+"""The service images run the way deploy/compose.yaml runs them, driven from the host.
+
+One Docker network (services reach each other by name), one store volume shared by the three
+(read-write for prepare only), read-only root filesystems with a tmpfs on /tmp, the non-root user of
+the images, and their own HEALTHCHECK (probed every second here instead of every ten).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from testcontainers.core.container import DockerContainer
+from testcontainers.core.network import Network
+from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
+
+from craftai import AiClient
+from tests.support.servers import free_port
+
+PORT = 50051
+FILES_PORT = 8080
+SECOND_NS = 1_000_000_000
+LABEL = "org.craftai.test"
+FILESERVER = Path(__file__).with_name("fileserver.py")
+
+# Print every file of the store with its size and SHA-256 (run inside a service container).
+STORE_LISTING = """
+import hashlib, json, os
+found = {}
+for top, _, names in os.walk("/store"):
+    for name in names:
+        path = os.path.join(top, name)
+        with open(path, "rb") as f:
+            found[os.path.relpath(path, "/store")] = [os.path.getsize(path), hashlib.sha256(f.read()).hexdigest()]
+print(json.dumps(found))
+"""
+
+
+def service(
+    image: str,
+    alias: str,
+    network: Network,
+    store: str,
+    *,
+    store_mode: str = "ro",
+    env: dict[str, str] | None = None,
+    host_port: int | None = None,
+) -> DockerContainer:
+    """A service container as compose runs it (not started)."""
+    container = (
+        DockerContainer(image)
+        .with_network(network)
+        .with_network_aliases(alias)
+        .with_volume_mapping(store, "/store", store_mode)
+        .with_tmpfs_mount("/tmp", "size=256m")
+        .with_envs(CRAFTAI_LOG_LEVEL="INFO", **(env or {}))
+        .with_kwargs(
+            read_only=True,
+            labels={LABEL: alias},
+            # The image's HEALTHCHECK command (not repeated here: Test left empty inherits it),
+            # every second so that the wait below is short.
+            healthcheck={"interval": SECOND_NS, "timeout": 5 * SECOND_NS, "retries": 3, "start_period": 0},
+        )
+        .waiting_for(HealthcheckWaitStrategy().with_startup_timeout(120).with_poll_interval(0.5))
+    )
+    if host_port is not None:
+        # Loopback only, and a fixed port so that a restarted container answers at the same address.
+        container.ports[f"{PORT}/tcp"] = ("127.0.0.1", host_port)  # type: ignore[assignment]
+    return container
+
+
+def file_server(image: str, network: Network, root: Path, alias: str = "files") -> DockerContainer:
+    """tests/containers/fileserver.py in a container of the network, serving `root` (read-only)."""
+    return (
+        DockerContainer(image)
+        .with_network(network)
+        .with_network_aliases(alias)
+        .with_volume_mapping(FILESERVER, "/srv/fileserver.py", "ro")
+        .with_volume_mapping(root, "/srv/files", "ro")
+        .with_command(["python", "/srv/fileserver.py", "/srv/files", str(FILES_PORT)])
+        .with_kwargs(user="0:0", labels={LABEL: alias})  # pytest's folders are private to root
+        .waiting_for(LogMessageWaitStrategy("serving /srv/files").with_startup_timeout(60))
+    )
+
+
+def start_all(containers: list[DockerContainer]) -> None:
+    """Start containers together (their health waits overlap); stop them all if one fails."""
+    with ThreadPoolExecutor(len(containers)) as pool:
+        futures = [pool.submit(c.start) for c in containers]
+    errors = [f.exception() for f in futures if f.exception() is not None]
+    if errors:
+        for c in containers:
+            stop(c)
+        raise RuntimeError(f"{len(errors)} container(s) did not start") from errors[0]
+
+
+def stop(container: DockerContainer) -> None:
+    """Remove a container; one already gone (or never started) needs nothing."""
+    with contextlib.suppress(Exception):
+        container.stop()
+
+
+def logs(container: DockerContainer) -> str:
+    out, err = container.get_logs()
+    return (out + err).decode(errors="replace")
+
+
+def serving(address: str, timeout: float = 2.0) -> bool:
+    try:
+        with grpc.insecure_channel(address) as channel:
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=timeout)
+    except grpc.RpcError:
+        return False
+    return bool(reply.status == health_pb2.HealthCheckResponse.SERVING)
+
+
+def wait_serving(address: str, seconds: float = 90.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not serving(address):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{address} did not report SERVING within {seconds:.0f} s")
+        time.sleep(0.25)
+
+
+def store_listing(container: DockerContainer) -> dict[str, tuple[int, str]]:
+    """Every file of the store volume (path relative to the store: size, SHA-256), read in a container."""
+    result = container.exec(["python", "-c", STORE_LISTING])
+    assert result.exit_code == 0, result.output.decode(errors="replace")
+    return {path: (size, digest) for path, (size, digest) in json.loads(result.output).items()}
+
+
+@contextmanager
+def docker_volume(client: Any, prefix: str) -> Iterator[str]:
+    """A fresh named volume, removed afterwards. A new volume takes the owner of the image's /store."""
+    volume = client.volumes.create(name=f"{prefix}-{uuid.uuid4().hex[:8]}", labels={LABEL: prefix})
+    try:
+        yield str(volume.name)
+    finally:
+        volume.remove(force=True)
+
+
+@dataclass
+class Stack:
+    """The three services on one network with one store, and their host addresses."""
+
+    catalogue: DockerContainer
+    prepare: DockerContainer
+    infer: DockerContainer
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name]}"
+
+    def client(self, app_id: str) -> AiClient:
+        return AiClient(
+            app_id,
+            catalogue=self.address("catalogue"),
+            prepare=self.address("prepare"),
+            infer=self.address("infer"),
+        )
+
+
+def stack(images: dict[str, str], network: Network, store: str, recipes: Path, alias_suffix: str = "") -> Stack:
+    """Start catalogue, prepare and infer (aliases catalogue/prepare/infer + suffix) and wait for health."""
+    names = {name: name + alias_suffix for name in ("catalogue", "prepare", "infer")}
+    ports = {name: free_port() for name in names}
+    catalogue_at = f"{names['catalogue']}:{PORT}"
+    running = Stack(
+        catalogue=service(
+            images["catalogue"],
+            names["catalogue"],
+            network,
+            store,
+            env={"CRAFTAI_RECIPES": "/etc/craftai/recipes.toml", "CRAFTAI_INFER_ADDRESS": f"{names['infer']}:{PORT}"},
+            host_port=ports["catalogue"],
+        ).with_volume_mapping(recipes, "/etc/craftai/recipes.toml", "ro"),
+        prepare=service(
+            images["prepare"],
+            names["prepare"],
+            network,
+            store,
+            store_mode="rw",
+            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
+            host_port=ports["prepare"],
+        ),
+        infer=service(
+            images["infer-cpu"],
+            names["infer"],
+            network,
+            store,
+            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
+            host_port=ports["infer"],
+        ),
+        ports=ports,
+    )
+    start_all([running.catalogue, running.prepare, running.infer])
+    return running
