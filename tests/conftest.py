@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not has_gpu:
         skip = pytest.mark.skip(reason="needs a CUDA GPU (run on the GPU machine: see docs/PERFORMANCE.md)")
         for item in items:
-            if "gpu" in item.keywords:
+            if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip)
 
 

@@ -15,11 +15,11 @@ echo "== lint and types"
 echo "== Docker engine and images (tests/containers; cached under .cache/docker)"
 if bash tools/docker/engine.sh; then
     .venv/bin/python -m tools.docker
-elif [ "${CI:-}" = true ]; then
-    echo "no Docker engine could be started: the container suite must run in CI" >&2
-    exit 1
+elif [ "${CRAFTAI_ALLOW_NO_DOCKER:-}" = 1 ]; then
+    echo "warning: no Docker engine: the container tests will be skipped (CRAFTAI_ALLOW_NO_DOCKER=1)" >&2
 else
-    echo "warning: no Docker engine: the container tests will be skipped" >&2
+    echo "no Docker engine could be started: the container suite must run (CRAFTAI_ALLOW_NO_DOCKER=1 skips it)" >&2
+    exit 1
 fi
 
 echo "== tests"

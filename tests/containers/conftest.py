@@ -2,7 +2,7 @@
 a file server container standing in for the model sources, and the three services.
 
 Docker must answer: tools/test.sh installs and starts the engine (tools/docker/engine.sh). Without
-one the suite fails in CI (CI=true) and is skipped elsewhere, with the reason.
+one the suite fails, unless CRAFTAI_ALLOW_NO_DOCKER=1 says to skip it (on a machine without root).
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from tools.docker.dockercli import engine_answers
 os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
 
 
-def _in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+def _skip_allowed() -> bool:
+    return os.environ.get("CRAFTAI_ALLOW_NO_DOCKER", "").lower() in ("1", "true", "yes")
 
 
 @pytest.fixture(scope="session")
@@ -35,8 +35,8 @@ def docker_engine() -> None:
     if engine_answers():
         return
     reason = "no Docker engine answers `docker info` (tools/docker/engine.sh installs and starts one, as root)"
-    if _in_ci():
-        pytest.fail(reason, pytrace=False)
+    if not _skip_allowed():
+        pytest.fail(reason + "; set CRAFTAI_ALLOW_NO_DOCKER=1 to skip the container suite", pytrace=False)
     pytest.skip(reason)
 
 

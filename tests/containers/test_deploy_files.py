@@ -127,8 +127,8 @@ def _compose_config(*files: str) -> dict[str, Any]:
     compose = shutil.which("docker-compose")
     if compose is None:
         reason = "docker-compose (v1, Debian) is missing: tools/docker/engine.sh installs it"
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail(reason)
+        if os.environ.get("CRAFTAI_ALLOW_NO_DOCKER", "").lower() not in ("1", "true", "yes"):
+            pytest.fail(reason + "; set CRAFTAI_ALLOW_NO_DOCKER=1 to skip it")
         pytest.skip(reason)
     args = [arg for f in files for arg in ("-f", str(DEPLOY / f))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAFTAI_")}  # the files' defaults
