@@ -181,7 +181,10 @@ class AiClient:
 
     `target` is the address of a server hosting all three (the embedded `craftai serve`); pass
     `catalogue`, `prepare` and `infer` to reach separate deployments. Defaults come from
-    CRAFTAI_ADDRESS (else 127.0.0.1:50051) and CRAFTAI_APP_ID is not read: the app names itself.
+    CRAFTAI_ADDRESS (else 127.0.0.1:50051), and, unless `target` is given, from
+    CRAFTAI_CATALOGUE_ADDRESS, CRAFTAI_PREPARE_ADDRESS and CRAFTAI_INFER_ADDRESS for each service
+    (so `craftai setup` works against separate deployments). CRAFTAI_APP_ID is not read: the app
+    names itself.
     """
 
     def __init__(
@@ -207,9 +210,13 @@ class AiClient:
         ]
         self._credentials = credentials
         self._channels: dict[str, grpc.Channel] = {}
-        self.catalogue_stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(catalogue or base))
-        self.prepare_stub = prepare_pb2_grpc.PrepareServiceStub(self._channel(prepare or base))
-        self.infer_stub = infer_pb2_grpc.InferServiceStub(self._channel(infer or base))
+        env = os.environ.get
+        catalogue = catalogue or (None if target else env("CRAFTAI_CATALOGUE_ADDRESS")) or base
+        prepare = prepare or (None if target else env("CRAFTAI_PREPARE_ADDRESS")) or base
+        infer = infer or (None if target else env("CRAFTAI_INFER_ADDRESS")) or base
+        self.catalogue_stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(catalogue))
+        self.prepare_stub = prepare_pb2_grpc.PrepareServiceStub(self._channel(prepare))
+        self.infer_stub = infer_pb2_grpc.InferServiceStub(self._channel(infer))
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
