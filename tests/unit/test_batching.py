@@ -30,39 +30,63 @@ def worker() -> Iterator[ThreadPoolExecutor]:
         yield pool
 
 
-async def test_requests_in_the_window_run_as_one_batch(worker: ThreadPoolExecutor) -> None:
+async def test_an_idle_model_runs_at_once_and_what_arrives_meanwhile_runs_together(
+    worker: ThreadPoolExecutor,
+) -> None:
     recorder = Recorder()
-    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05)
+    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=5.0)
     results = await asyncio.gather(*(batcher.submit(i) for i in range(5)))
     assert results == [0, 10, 20, 30, 40]
-    assert recorder.batches == [[0, 1, 2, 3, 4]]
+    # The first found the model idle and ran alone, without waiting for the (long) window; the
+    # four that arrived while it ran went together as soon as it finished.
+    assert recorder.batches == [[0], [1, 2, 3, 4]]
     assert all(name.startswith("model") for name in recorder.threads)  # never on the event loop
-    assert batcher.stats.mean_size == 5
+    assert batcher.stats.mean_size == 2.5
 
 
-async def test_a_full_batch_goes_at_once_and_the_rest_waits_for_the_window(worker: ThreadPoolExecutor) -> None:
+async def test_a_full_batch_goes_at_once(worker: ThreadPoolExecutor) -> None:
     recorder = Recorder()
-    batcher = MicroBatcher(recorder.run, worker, max_batch=3, window_s=0.05)
+    batcher = MicroBatcher(recorder.run, worker, max_batch=3, window_s=5.0)
     assert await asyncio.gather(*(batcher.submit(i) for i in range(7))) == [i * 10 for i in range(7)]
-    assert recorder.batches == [[0, 1, 2], [3, 4, 5], [6]]
+    assert recorder.batches == [[0], [1, 2, 3], [4, 5, 6]]
 
 
 async def test_items_group_by_key(worker: ThreadPoolExecutor) -> None:
     recorder = Recorder()
-    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05, key=lambda i: i % 2)
-    assert await asyncio.gather(*(batcher.submit(i) for i in range(6))) == [0, 10, 20, 30, 40, 50]
-    assert sorted(recorder.batches) == [[0, 2, 4], [1, 3, 5]]
+    batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=5.0, key=lambda i: i % 2)
+    assert await asyncio.gather(*(batcher.submit(i) for i in range(7))) == [i * 10 for i in range(7)]
+    assert sorted(recorder.batches) == [[0], [1, 3, 5], [2, 4, 6]]
+
+
+async def test_the_window_caps_the_wait_behind_a_long_batch(worker: ThreadPoolExecutor) -> None:
+    release = threading.Event()
+
+    def slow(items: Sequence[int]) -> list[int]:
+        if items == [0]:
+            release.wait(5)
+        return [i * 10 for i in items]
+
+    batcher = MicroBatcher(slow, worker, max_batch=8, window_s=0.05)
+    first = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0.01)
+    second = asyncio.ensure_future(batcher.submit(1))
+    await asyncio.sleep(0.2)  # the window has passed: the second is queued on the worker, not held back
+    assert batcher.stats.batches == 2
+    release.set()
+    assert (await first, await second) == (0, 10)
 
 
 async def test_a_caller_that_leaves_is_dropped(worker: ThreadPoolExecutor) -> None:
     recorder = Recorder()
     batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05)
+    busy = asyncio.ensure_future(batcher.submit(0))  # keeps the model busy, so the next two wait
+    await asyncio.sleep(0)
     leaving = asyncio.ensure_future(batcher.submit(1))
     staying = asyncio.ensure_future(batcher.submit(2))
     await asyncio.sleep(0)
     leaving.cancel()
-    assert await staying == 20
-    assert recorder.batches == [[2]]
+    assert (await busy, await staying) == (0, 20)
+    assert recorder.batches == [[0], [2]]
 
 
 async def test_an_error_reaches_every_caller_of_the_batch(worker: ThreadPoolExecutor) -> None:

@@ -7,6 +7,7 @@ import struct
 import zlib
 
 import grpc
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -76,3 +77,18 @@ def test_exif_orientation_is_applied() -> None:
     exif[0x0112] = 6  # rotate 90° clockwise to display
     decoded = pictures.decode(_encode(image, "JPEG", exif=exif), LIMITS)
     assert decoded.size == (20, 40)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 9), (17, 31), (300, 451)])
+def test_mask_png_is_a_1_bit_png_pillow_reads_back(shape: tuple[int, int]) -> None:
+    rng = np.random.default_rng(sum(shape))
+    mask = rng.random(shape) < 0.3
+    image = Image.open(io.BytesIO(pictures.encode_mask_png(mask)))
+    image.load()
+    assert (image.format, image.mode, image.size) == ("PNG", "1", (shape[1], shape[0]))
+    np.testing.assert_array_equal(np.asarray(image), mask)
+
+
+def test_mask_png_refuses_what_is_not_a_boolean_mask() -> None:
+    with pytest.raises(ValueError, match="boolean mask"):
+        pictures.encode_mask_png(np.zeros((4, 4), np.uint8))

@@ -1,8 +1,11 @@
-"""Dynamic batching: requests for one model that arrive within a short window run as one batch.
+"""Dynamic batching: requests for one model that arrive together run as one batch.
 
-Each caller still awaits its own result (and its own stream goes on); a caller that leaves before
-its batch starts is dropped from it. Items are grouped by a key (e.g. the input shape) because only
-like items stack into one tensor. Batches run on the model's own worker, never on the event loop.
+A request that finds the model idle runs at once (no added latency when the load is light);
+requests that arrive while a batch runs wait for it and then run together (up to `max_batch`), or
+after `window_s` at the latest. Each caller still awaits its own result (and its own stream goes
+on); a caller that leaves before its batch starts is dropped from it. Items are grouped by a key
+(e.g. the input shape) because only like items stack into one tensor. Batches run on the model's
+own worker, never on the event loop.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ class MicroBatcher(Generic[T, R]):
         self._groups: dict[Hashable, _Group[T, R]] = {}
         self._batches = 0
         self._items = 0
+        self._running = 0
 
     @property
     def stats(self) -> BatchStats:
@@ -72,7 +76,7 @@ class MicroBatcher(Generic[T, R]):
             group = self._groups[key] = _Group()
         group.items.append(item)
         group.futures.append(future)
-        if len(group.items) >= self.max_batch or self.window_s <= 0:
+        if len(group.items) >= self.max_batch or self.window_s <= 0 or self._running == 0:
             self._dispatch(key)
         elif group.timer is None:
             group.timer = loop.call_later(self.window_s, self._dispatch, key)
@@ -91,8 +95,16 @@ class MicroBatcher(Generic[T, R]):
         futures = [fut for _, fut in live]
         self._batches += 1
         self._items += len(items)
+        self._running += 1
         task = asyncio.get_running_loop().run_in_executor(self._executor, self._run, items)
-        task.add_done_callback(lambda done: _deliver(done, futures))
+        task.add_done_callback(lambda done: self._finished(done, futures))
+
+    def _finished(self, done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:
+        self._running -= 1
+        _deliver(done, futures)
+        if self._running == 0 and self._groups:  # what arrived meanwhile runs now, as one batch per key
+            for key in list(self._groups):
+                self._dispatch(key)
 
 
 def _deliver(done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:

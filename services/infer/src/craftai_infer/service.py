@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 import numpy.typing as npt
-from PIL import Image
 
 from craftai.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient
@@ -224,7 +223,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         level = self.settings.png_compress_level
 
         def work() -> list[bytes]:
-            return [pictures.encode_png(Image.fromarray(np.ascontiguousarray(m)), level) for m in masks.masks]
+            return [pictures.encode_mask_png(np.asarray(m, dtype=np.bool_), level) for m in masks.masks]
 
         pngs = await self._on_cpu(work)
         return [

@@ -135,13 +135,20 @@ def network_shape(height: int, width: int, settings: MatteSettings = MatteSettin
     return -(-height // m) * m, -(-width // m) * m
 
 
-def network_input(rgb: np.ndarray, device: torch.device, settings: MatteSettings = MatteSettings()) -> NetworkInput:
+def network_input(
+    rgb: np.ndarray,
+    device: torch.device,
+    settings: MatteSettings = MatteSettings(),
+    upload: Callable[[np.ndarray], Tensor] | None = None,
+) -> NetworkInput:
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8 or rgb.shape[0] < 1 or rgb.shape[1] < 1:
         raise ValueError(f"expected an (H, W, 3) uint8 picture, got {rgb.dtype} {rgb.shape}")
     h, w = rgb.shape[:2]
     # Decoded on the CPU; from here on everything runs on the device (one host-to-device copy).
-    pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W")))
-    pixels = pixels.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else pixels.to(device)
+    if upload is not None:
+        pixels = upload(rgb)
+    else:
+        pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W"))).to(device)
     chw = pixels.permute(2, 0, 1).unsqueeze(0).float()  # (1, 3, H, W) in [0, 255]
     if max(h, w) <= settings.max_side:
         return NetworkInput(pixels, _normalise(reflect_pad(chw, *network_shape(h, w, settings))), reduced=False)
@@ -171,9 +178,10 @@ def matte_inspyrenet_float(
     device: torch.device | str = "cpu",
     autocast: torch.dtype | None = None,
     settings: MatteSettings = MatteSettings(),
+    upload: Callable[[np.ndarray], Tensor] | None = None,
 ) -> Tensor:
     """The matte before the fringe shrink and rounding: (H, W) float32 in [0, 1] on `device`."""
-    prepared = network_input(rgb, torch.device(device), settings)
+    prepared = network_input(rgb, torch.device(device), settings, upload)
     return matte_from_network(prepared, _run(network, prepared.x, autocast), settings)
 
 
@@ -189,10 +197,12 @@ def matte_inspyrenet(
     device: torch.device | str = "cpu",
     autocast: torch.dtype | None = None,
     settings: MatteSettings = MatteSettings(),
+    upload: Callable[[np.ndarray], Tensor] | None = None,
 ) -> np.ndarray:
     """The picture's matte: (H, W) uint8, white = subject, exactly the picture's size."""
     return _to_uint8(
-        matte_inspyrenet_float(rgb, network, device=device, autocast=autocast, settings=settings), settings
+        matte_inspyrenet_float(rgb, network, device=device, autocast=autocast, settings=settings, upload=upload),
+        settings,
     )
 
 
@@ -203,10 +213,11 @@ def matte_inspyrenet_batch(
     device: torch.device | str = "cpu",
     autocast: torch.dtype | None = None,
     settings: MatteSettings = MatteSettings(),
+    upload: Callable[[np.ndarray], Tensor] | None = None,
 ) -> list[np.ndarray]:
     """Several pictures whose network inputs have the same shape (`network_shape`): one forward for
     all, each picture's matte the same as alone (the min-max normalisation is per picture)."""
-    prepared = [network_input(rgb, torch.device(device), settings) for rgb in pictures]
+    prepared = [network_input(rgb, torch.device(device), settings, upload) for rgb in pictures]
     out = _run(network, torch.cat([p.x for p in prepared]), autocast)
     return [_to_uint8(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]
 

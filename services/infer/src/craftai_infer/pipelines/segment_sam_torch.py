@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.staging import HostStaging
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
 from craftai_infer.pipelines.segment_sam import (
     IMAGE_SIZE,
@@ -87,6 +88,7 @@ class SamTorchRunner:
         self.encoder_autocast = encoder_autocast
         self._mean = torch.as_tensor(MEAN, device=self.device).view(1, 3, 1, 1)
         self._std = torch.as_tensor(STD, device=self.device).view(1, 3, 1, 1)
+        self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
         self._decoder_graphs: GraphCache | None = None
         if graphs and self.device.type == "cuda":
@@ -118,9 +120,7 @@ class SamTorchRunner:
     def preprocess(self, picture: npt.NDArray[Any]) -> torch.Tensor:
         """RGB uint8 HxWx3 -> [1, 3, 1024, 1024] normalised, on the device (antialiased when shrinking,
         as torchvision's Resize on a tensor, which calls this same interpolation)."""
-        pixels = torch.from_numpy(np.require(check_picture(picture), requirements=("C", "W")))
-        if self.device.type == "cuda":
-            pixels = pixels.pin_memory().to(self.device, non_blocking=True)
+        pixels = self._staging.upload(check_picture(picture))
         x = pixels.permute(2, 0, 1)[None].float() / 255.0
         x = F.interpolate(x, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False, antialias=True)
         return (x - self._mean) / self._std

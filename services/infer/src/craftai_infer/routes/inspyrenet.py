@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.staging import HostStaging
 from craftai_infer.models.inspyrenet import CheckpointRefusedError, PinnedFile, fold_batchnorm, load_inspyrenet
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet, matte_inspyrenet_batch, network_shape
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
@@ -36,6 +37,7 @@ class InspyrenetTorch:
         precision = files.gpu_precision
         self.autocast = (PRECISIONS[precision] if precision != "auto" else GPU_DEFAULT) if on_gpu else None
         self._graphs: GraphCache | None = None
+        self._staging = HostStaging(torch.device(device))
         if on_gpu:
             fold_batchnorm(self.network)
             self.network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
@@ -64,11 +66,21 @@ class InspyrenetTorch:
     def matte_batch(self, pictures: Sequence[Image.Image]) -> list[Image.Image]:
         with torch.inference_mode():
             mattes = matte_inspyrenet_batch(
-                [to_rgb_uint8(p) for p in pictures], self.forward, device=self.device, autocast=self.autocast
+                [to_rgb_uint8(p) for p in pictures],
+                self.forward,
+                device=self.device,
+                autocast=self.autocast,
+                upload=self._staging.upload,
             )
         return [Image.fromarray(m, mode="L") for m in mattes]
 
     def matte(self, picture: Image.Image) -> Image.Image:
         with torch.inference_mode():
-            matte = matte_inspyrenet(to_rgb_uint8(picture), self.forward, device=self.device, autocast=self.autocast)
+            matte = matte_inspyrenet(
+                to_rgb_uint8(picture),
+                self.forward,
+                device=self.device,
+                autocast=self.autocast,
+                upload=self._staging.upload,
+            )
         return Image.fromarray(matte, mode="L")
