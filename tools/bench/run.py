@@ -236,6 +236,28 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"photos": names, "rembg": {}, "ours": {}}
     for concurrency in (1, 2):
         result["rembg"][str(concurrency)] = throughput(rembg_call, concurrency, seconds)
+
+    # The same route in this process, without the service around it (decode, matte, PNG): tells the
+    # model's share from the service's.
+    from craftai_infer import pictures as decoding
+    from craftai_infer.routes import RouteFiles
+    from craftai_infer.routes.u2netp import U2netpOnnx
+
+    route = U2netpOnnx(RouteFiles({"network": work / "files" / "u2netp.onnx"}, None, 0), "cpu")
+    limits = decoding.Limits(50_000_000, 16384)
+
+    def in_process(i: int) -> Callable[[], Any]:
+        counter = [i]
+
+        def call() -> Any:
+            counter[0] += 1
+            picture = decoding.decode(pictures[counter[0] % len(pictures)], limits)
+            return decoding.encode_png(route.matte(picture), 1)
+
+        return call
+
+    result["ours_in_process_1"] = throughput(in_process, 1, seconds)
+    del route
     with harness.files_on_loopback(work / "files") as url:
         import hashlib
 

@@ -65,10 +65,7 @@ class LoadedRoute(Generic[M]):
         self.model = model
         self._factory = factory
         self._files = files
-        # One worker per model (a GPU model runs one batch at a time); a model with `parallel`
-        # independent sessions (onnxruntime on the CPU) gets as many.
-        workers = int(getattr(model, "parallel", 1))
-        self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
         self._fell_back = False
         self._batching = batching or Batching()
         self._batchers: dict[str, MicroBatcher[tuple[Hashable, Any], tuple[Any, str]]] = {}

@@ -17,13 +17,11 @@ import onnxruntime as ort
 class OnnxModel:
     """One InferenceSession; not thread-safe by contract here: a model worker owns it."""
 
-    def __init__(self, path: Path, device: str, cpu_threads: int = 0, *, spinning: bool = True) -> None:
+    def __init__(self, path: Path, device: str, cpu_threads: int = 0) -> None:
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         if cpu_threads:
             options.intra_op_num_threads = cpu_threads
-        if not spinning:  # idle threads sleep instead of spinning, leaving the cores to other sessions
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         providers: list[Any] = ["CPUExecutionProvider"]
         if device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
             index = int(device.partition(":")[2] or 0)

@@ -3,8 +3,6 @@ onnxruntime, and the network written in this project (torch) with weights from t
 
 from __future__ import annotations
 
-import os
-import queue
 from collections.abc import Sequence
 
 import numpy as np
@@ -17,40 +15,14 @@ from craftai_infer.routes import RouteFiles
 WEIGHTS = "u2netp.safetensors"  # written by craftai_prepare.converters.u2netp
 
 
-def cpu_sessions(cores: int) -> int:
-    """How many sessions share the CPU: one per four cores (up to four). A small network such as u2netp
-    keeps only a few cores busy inside one run, so concurrent requests go faster on sessions of their
-    own than queued on one session spread over every core."""
-    return max(1, min(4, cores // 4))
-
-
 class U2netpOnnx:
-    """On the CPU, `parallel` sessions (each with its share of the cores) answer concurrent requests at
-    once; the results are the same, as the threads split the work, not the sums."""
-
     def __init__(self, files: RouteFiles, device: str) -> None:
-        path = files.role("network")
-        first = OnnxModel(path, device, files.cpu_threads)
-        self.device = first.device
-        self.input_name = first.input_names[0]
-        cores = files.cpu_threads or os.cpu_count() or 1
-        self.parallel = 1 if self.device != "cpu" else cpu_sessions(cores)
-        if self.parallel > 1:
-            share = max(1, cores // self.parallel)
-            models = [OnnxModel(path, device, share, spinning=False) for _ in range(self.parallel)]
-        else:
-            models = [first]
-        self._free: queue.SimpleQueue[OnnxModel] = queue.SimpleQueue()
-        for model in models:
-            self._free.put(model)
+        self.model = OnnxModel(files.role("network"), device, files.cpu_threads)
+        self.device = self.model.device
+        self.input_name = self.model.input_names[0]
 
     def matte(self, picture: Image.Image) -> Image.Image:
-        x = matte_u2netp.preprocess(picture)
-        model = self._free.get()
-        try:
-            (fused, *_sides) = model.run({self.input_name: x})
-        finally:
-            self._free.put(model)
+        (fused, *_sides) = self.model.run({self.input_name: matte_u2netp.preprocess(picture)})
         return matte_u2netp.postprocess(fused, picture.size)
 
 
