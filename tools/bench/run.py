@@ -257,7 +257,6 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
         return call
 
     result["ours_in_process_1"] = throughput(in_process, 1, seconds)
-    del route
     with harness.files_on_loopback(work / "files") as url:
         import hashlib
 
