@@ -130,6 +130,10 @@ def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
                     for client in clients:
                         client.close()
             runtime = ai.runtime()
+            opened = ai.open_session(picture, "sam2-hiera-tiny", "torch")
+            click_stages = opened.segment([(w * 0.5, h * 0.45, True)]).timing_ms
+            open_stages = opened.timing_ms
+            opened.close()
     result = {
         "picture": f"{w}x{h} JPEG",
         "device": runtime.device,
@@ -138,6 +142,7 @@ def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
         "picture_set_round_trip_ms": harness.percentiles(opens),
         "encoder_pictures_per_s": rates,
         "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
+        "server_stages_ms": {"open_session": open_stages, "click": click_stages},
     }
     (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
     return result
