@@ -65,7 +65,10 @@ class LoadedRoute(Generic[M]):
         self.model = model
         self._factory = factory
         self._files = files
-        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
+        # One worker per model: a GPU model runs one batch at a time. A model whose runs may overlap
+        # (`concurrent_runs`: an onnxruntime session on the CPU, thread-safe) gets that many.
+        workers = int(getattr(model, "concurrent_runs", 1))
+        self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
         self._fell_back = False
         self._batching = batching or Batching()
         self._batchers: dict[str, MicroBatcher[tuple[Hashable, Any], tuple[Any, str]]] = {}
