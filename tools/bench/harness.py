@@ -114,3 +114,23 @@ def timed_ms(fn: Callable[[], Any], reps: int, warmup: int = 1) -> list[float]:
         fn()
         samples.append((time.perf_counter() - started) * 1000)
     return samples
+
+
+def timed_on(fn: Callable[[], Any], reps: int, warmup: int, device: Any) -> float:
+    """Median ms of `fn`, the device synchronised after each call (what a caller waits for)."""
+    import torch
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        fn()
+    sync()
+    samples = []
+    for _ in range(reps):
+        started = time.perf_counter()
+        fn()
+        sync()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)

@@ -15,9 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,22 +33,9 @@ from craftai_infer.engines.cuda_graphs import GraphCache  # noqa: E402
 from craftai_infer.models.inspyrenet import fold_batchnorm, inspyrenet_swin_b  # noqa: E402
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet  # noqa: E402
 from tests.support.inspyrenet_reference import build_reference, randomised_state_dict  # noqa: E402
+from tools.bench.harness import timed_on  # noqa: E402
 
 DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def timed(fn: Callable[[], Any], reps: int, warmup: int, device: torch.device) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize(device) if device.type == "cuda" else None
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
 
 
 def forward(net: torch.nn.Module, x: torch.Tensor, dtype: torch.dtype | None) -> Callable[[], Any]:
@@ -105,10 +90,10 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         x = torch.randn(1, 3, size, size, device=device)
         for name, dtype in (("fp32", None), ("fp16", torch.float16)):
-            rows.setdefault(f"reference {name}", {})[str(size)] = timed(
+            rows.setdefault(f"reference {name}", {})[str(size)] = timed_on(
                 forward(reference, x, dtype), options.reps, options.warmup, device
             )
-            rows.setdefault(f"ours {name}", {})[str(size)] = timed(
+            rows.setdefault(f"ours {name}", {})[str(size)] = timed_on(
                 forward(ours, x, dtype), options.reps, options.warmup, device
             )
         print(size, {k: v.get(str(size)) for k, v in rows.items()}, flush=True)
@@ -122,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             x = torch.randn(1, 3, size, size, device=device)
             with torch.inference_mode():
                 run_net = functools.partial(optimised[name], x)
-                rows.setdefault(f"ours route {name} (folded, channels-last, graph)", {})[str(size)] = timed(
+                rows.setdefault(f"ours route {name} (folded, channels-last, graph)", {})[str(size)] = timed_on(
                     run_net, options.reps, options.warmup, device
                 )
         print(name, rows[f"ours route {name} (folded, channels-last, graph)"], flush=True)
@@ -137,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             route = optimised[name]
             with torch.inference_mode():
                 run = functools.partial(matte_inspyrenet, rgb, route, device=device, autocast=DTYPES[name])
-                pipeline[f"{label} {name}"] = timed(run, options.reps, 2, device)
+                pipeline[f"{label} {name}"] = timed_on(run, options.reps, 2, device)
         print(label, pipeline, flush=True)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             from tools.bench import sam_gpu
 
             args = ["--device", torch_device, "--out", str(options.out), "--variants", "fp32,fp16"]
-            sam_gpu.main(args + (["--reps", "1", "--warmup", "0"] if options.tiny else []))
+            sam_gpu.main(args + (["--reps", "1", "--warmup", "0", "--picture", "256x192"] if options.tiny else []))
             results[section] = json.loads((options.out / "sam_gpu.json").read_text())
         elif section == "sam_grpc":
             results[section] = sam_grpc(options.out, options.device, options.tiny)

@@ -21,10 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +39,22 @@ from craftai_infer.pipelines.segment_sam import SamPrompt  # noqa: E402
 from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
 from tests.support import sam_fixture  # noqa: E402
+from tools.bench.harness import timed_on  # noqa: E402
 
 WIDTH, HEIGHT = 2048, 1536
-CLICK = SamPrompt(points=[(1020, 700)], labels=[1])
+CLICK = SamPrompt(points=[(1020, 700)], labels=[1])  # on the 2048x1536 picture; scaled for others
 BOX = SamPrompt(box=(500, 300, 1500, 1200))
+
+
+def scaled(prompt: SamPrompt, width: int, height: int) -> SamPrompt:
+    sx, sy = width / WIDTH, height / HEIGHT
+    points = [(x * sx, y * sy) for x, y in prompt.points]
+    box = (
+        None if prompt.box is None else (prompt.box[0] * sx, prompt.box[1] * sy, prompt.box[2] * sx, prompt.box[3] * sy)
+    )
+    return SamPrompt(points=points, labels=prompt.labels, box=box)
+
+
 # name -> (encoder autocast, TF32 matmuls, CUDA graphs)
 VARIANTS: dict[str, tuple[torch.dtype | None, bool, bool]] = {
     "fp32-eager": (None, False, False),
@@ -56,26 +65,11 @@ VARIANTS: dict[str, tuple[torch.dtype | None, bool, bool]] = {
 }
 
 
-def picture() -> np.ndarray:
+def picture(width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
     from tools.samples import photos
 
-    image = Image.open(photos()["astronaut.png"]).convert("RGB").resize((WIDTH, HEIGHT), Image.Resampling.BICUBIC)
+    image = Image.open(photos()["astronaut.png"]).convert("RGB").resize((width, height), Image.Resampling.BICUBIC)
     return np.asarray(image)
-
-
-def timed(fn: Callable[[], Any], reps: int, warmup: int, device: torch.device) -> float:
-    for _ in range(warmup):
-        fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    samples = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        samples.append((time.perf_counter() - start) * 1000)
-    return statistics.median(samples)
 
 
 def iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -101,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
+    parser.add_argument("--picture", default=f"{WIDTH}x{HEIGHT}", help="picture size WxH")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"from {', '.join(VARIANTS)}")
     options = parser.parse_args(argv)
     device = torch.device(options.device)
@@ -113,16 +108,18 @@ def main(argv: list[str] | None = None) -> int:
     predictor = sam_fixture.reference_predictor(meta_model)
     state = sam21.convert(sam21.load_onnx(files.encoder), sam21.load_onnx(files.decoder))
     net = build_sam21_tiny(state).to(device).eval()
-    pic = picture()
+    width, height = (int(v) for v in options.picture.split("x"))
+    pic = picture(width, height)
+    click, box = scaled(CLICK, width, height), scaled(BOX, width, height)
 
     results: dict[str, Any] = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
-        "picture": f"{WIDTH}x{HEIGHT}",
+        "picture": options.picture,
         "variants": {},
     }
     predictor.set_image(pic)
-    meta_answers = {name: meta_best(predictor, p) for name, p in (("click", CLICK), ("box", BOX))}
+    meta_answers = {name: meta_best(predictor, p) for name, p in (("click", click), ("box", box))}
 
     for variant in options.variants.split(","):
         autocast, tf32, graphs = VARIANTS[variant]
@@ -132,12 +129,12 @@ def main(argv: list[str] | None = None) -> int:
         runner.warm_up()
         embedding = runner.encode(pic)
         row: dict[str, Any] = {}
-        for name, prompt in (("click", CLICK), ("box", BOX)):
+        for name, prompt in (("click", click), ("box", box)):
             ours = runner.decode(embedding, prompt)
             theirs_mask, theirs_iou = meta_answers[name]
             row[f"{name}_mask_iou"] = iou(ours.masks[0], theirs_mask)
             row[f"{name}_pred_iou_diff"] = abs(float(ours.ious[0]) - theirs_iou)
-        row.update(time_route(runner, pic, embedding, options.reps, options.warmup))
+        row.update(time_route(runner, pic, embedding, (click, box), reps=options.reps, warmup=options.warmup))
         results["variants"][variant] = row
         print(variant, json.dumps(row), flush=True)
 
@@ -145,12 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.backends.cudnn.allow_tf32 = False
     meta_input = predictor._transforms(pic)[None].to(device)  # what set_image feeds the network
     with torch.inference_mode():
-        results["meta_encoder_ms"] = timed(
+        results["meta_encoder_ms"] = timed_on(
             lambda: meta_model.forward_image(meta_input), options.reps, options.warmup, device
         )
-    results["meta_set_ms"] = timed(lambda: predictor.set_image(pic), options.reps, options.warmup, device)
-    results["meta_click_ms"] = timed(lambda: meta_best(predictor, CLICK), options.reps, options.warmup, device)
-    results["meta_box_ms"] = timed(lambda: meta_best(predictor, BOX), options.reps, options.warmup, device)
+    results["meta_set_ms"] = timed_on(lambda: predictor.set_image(pic), options.reps, options.warmup, device)
+    results["meta_click_ms"] = timed_on(lambda: meta_best(predictor, click), options.reps, options.warmup, device)
+    results["meta_box_ms"] = timed_on(lambda: meta_best(predictor, box), options.reps, options.warmup, device)
 
     (options.out / "sam_gpu.json").write_text(json.dumps(results, indent=2))
     lines = [
@@ -176,7 +173,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def time_route(runner: SamTorchRunner, pic: np.ndarray, embedding: Any, reps: int, warmup: int) -> dict[str, float]:
+def time_route(
+    runner: SamTorchRunner,
+    pic: np.ndarray,
+    embedding: Any,
+    prompts: tuple[SamPrompt, SamPrompt],
+    *,
+    reps: int,
+    warmup: int,
+) -> dict[str, float]:
+    click, box = prompts
     x = runner.preprocess(pic)
 
     def encoder_alone() -> Any:
@@ -187,10 +193,10 @@ def time_route(runner: SamTorchRunner, pic: np.ndarray, embedding: Any, reps: in
 
     device = runner.device
     return {
-        "ours_encoder_ms": timed(encoder_alone, reps, warmup, device),
-        "ours_set_ms": timed(lambda: runner.encode(pic), reps, warmup, device),
-        "ours_click_ms": timed(lambda: runner.decode(embedding, CLICK), reps, warmup, device),
-        "ours_box_ms": timed(lambda: runner.decode(embedding, BOX), reps, warmup, device),
+        "ours_encoder_ms": timed_on(encoder_alone, reps, warmup, device),
+        "ours_set_ms": timed_on(lambda: runner.encode(pic), reps, warmup, device),
+        "ours_click_ms": timed_on(lambda: runner.decode(embedding, click), reps, warmup, device),
+        "ours_box_ms": timed_on(lambda: runner.decode(embedding, box), reps, warmup, device),
     }
 
 

@@ -49,23 +49,12 @@ from safetensors.torch import save
 
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
 from craftai_infer.models.sam2.hiera import HieraConfig
+from craftai_infer.pipelines.segment_sam import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 from craftai_prepare.conversion import Converter, Step
 from craftai_prepare.converters import ConversionError
 
 CONVERTER_VERSION = 1
 
-ENCODER_INPUTS = ("image",)
-ENCODER_OUTPUTS = ("high_res_feats_0", "high_res_feats_1", "image_embed")
-DECODER_INPUTS = (
-    "image_embed",
-    "high_res_feats_0",
-    "high_res_feats_1",
-    "point_coords",
-    "point_labels",
-    "mask_input",
-    "has_mask_input",
-)
-DECODER_OUTPUTS = ("masks", "iou_predictions")
 
 # Probe tolerances, fp32 on the CPU (this network in torch vs the ONNX files in onnxruntime). Both
 # run the same arithmetic; the margins cover different kernels and thread counts (measured: about
