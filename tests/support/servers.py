@@ -16,6 +16,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+CONFIG_VARIABLE = "CRAFTAI_CONFIG_DIR"  # where the local app key lives (set per test run by conftest)
+
+
+def ensure_local_key() -> str:
+    """The local app key of this test run (made, with the keys file accepting it, if not there yet),
+    as `craftai serve` makes it on first start."""
+    from craftai.keys import default_keys_file, local_key_file, read_key_file
+    from craftai_common.auth import ensure_local_key as ensure
+
+    if read_key_file(local_key_file()) is None or not default_keys_file().exists():
+        ensure(default_keys_file())
+    key = read_key_file(local_key_file())
+    assert key is not None
+    return key
+
+
+def app_metadata(app_id: str = "tests") -> tuple[tuple[str, str], ...]:
+    """gRPC metadata of a request from `app_id` with the local key, for tests that call the stubs."""
+    return (("craftai-app-id", app_id), ("craftai-app-key", ensure_local_key()))
 
 
 @dataclass

@@ -22,7 +22,8 @@ class InferSettings(ServerSettings):
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
     session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
-    fault_injection: Literal["", "gpu-oom-once"] = Field(
+    max_sessions_per_app: int = Field(16, ge=0, description="kept pictures per app id; 0: no limit")
+    fault_injection: Literal["", "gpu-oom-once", "slow-model"] = Field(
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )
     cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")
