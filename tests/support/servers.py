@@ -47,6 +47,7 @@ class Process:
     log: Path
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    probe_address: str = ""  # the plain-text health port, when CRAFTAI_PROBE_PORT was given
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -97,7 +98,8 @@ def start(name: str, command: list[str], env: dict[str, str], workdir: Path, tim
             popen.kill()
             raise TimeoutError(f"{name} did not start within {timeout} s:\n{log.read_text(errors='replace')}")
         time.sleep(0.05)
-    return Process(name, popen, ready.read_text().strip(), log, command, env)
+    probe = env.get("CRAFTAI_PROBE_PORT", "")
+    return Process(name, popen, ready.read_text().strip(), log, command, env, f"127.0.0.1:{probe}" if probe else "")
 
 
 def embedded(store: Path, workdir: Path, env: dict[str, str] | None = None) -> Process:
@@ -197,8 +199,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def separate(store: Path, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Process]:
-    """The three services as separate processes (the compose/Kubernetes topology), one store."""
+def separate(
+    store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False
+) -> dict[str, Process]:
+    """The three services as separate processes (the compose/Kubernetes topology), one store;
+    with `probe`, infer also serves health in plain text on a port of its own."""
     ports = {name: free_port() for name in ("catalogue", "prepare", "infer")}
     addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     common = {
@@ -210,9 +215,10 @@ def separate(store: Path, workdir: Path, env: dict[str, str] | None = None) -> d
     started: dict[str, Process] = {}
     try:
         for name in ("catalogue", "prepare", "infer"):
-            started[name] = start(
-                name, [str(BIN / f"craftai-{name}")], {**common, "CRAFTAI_PORT": str(ports[name])}, workdir
-            )
+            own = {"CRAFTAI_PORT": str(ports[name])}
+            if probe and name == "infer":
+                own["CRAFTAI_PROBE_PORT"] = str(free_port())
+            started[name] = start(name, [str(BIN / f"craftai-{name}")], {**common, **own}, workdir)
     except BaseException:
         for process in started.values():
             process.kill()
