@@ -56,10 +56,11 @@ def decode(data: bytes, limits: Limits) -> Image.Image:
         )
     if width * height > limits.max_pixels or max(width, height) > limits.max_side:
         raise _too_large((width, height), limits)
-    if getattr(image, "n_frames", 1) > 1:
+    frames = int(getattr(image, "n_frames", 1))
+    if frames > 1:
         raise invalid_argument(
             Reason.BAD_PICTURE,
-            f"the {image.format} picture is animated ({image.n_frames} frames); send a still picture (one frame)",
+            f"the {image.format} picture is animated ({frames} frames); send a still picture (one frame)",
             field="picture.data",
         )
     try:
