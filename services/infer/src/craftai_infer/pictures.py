@@ -79,10 +79,10 @@ def decode(data: bytes, limits: Limits) -> Image.Image:
 
 
 def _too_large(size: tuple[int, int] | None, limits: Limits) -> Exception:
-    found = f"{size[0]}x{size[1]} pixels" if size else "too many pixels"
+    found = f"is {size[0]}x{size[1]} pixels" if size else "declares a size far beyond any limit (a decompression bomb?)"
     return invalid_argument(
         Reason.PICTURE_TOO_LARGE,
-        f"the picture is {found}; the limits are {limits.max_pixels:,} pixels and {limits.max_side:,} pixels "
+        f"the picture {found}; the limits are {limits.max_pixels:,} pixels and {limits.max_side:,} pixels "
         "on the longest side",
         field="picture.data",
     )
