@@ -75,7 +75,7 @@ def test_a_prompt_is_accepted_within_the_picture_or_refused_naming_its_field(
     except ServiceError as error:
         _assert_plain_refusal(error)
         return
-    assert 0 < len(pts) + (box is not None) and len(pts) <= MAX_POINTS
+    assert len(pts) + (box is not None) > 0 and len(pts) <= MAX_POINTS
     for x, y in sam.points.tolist():
         assert math.isfinite(x) and math.isfinite(y) and 0 <= x <= width and 0 <= y <= height
     assert set(sam.labels.tolist()) <= {0, 1}
@@ -134,9 +134,7 @@ def _decode_is_safe(data: bytes) -> None:
     st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 255)), max_size=12),
     st.integers(0, 10_000),
 )
-def test_fuzz_damaged_pictures_are_refused_in_plain_words(
-    seed: str, changes: list[tuple[int, int]], cut: int
-) -> None:
+def test_fuzz_damaged_pictures_are_refused_in_plain_words(seed: str, changes: list[tuple[int, int]], cut: int) -> None:
     """Bytes changed here and there, and the file cut short, from each format's valid file."""
     data = bytearray(SEEDS[seed])
     for offset, value in changes:
