@@ -76,9 +76,9 @@ def test_a_prompt_is_accepted_within_the_picture_or_refused_naming_its_field(
         _assert_plain_refusal(error)
         return
     assert len(pts) + (box is not None) > 0 and len(pts) <= MAX_POINTS
-    for x, y in sam.points.tolist():
+    for x, y in np.asarray(sam.points).tolist():
         assert math.isfinite(x) and math.isfinite(y) and 0 <= x <= width and 0 <= y <= height
-    assert set(sam.labels.tolist()) <= {0, 1}
+    assert set(np.asarray(sam.labels).tolist()) <= {0, 1}
     if sam.box is not None:
         x0, y0, x1, y1 = sam.box
         assert 0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height
