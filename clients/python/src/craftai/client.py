@@ -252,6 +252,9 @@ class AiClient:
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
+            # A restarted server is found again within seconds (gRPC's default backoff grows to 2 min).
+            ("grpc.initial_reconnect_backoff_ms", 250),
+            ("grpc.max_reconnect_backoff_ms", 3000),
         ]
         if credentials is None:
             roots = _pem(root_certificates, "CRAFTAI_TLS_CA")
@@ -336,19 +339,23 @@ class AiClient:
         def once(wait_for_ready: bool) -> object:
             del notices[:]  # a retry starts the answer again
             stream = call(request, timeout=self.deadlines.inference, metadata=metadata, wait_for_ready=wait_for_ready)
+            result = None
             try:
-                for event in stream:
+                for event in stream:  # read to the end: the result is the last message, then the status
                     kind = event.WhichOneof("event")
                     if kind == "progress" and on_progress is not None:
                         on_progress(event.progress)
                     elif kind == "notice":
                         notices.append(event.notice.message)
                     elif kind == "result":
-                        return event.result
+                        result = event.result
             except grpc.RpcError as exc:
-                raise CraftAiError.from_rpc(exc) from None
+                if result is None:
+                    raise CraftAiError.from_rpc(exc) from None
             finally:
-                stream.cancel()
+                stream.cancel()  # a no-op once the stream ended; stops the server's work otherwise
+            if result is not None:
+                return result
             raise CraftAiError(grpc.StatusCode.INTERNAL, "the stream ended without a result", request_id=request_id)
 
         return self._retrying(once)
@@ -398,22 +405,25 @@ class AiClient:
             stream = self.prepare_stub.Setup(
                 request, timeout=self.deadlines.setup, metadata=metadata, wait_for_ready=attempt > 0
             )
+            done = False
             try:
-                for event in stream:
+                for event in stream:  # read to the end, so that the server sees the call finish
                     kind = event.WhichOneof("event")
                     if kind == "progress":
                         yield event.progress
                     elif kind == "notice":
                         yield event.notice
                     elif kind == "result":
+                        done = True
                         yield event.result
-                        return
             except grpc.RpcError as exc:
                 error = CraftAiError.from_rpc(exc)
-                if error.code != grpc.StatusCode.UNAVAILABLE or attempt == self.retries.attempts:
+                if not done and (error.code != grpc.StatusCode.UNAVAILABLE or attempt == self.retries.attempts):
                     raise error from None
             finally:
                 stream.cancel()
+            if done:
+                return
             time.sleep(min(delay, self.retries.max_backoff))
             delay *= 2
 

@@ -269,8 +269,8 @@ class Gateway(grpc.aio.ServerInterceptor):
 
 def _code_of(error: BaseException | None, context: Context) -> str:
     """The status code a finished call answered, as its name (OK, INVALID_ARGUMENT, ...)."""
-    if isinstance(error, asyncio.CancelledError):
-        return "CANCELLED"
+    if isinstance(error, (asyncio.CancelledError, GeneratorExit)):
+        return "CANCELLED"  # the client went away (a stream closed before its end)
     code = context.code()
     if isinstance(code, grpc.StatusCode):
         return code.name
