@@ -201,7 +201,7 @@ def test_oversized_app_ids_and_metadata_are_refused(matte: AiClient, matte_serve
 
 @pytest.fixture(scope="module")
 def segment_server(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
-    env = {"CRAFTAI_MAX_MESSAGE_BYTES": str(MiB), "CRAFTAI_MAX_POINTS": "8"}
+    env = {"CRAFTAI_MAX_MESSAGE_BYTES": str(MiB), "CRAFTAI_MAX_POINTS": "8", "CRAFTAI_MAX_SESSIONS_PER_APP": "1"}
     with servers.running(sam_store.serve(tmp_path_factory.mktemp("bad-input-segment"), env)) as process:
         yield process
 
@@ -214,6 +214,7 @@ def segmenting(segment_server: servers.Process) -> Iterator[AiClient]:
 
 @pytest.fixture(scope="module")
 def session(segmenting: AiClient) -> Iterator[SegmentSession]:
+    """The one session app "tests" may keep on this server (CRAFTAI_MAX_SESSIONS_PER_APP=1)."""
     with segmenting.open_session(_encode(Image.new("RGB", (64, 48), (120, 40, 200)), "PNG")) as opened:
         yield opened
 
@@ -298,3 +299,16 @@ def test_pictures_refused_by_segment_too(segmenting: AiClient, session: SegmentS
             segmenting.segment_once(data, points=[(1, 1, True)])
         assert caught.value.reason == reason, name
     assert not session.segment(points=[(32, 24, True)]).reopened
+
+
+def test_sessions_per_app_are_limited_with_a_retry_info(segmenting: AiClient, segment_server: servers.Process) -> None:
+    """CRAFTAI_MAX_SESSIONS_PER_APP=1 here: the app holding `session` is refused a second one before
+    any work; another app is not."""
+    picture = _encode(Image.new("RGB", (16, 12), (1, 2, 3)), "PNG")
+    with pytest.raises(CraftAiError) as caught:
+        segmenting.open_session(picture)
+    error = caught.value
+    assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_SESSIONS")
+    assert error.retry_after is not None and "close one (CloseSession) or use SegmentOnce" in error.message
+    with AiClient("another-app", target=segment_server.address) as other, other.open_session(picture) as mine:
+        assert mine.width == 16
