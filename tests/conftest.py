@@ -86,11 +86,13 @@ def local_catalogue(model_files: servers.FileServer, tmp_path_factory: pytest.Te
 
 @pytest.fixture(scope="session")
 def matte_server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
-    """`craftai serve` with u2netp set up through its prepare service (loopback source)."""
+    """`craftai serve` with u2netp set up through its prepare service (loopback source), and its
+    Prometheus metrics on a port of their own."""
     from craftai import AiClient
 
     workdir = tmp_path_factory.mktemp("matte-server")
-    process = servers.embedded(workdir / "store", workdir, {"CRAFTAI_RECIPES": str(local_catalogue)})
+    env = {"CRAFTAI_RECIPES": str(local_catalogue), "CRAFTAI_METRICS_PORT": str(servers.free_port())}
+    process = servers.embedded(workdir / "store", workdir, env)
     with servers.running(process):
         with AiClient(app_id="tests", target=process.address) as ai:
             events = list(ai.setup("image.matte", "u2netp"))

@@ -48,6 +48,7 @@ class Process:
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     probe_address: str = ""  # the plain-text health port, when CRAFTAI_PROBE_PORT was given
+    metrics_address: str = ""  # the Prometheus port, when CRAFTAI_METRICS_PORT was given
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -98,8 +99,17 @@ def start(name: str, command: list[str], env: dict[str, str], workdir: Path, tim
             popen.kill()
             raise TimeoutError(f"{name} did not start within {timeout} s:\n{log.read_text(errors='replace')}")
         time.sleep(0.05)
-    probe = env.get("CRAFTAI_PROBE_PORT", "")
-    return Process(name, popen, ready.read_text().strip(), log, command, env, f"127.0.0.1:{probe}" if probe else "")
+    probe, metrics = env.get("CRAFTAI_PROBE_PORT", ""), env.get("CRAFTAI_METRICS_PORT", "")
+    return Process(
+        name,
+        popen,
+        ready.read_text().strip(),
+        log,
+        command,
+        env,
+        f"127.0.0.1:{probe}" if probe else "",
+        f"127.0.0.1:{metrics}" if metrics else "",
+    )
 
 
 def embedded(store: Path, workdir: Path, env: dict[str, str] | None = None) -> Process:

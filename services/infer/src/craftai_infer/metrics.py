@@ -25,6 +25,8 @@ ROUTE_RESOLUTIONS = Counter(
     "Route resolutions by where they were answered: cache (hit) or catalogue (miss)",
     ["source"],
 )
+for _source in ("cache", "catalogue"):  # both series exist from the start (rates need a zero)
+    ROUTE_RESOLUTIONS.labels(_source)
 
 
 Resolve = Callable[[common_pb2.RouteRef], Coroutine[Any, Any, catalogue_pb2.ResolveRouteResponse]]
