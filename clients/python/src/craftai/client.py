@@ -216,6 +216,13 @@ def _new_request_id() -> str:
     return uuid.uuid4().hex
 
 
+def _unanswered(error: CraftAiError) -> bool:
+    """UNAVAILABLE from the channel (connection lost, server down or restarting) or from a server
+    that is shutting down: worth another try. An UNAVAILABLE the service answered with a reason
+    (e.g. SOURCES_FAILED: every download source failed) is an answer, not retried."""
+    return error.code == grpc.StatusCode.UNAVAILABLE and error.reason in ("", "SHUTTING_DOWN")
+
+
 class AiClient:
     """A connection to the three services for one app.
 
@@ -308,7 +315,7 @@ class AiClient:
             try:
                 return once(attempt > 0)
             except CraftAiError as exc:
-                if exc.code != grpc.StatusCode.UNAVAILABLE or attempt == self.retries.attempts:
+                if not _unanswered(exc) or attempt == self.retries.attempts:
                     raise
                 time.sleep(min(exc.retry_after if exc.retry_after is not None else delay, self.retries.max_backoff))
                 delay = min(delay * 2, self.retries.max_backoff)
@@ -418,7 +425,7 @@ class AiClient:
                         yield event.result
             except grpc.RpcError as exc:
                 error = CraftAiError.from_rpc(exc)
-                if not done and (error.code != grpc.StatusCode.UNAVAILABLE or attempt == self.retries.attempts):
+                if not done and (not _unanswered(error) or attempt == self.retries.attempts):
                     raise error from None
             finally:
                 stream.cancel()
