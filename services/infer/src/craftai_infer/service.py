@@ -227,7 +227,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
     ) -> AsyncIterator[infer_pb2.OpenSessionEvent]:
         started = time.perf_counter()
         stages: dict[str, float] = {}
-        self.sessions.check_room(app_id(context))  # refused before any work when the app has its most
+        self.sessions.check_room(app_id(context))  # TOO_MANY_SESSIONS before any work
         resolved = await self._resolve(request.route, SEGMENT)
         loaded: LoadedRoute[SegmentModel] | None = None
         async for item in self._load(resolved):
