@@ -53,7 +53,7 @@ def test_infer_killed_mid_stream_the_sdk_retries_and_rebuilds_its_session(
             catalogue=processes["catalogue"].address,
             prepare=processes["prepare"].address,
             infer=infer.address,
-            retries=Retries(attempts=3),
+            retries=Retries(attempts=3, wait_seconds=120),  # a restart takes seconds here (torch, SAM)
         ) as ai:
             session = ai.open_session(picture)
             before = session.segment(points=[(20, 20, True)])

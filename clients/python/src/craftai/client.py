@@ -14,8 +14,8 @@
 
 Every call has a deadline; errors are raised as `CraftAiError` with the service's plain message.
 A call the server could not answer (UNAVAILABLE: the connection was lost, the server restarted or
-is shutting down) is tried again, waiting for the server to come back within the call's deadline
-(`Retries`); every other error is raised at once.
+is shutting down) is tried again once the server is reachable again (`Retries`: up to 3 more
+tries, waiting 20 s at most for the server); every other error is raised at once.
 
 Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else (for loopback addresses only)
 the local key that `craftai serve` generated (craftai.keys). TLS: `root_certificates` (or
@@ -75,13 +75,16 @@ class MatteOutput:
 
 @dataclass(frozen=True)
 class Retries:
-    """How often a call the server could not answer (UNAVAILABLE) is tried again: `attempts` more
-    times, waiting `backoff` seconds (doubled each time, at most `max_backoff`; or the server's
-    RetryInfo) and then for the server to be reachable again, within the call's deadline."""
+    """How a call the server could not answer (UNAVAILABLE: the connection was lost, the server is
+    restarting or shutting down) is tried again: up to `attempts` more times, each after `backoff`
+    seconds (doubled each time, at most `max_backoff`; or the server's RetryInfo) and after the
+    server is reachable again, waiting for that `wait_seconds` at most in all. A server this client
+    never reached is not waited for: the error is raised at once (no server there)."""
 
     attempts: int = 3
     backoff: float = 0.25
     max_backoff: float = 5.0
+    wait_seconds: float = 20.0
 
 
 @dataclass(frozen=True)
@@ -277,17 +280,56 @@ class AiClient:
         if self._app_key is None and all(is_loopback(a) for a in addresses):
             self._app_key = read_key_file(local_key_file())
         self._channels: dict[str, grpc.Channel] = {}
-        self.catalogue_stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(catalogue or base))
-        self.prepare_stub = prepare_pb2_grpc.PrepareServiceStub(self._channel(prepare or base))
-        self.infer_stub = infer_pb2_grpc.InferServiceStub(self._channel(infer or base))
+        self._reached: set[str] = set()  # addresses whose channel was READY once
+        self._addresses = {"catalogue": catalogue or base, "prepare": prepare or base, "infer": infer or base}
+        self.catalogue_stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(self._addresses["catalogue"]))
+        self.prepare_stub = prepare_pb2_grpc.PrepareServiceStub(self._channel(self._addresses["prepare"]))
+        self.infer_stub = infer_pb2_grpc.InferServiceStub(self._channel(self._addresses["infer"]))
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
             if self._credentials is None:
-                self._channels[address] = grpc.insecure_channel(address, options=self._options)
+                channel = grpc.insecure_channel(address, options=self._options)
             else:
-                self._channels[address] = grpc.secure_channel(address, self._credentials, options=self._options)
+                channel = grpc.secure_channel(address, self._credentials, options=self._options)
+
+            def seen(state: grpc.ChannelConnectivity, address: str = address) -> None:
+                if state == grpc.ChannelConnectivity.READY:
+                    self._reached.add(address)
+
+            channel.subscribe(seen)
+            self._channels[address] = channel
         return self._channels[address]
+
+    def _address_of(self, call: object) -> str:
+        """The address a stub method calls (the stubs keep their methods as attributes)."""
+        for name, stub in (
+            ("infer", self.infer_stub),
+            ("catalogue", self.catalogue_stub),
+            ("prepare", self.prepare_stub),
+        ):
+            if any(call is method for method in vars(stub).values()):
+                return self._addresses[name]
+        return self._addresses["infer"]
+
+    def _wait_again(self, address: str, error: CraftAiError, attempt: int, waited: float) -> float:
+        """Before another try: raise `error` when it is not worth one; else sleep the backoff, wait
+        (within what is left of `wait_seconds`) for the server to be reachable, and return the
+        seconds waited so far."""
+        policy = self.retries
+        if not _unanswered(error) or attempt >= policy.attempts or address not in self._reached:
+            raise error
+        started = time.monotonic()
+        backoff = min(policy.backoff * 2**attempt, policy.max_backoff)
+        time.sleep(min(error.retry_after if error.retry_after is not None else backoff, policy.max_backoff))
+        left = policy.wait_seconds - waited - (time.monotonic() - started)
+        ready = grpc.channel_ready_future(self._channels[address])
+        try:
+            ready.result(timeout=max(left, 0.0))
+        except grpc.FutureTimeoutError:
+            ready.cancel()
+            raise error from None
+        return waited + time.monotonic() - started
 
     def close(self) -> None:
         for channel in self._channels.values():
@@ -308,29 +350,27 @@ class AiClient:
             items.append((REQUEST_ID_KEY, request_id))
         return tuple(items)
 
-    def _retrying(self, once: Callable[[bool], T]) -> T:
-        """Run `once(wait_for_ready)`; again after UNAVAILABLE, waiting for the server to be back."""
-        delay = self.retries.backoff
-        for attempt in range(self.retries.attempts + 1):
+    def _retrying(self, address: str, once: Callable[[], T]) -> T:
+        """Run `once()`; again after UNAVAILABLE, once the server is reachable (Retries)."""
+        waited = 0.0
+        attempt = 0
+        while True:
             try:
-                return once(attempt > 0)
+                return once()
             except CraftAiError as exc:
-                if not _unanswered(exc) or attempt == self.retries.attempts:
-                    raise
-                time.sleep(min(exc.retry_after if exc.retry_after is not None else delay, self.retries.max_backoff))
-                delay = min(delay * 2, self.retries.max_backoff)
-        raise AssertionError("unreachable")  # pragma: no cover
+                waited = self._wait_again(address, exc, attempt, waited)
+                attempt += 1
 
     def _unary(self, call: Callable[..., T], request: object, request_id: str | None = None) -> T:
         metadata = self._metadata(request_id or _new_request_id())
 
-        def once(wait_for_ready: bool) -> T:
+        def once() -> T:
             try:
-                return call(request, timeout=self.deadlines.unary, metadata=metadata, wait_for_ready=wait_for_ready)
+                return call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
                 raise CraftAiError.from_rpc(exc) from None
 
-        return self._retrying(once)
+        return self._retrying(self._address_of(call), once)
 
     def _stream(
         self,
@@ -343,9 +383,9 @@ class AiClient:
         """Run an inference stream to its one result (progress to the callback, notices collected)."""
         metadata = self._metadata(request_id)
 
-        def once(wait_for_ready: bool) -> object:
+        def once() -> object:
             del notices[:]  # a retry starts the answer again
-            stream = call(request, timeout=self.deadlines.inference, metadata=metadata, wait_for_ready=wait_for_ready)
+            stream = call(request, timeout=self.deadlines.inference, metadata=metadata)
             result = None
             try:
                 for event in stream:  # read to the end: the result is the last message, then the status
@@ -365,7 +405,7 @@ class AiClient:
                 return result
             raise CraftAiError(grpc.StatusCode.INTERNAL, "the stream ended without a result", request_id=request_id)
 
-        return self._retrying(once)
+        return self._retrying(self._address_of(call), once)
 
     # -- catalogue and runtime -----------------------------------------------------------
 
@@ -407,12 +447,12 @@ class AiClient:
             gpu_available=gpu,
         )
         metadata = self._metadata(request_id or _new_request_id())
-        delay = self.retries.backoff
-        for attempt in range(self.retries.attempts + 1):
-            stream = self.prepare_stub.Setup(
-                request, timeout=self.deadlines.setup, metadata=metadata, wait_for_ready=attempt > 0
-            )
+        waited = 0.0
+        attempt = 0
+        while True:
+            stream = self.prepare_stub.Setup(request, timeout=self.deadlines.setup, metadata=metadata)
             done = False
+            error = CraftAiError(grpc.StatusCode.INTERNAL, "the setup stream ended without a result")
             try:
                 for event in stream:  # read to the end, so that the server sees the call finish
                     kind = event.WhichOneof("event")
@@ -424,15 +464,14 @@ class AiClient:
                         done = True
                         yield event.result
             except grpc.RpcError as exc:
-                error = CraftAiError.from_rpc(exc)
-                if not done and (not _unanswered(error) or attempt == self.retries.attempts):
-                    raise error from None
+                if not done:
+                    error = CraftAiError.from_rpc(exc)
             finally:
                 stream.cancel()
             if done:
                 return
-            time.sleep(min(delay, self.retries.max_backoff))
-            delay *= 2
+            waited = self._wait_again(self._addresses["prepare"], error, attempt, waited)
+            attempt += 1
 
     # -- image.matte ---------------------------------------------------------------------
 
