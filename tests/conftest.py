@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +17,17 @@ from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
 if TYPE_CHECKING:
     from tests.support.sam_fixture import Sam21Fixture
     from tests.support.segment import SetUpStore
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """App keys as on a fresh machine, but in a folder of the test run's own (never the user's
+    ~/.config/craftai): the local key is made now, so tests that build gRPC metadata by hand can
+    read it (servers.app_metadata), and every server and SDK client started by the tests uses it."""
+    if servers.CONFIG_VARIABLE not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="craftai-test-config-"))
+        os.environ[servers.CONFIG_VARIABLE] = str(folder)
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    servers.ensure_local_key()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -73,11 +86,13 @@ def local_catalogue(model_files: servers.FileServer, tmp_path_factory: pytest.Te
 
 @pytest.fixture(scope="session")
 def matte_server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
-    """`craftai serve` with u2netp set up through its prepare service (loopback source)."""
+    """`craftai serve` with u2netp set up through its prepare service (loopback source), and its
+    Prometheus metrics on a port of their own."""
     from craftai import AiClient
 
     workdir = tmp_path_factory.mktemp("matte-server")
-    process = servers.embedded(workdir / "store", workdir, {"CRAFTAI_RECIPES": str(local_catalogue)})
+    env = {"CRAFTAI_RECIPES": str(local_catalogue), "CRAFTAI_METRICS_PORT": str(servers.free_port())}
+    process = servers.embedded(workdir / "store", workdir, env)
     with servers.running(process):
         with AiClient(app_id="tests", target=process.address) as ai:
             events = list(ai.setup("image.matte", "u2netp"))

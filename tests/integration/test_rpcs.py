@@ -22,7 +22,7 @@ from craftai.v1 import (
 )
 from tests.support import servers
 
-APP = (("craftai-app-id", "tests"),)
+APP = servers.app_metadata("tests")
 MATTE = common_pb2.RouteRef(feature="image.matte")
 CLICK = infer_pb2.Prompt(points=[infer_pb2.Point(x=1, y=1, label=infer_pb2.POINT_LABEL_FOREGROUND)])
 # This server has not set image.segment up: its RPCs answer with these errors (never UNIMPLEMENTED).

@@ -32,7 +32,7 @@ from tests.support.sam_fixture import Sam21Fixture
 from tests.support.segment import SetUpStore, mask_of, png
 
 pytestmark = pytest.mark.slow
-APP = (("craftai-app-id", "tests"),)
+APP = servers.app_metadata("tests")
 WIDTH, HEIGHT = 451, 300  # chelsea.png
 
 
@@ -211,7 +211,7 @@ def _segment_error(
     prompt = prompt or infer_pb2.Prompt(points=[infer_pb2.Point(x=10, y=10, label=infer_pb2.POINT_LABEL_FOREGROUND)])
     request = infer_pb2.SegmentRequest(session_id=session_id, prompt=prompt)
     with pytest.raises(grpc.RpcError) as caught:
-        list(stub.Segment(request, metadata=(("craftai-app-id", app),), timeout=60))
+        list(stub.Segment(request, metadata=servers.app_metadata(app), timeout=60))
     return CraftAiError.from_rpc(caught.value)
 
 
@@ -226,7 +226,7 @@ def test_two_apps_never_see_each_others_sessions(
                 assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND")
                 assert "is not open for this app" in error.message
                 closing = infer_pb2.CloseSessionRequest(session_id=session_id)
-                assert not stub.CloseSession(closing, metadata=(("craftai-app-id", app),), timeout=10).closed
+                assert not stub.CloseSession(closing, metadata=servers.app_metadata(app), timeout=10).closed
             assert not theirs.segment(points=[(10, 10, True)]).reopened  # neither was closed by the other app
             assert not opened.session.segment(points=[(10, 10, True)]).reopened
             kept_id = theirs.session_id
@@ -234,7 +234,7 @@ def test_two_apps_never_see_each_others_sessions(
         error = _segment_error(stub, kept_id, "other-app")
         assert error.code == grpc.StatusCode.NOT_FOUND
         closing = infer_pb2.CloseSessionRequest(session_id=kept_id)
-        assert not stub.CloseSession(closing, metadata=(("craftai-app-id", "other-app"),), timeout=10).closed
+        assert not stub.CloseSession(closing, metadata=servers.app_metadata("other-app"), timeout=10).closed
 
 
 # ------------------------------------------------------------------------------------------------

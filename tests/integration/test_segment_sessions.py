@@ -50,7 +50,7 @@ def _is_kept(address: str, session: SegmentSession) -> bool:
     )
     with grpc.insecure_channel(address) as channel:
         try:
-            list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=(("craftai-app-id", "tests"),)))
+            list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=servers.app_metadata("tests")))
         except grpc.RpcError as exc:
             error = CraftAiError.from_rpc(exc)
             assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"), error

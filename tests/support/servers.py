@@ -16,6 +16,25 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+CONFIG_VARIABLE = "CRAFTAI_CONFIG_DIR"  # where the local app key lives (set per test run by conftest)
+
+
+def ensure_local_key() -> str:
+    """The local app key of this test run (made, with the keys file accepting it, if not there yet),
+    as `craftai serve` makes it on first start."""
+    from craftai.keys import default_keys_file, local_key_file, read_key_file
+    from craftai_common.auth import ensure_local_key as ensure
+
+    if read_key_file(local_key_file()) is None or not default_keys_file().exists():
+        ensure(default_keys_file())
+    key = read_key_file(local_key_file())
+    assert key is not None
+    return key
+
+
+def app_metadata(app_id: str = "tests") -> tuple[tuple[str, str], ...]:
+    """gRPC metadata of a request from `app_id` with the local key, for tests that call the stubs."""
+    return (("craftai-app-id", app_id), ("craftai-app-key", ensure_local_key()))
 
 
 @dataclass
@@ -28,6 +47,8 @@ class Process:
     log: Path
     command: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    probe_address: str = ""  # the plain-text health port, when CRAFTAI_PROBE_PORT was given
+    metrics_address: str = ""  # the Prometheus port, when CRAFTAI_METRICS_PORT was given
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -78,7 +99,17 @@ def start(name: str, command: list[str], env: dict[str, str], workdir: Path, tim
             popen.kill()
             raise TimeoutError(f"{name} did not start within {timeout} s:\n{log.read_text(errors='replace')}")
         time.sleep(0.05)
-    return Process(name, popen, ready.read_text().strip(), log, command, env)
+    probe, metrics = env.get("CRAFTAI_PROBE_PORT", ""), env.get("CRAFTAI_METRICS_PORT", "")
+    return Process(
+        name,
+        popen,
+        ready.read_text().strip(),
+        log,
+        command,
+        env,
+        f"127.0.0.1:{probe}" if probe else "",
+        f"127.0.0.1:{metrics}" if metrics else "",
+    )
 
 
 def embedded(store: Path, workdir: Path, env: dict[str, str] | None = None) -> Process:
@@ -178,8 +209,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def separate(store: Path, workdir: Path, env: dict[str, str] | None = None) -> dict[str, Process]:
-    """The three services as separate processes (the compose/Kubernetes topology), one store."""
+def separate(
+    store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False
+) -> dict[str, Process]:
+    """The three services as separate processes (the compose/Kubernetes topology), one store;
+    with `probe`, infer also serves health in plain text on a port of its own."""
     ports = {name: free_port() for name in ("catalogue", "prepare", "infer")}
     addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     common = {
@@ -191,9 +225,10 @@ def separate(store: Path, workdir: Path, env: dict[str, str] | None = None) -> d
     started: dict[str, Process] = {}
     try:
         for name in ("catalogue", "prepare", "infer"):
-            started[name] = start(
-                name, [str(BIN / f"craftai-{name}")], {**common, "CRAFTAI_PORT": str(ports[name])}, workdir
-            )
+            own = {"CRAFTAI_PORT": str(ports[name])}
+            if probe and name == "infer":
+                own["CRAFTAI_PROBE_PORT"] = str(free_port())
+            started[name] = start(name, [str(BIN / f"craftai-{name}")], {**common, **own}, workdir)
     except BaseException:
         for process in started.values():
             process.kill()

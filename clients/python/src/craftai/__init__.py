@@ -10,6 +10,7 @@ from craftai.client import (
     MaskOutput,
     MatteOutput,
     Point,
+    Retries,
     SegmentOutput,
     SegmentSession,
 )
@@ -23,6 +24,7 @@ __all__ = [
     "MaskOutput",
     "MatteOutput",
     "Point",
+    "Retries",
     "SegmentOutput",
     "SegmentSession",
 ]

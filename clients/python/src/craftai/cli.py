@@ -4,18 +4,21 @@ craftai serve                                  # all three services on 127.0.0.1
 craftai setup image.matte --recipe u2netp      # download and verify (progress bars)
 craftai remove-background a.jpg b.png -o out/  # mattes and cutouts, with timings
 craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
+craftai keys add my-editor                     # a new key for an app: its hash into the keys file
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
 
 from tqdm import tqdm
 
+from craftai import keys
 from craftai.client import AiClient, Point
 from craftai.errors import CraftAiError
 from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
@@ -203,6 +206,42 @@ def cmd_segment(options: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_keys_add(options: argparse.Namespace) -> int:
+    """A new key for an app: its hash is added to the keys file, the key is printed once."""
+    if options.app != keys.WILDCARD and not _APP_ID.match(options.app):
+        print(
+            "craftai: an app id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
+            file=sys.stderr,
+        )
+        return 2
+    chosen = options.keys_file or os.environ.get("CRAFTAI_KEYS_FILE")
+    path = Path(chosen) if chosen else keys.default_keys_file()
+    key = keys.new_key()
+    if not keys.write_private(path, keys.key_line(options.app, key)):
+        with path.open("a") as out:  # the servers re-read the file within a second
+            out.write(keys.key_line(options.app, key))
+    print(key)
+    print(
+        f"added a key for {options.app} to {path} (only its hash is kept there); give the key above to the app "
+        "(CRAFTAI_APP_KEY or AiClient(app_key=...)): it is not shown again",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def cmd_keys_hash(options: argparse.Namespace) -> int:
+    """The keys-file line for a key read on standard input (for secrets made elsewhere)."""
+    key = sys.stdin.readline().strip()
+    if not key:
+        print("craftai: give the key on standard input", file=sys.stderr)
+        return 2
+    print(keys.key_line(options.app, key), end="")
+    return 0
+
+
+_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="craftai", description="craft-ai services: local AI image features")
     p.add_argument(
@@ -267,6 +306,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_segment)
+
+    k = sub.add_parser("keys", help="app keys (only their hashes are kept by the servers)")
+    ksub = k.add_subparsers(dest="keys_command", required=True)
+    s = ksub.add_parser("add", help="make a key for an app, add its hash to the keys file, print the key once")
+    s.add_argument("app", help="the app id ('*' for any app id without a key of its own)")
+    s.add_argument("--keys-file", default=None, help="default: CRAFTAI_KEYS_FILE or ~/.config/craftai/keys")
+    s.set_defaults(func=cmd_keys_add)
+    s = ksub.add_parser("hash", help="print the keys-file line for a key given on standard input")
+    s.add_argument("app", help="the app id the key is for")
+    s.set_defaults(func=cmd_keys_hash)
     return p
 
 

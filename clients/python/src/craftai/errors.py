@@ -11,7 +11,9 @@ class CraftAiError(Exception):
     """An error answered by a craft-ai service (or the channel), in plain words.
 
     `code` is the gRPC status code, `reason` the stable machine-readable reason
-    (google.rpc.ErrorInfo; empty when the channel itself failed), `metadata` its details.
+    (google.rpc.ErrorInfo; empty when the channel itself failed), `metadata` its details,
+    `retry_after` the seconds the server asks to wait before trying again (google.rpc.RetryInfo,
+    on limits), and `request_id` the id under which the server logged the request.
     """
 
     def __init__(
@@ -21,6 +23,9 @@ class CraftAiError(Exception):
         reason: str = "",
         metadata: dict[str, str] | None = None,
         violations: list[tuple[str, str]] | None = None,
+        *,
+        retry_after: float | None = None,
+        request_id: str = "",
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -28,6 +33,8 @@ class CraftAiError(Exception):
         self.reason = reason
         self.metadata = metadata or {}
         self.violations = violations or []
+        self.retry_after = retry_after
+        self.request_id = request_id
 
     def __str__(self) -> str:
         return f"{self.message} ({self.code.name}{', ' + self.reason if self.reason else ''})"
@@ -39,13 +46,34 @@ class CraftAiError(Exception):
         reason = ""
         metadata: dict[str, str] = {}
         violations: list[tuple[str, str]] = []
-        status = rpc_status.from_call(exc) if isinstance(exc, grpc.Call) else None
+        retry_after: float | None = None
+        request_id = ""
+        status = None
+        if isinstance(exc, grpc.Call):
+            try:
+                status = rpc_status.from_call(exc)
+            except ValueError:  # a status message that disagrees with the code: keep the code
+                status = None
+            for key, value in exc.trailing_metadata() or ():
+                if key == "x-request-id":
+                    request_id = value if isinstance(value, str) else value.decode(errors="replace")
         if status is not None:
             for detail in status.details:
                 info = error_details_pb2.ErrorInfo()
                 bad = error_details_pb2.BadRequest()
+                retry = error_details_pb2.RetryInfo()
                 if detail.Unpack(info):
                     reason, metadata = info.reason, dict(info.metadata)
                 elif detail.Unpack(bad):
                     violations = [(v.field, v.description) for v in bad.field_violations]
-        return cls(code, message, reason, metadata, violations)
+                elif detail.Unpack(retry):
+                    retry_after = retry.retry_delay.ToMilliseconds() / 1000
+        if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not reason and "larger than max" in message:
+            message = (
+                f"the message is larger than the gRPC message limit ({message}): send a smaller picture, "
+                "or raise the limit on both sides (CRAFTAI_MAX_MESSAGE_BYTES on the server, "
+                "max_message_bytes in AiClient)"
+            )
+        elif code == grpc.StatusCode.UNAVAILABLE and not reason:
+            message = f"the service did not answer (UNAVAILABLE): {message}"
+        return cls(code, message, reason, metadata, violations, retry_after=retry_after, request_id=request_id)

@@ -23,7 +23,7 @@ def run(host: str | None, port: int | None, store: Path | None) -> int:
 
     overrides = {k: v for k, v in (("host", host), ("port", port), ("store", store)) if v is not None}
     infer_settings = InferSettings(**overrides)  # type: ignore[arg-type]
-    configure_logging(infer_settings.log_level)
+    configure_logging(infer_settings, "serve")
     mounts = [
         catalogue.build(CatalogueSettings(**overrides), embedded=True),  # type: ignore[arg-type]
         prepare.build(PrepareSettings(**overrides), embedded=True),  # type: ignore[arg-type]

@@ -13,7 +13,7 @@ from craftai_common.server import configure_logging, serve
 
 def main() -> int:
     settings = CatalogueSettings()
-    configure_logging(settings.log_level)
+    configure_logging(settings, "catalogue")
     try:
         mount = build(settings)
     except CatalogueDataError as exc:

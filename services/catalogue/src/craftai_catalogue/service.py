@@ -10,9 +10,8 @@ import grpc
 from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
 from craftai_catalogue import advice, recipes, states
 from craftai_catalogue.settings import CatalogueSettings
-from craftai_common.catalogue_client import INTERNAL_APP_ID
 from craftai_common.errors import handle_errors
-from craftai_common.metadata import APP_ID_KEY
+from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store
 
@@ -22,10 +21,13 @@ SERVICE_NAME = catalogue_pb2.DESCRIPTOR.services_by_name["CatalogueService"].ful
 
 
 class CatalogueServicer(catalogue_pb2_grpc.CatalogueServiceServicer):
-    def __init__(self, data: recipes.CatalogueData, store: Store, infer_address: str = "") -> None:
+    def __init__(
+        self, data: recipes.CatalogueData, store: Store, infer_address: str = "", peers: Peers | None = None
+    ) -> None:
         self.data = data
         self.store = store
         self.infer_address = infer_address
+        self.peers = peers
         self._infer_channel: grpc.aio.Channel | None = None
 
     @handle_errors
@@ -66,12 +68,12 @@ class CatalogueServicer(catalogue_pb2_grpc.CatalogueServiceServicer):
         if not self.infer_address:
             return None
         if self._infer_channel is None:
-            self._infer_channel = grpc.aio.insecure_channel(self.infer_address)
+            self._infer_channel = (
+                self.peers.channel(self.infer_address) if self.peers else grpc.aio.insecure_channel(self.infer_address)
+            )
         stub = infer_pb2_grpc.InferServiceStub(self._infer_channel)
         try:
-            runtime = await stub.GetRuntime(
-                infer_pb2.GetRuntimeRequest(), timeout=2.0, metadata=((APP_ID_KEY, INTERNAL_APP_ID),)
-            )
+            runtime = await stub.GetRuntime(infer_pb2.GetRuntimeRequest(), timeout=2.0, metadata=Peers.metadata())
         except grpc.aio.AioRpcError as exc:
             log.info("infer service at %s did not answer (%s)", self.infer_address, exc.code().name)
             return None
@@ -89,7 +91,7 @@ def build(settings: CatalogueSettings, *, embedded: bool = False) -> Mount:
     Embedded (`craftai serve`), the infer service is on this same server: ask it there.
     """
     data = recipes.load(settings.recipes)
-    servicer = CatalogueServicer(data, Store(settings.store), settings.infer_address)
+    servicer = CatalogueServicer(data, Store(settings.store), settings.infer_address, Peers(settings))
 
     async def start(address: str) -> None:
         if embedded:

@@ -14,7 +14,7 @@ from enum import StrEnum
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
 import grpc
-from google.protobuf import any_pb2
+from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -27,6 +27,11 @@ class Reason(StrEnum):
 
     MISSING_APP_ID = "MISSING_APP_ID"
     BAD_APP_ID = "BAD_APP_ID"
+    MISSING_APP_KEY = "MISSING_APP_KEY"
+    BAD_APP_KEY = "BAD_APP_KEY"
+    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
+    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
     UNKNOWN_FEATURE = "UNKNOWN_FEATURE"
     UNKNOWN_RECIPE = "UNKNOWN_RECIPE"
     UNKNOWN_ENGINE = "UNKNOWN_ENGINE"
@@ -60,6 +65,7 @@ class ServiceError(Exception):
         *,
         metadata: Mapping[str, str] | None = None,
         violations: Sequence[tuple[str, str]] = (),
+        retry_after: float | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -67,6 +73,7 @@ class ServiceError(Exception):
         self.message = message
         self.metadata = dict(metadata or {})
         self.violations = list(violations)
+        self.retry_after = retry_after  # seconds, sent as google.rpc.RetryInfo
 
     def to_status(self) -> grpc.Status:
         details = []
@@ -82,6 +89,12 @@ class ServiceError(Exception):
             )
             packed = any_pb2.Any()
             packed.Pack(bad)
+            details.append(packed)
+        if self.retry_after is not None:
+            delay = duration_pb2.Duration()
+            delay.FromMilliseconds(round(self.retry_after * 1000))
+            packed = any_pb2.Any()
+            packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
             details.append(packed)
         code_value: int = self.code.value[0]
         return cast(
@@ -107,13 +120,18 @@ def unavailable(reason: Reason, message: str, **metadata: str) -> ServiceError:
     return ServiceError(grpc.StatusCode.UNAVAILABLE, reason, message, metadata=metadata)
 
 
-def resource_exhausted(reason: Reason, message: str, **metadata: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, reason, message, metadata=metadata)
+def resource_exhausted(
+    reason: Reason, message: str, *, retry_after: float | None = None, **metadata: str
+) -> ServiceError:
+    return ServiceError(grpc.StatusCode.RESOURCE_EXHAUSTED, reason, message, metadata=metadata, retry_after=retry_after)
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceError) -> NoReturn:
-    await context.abort_with_status(error.to_status())
-    raise AssertionError("abort_with_status returned")  # pragma: no cover
+    """Answer the error; trailing metadata already set (the request id) is kept beside its details."""
+    status = error.to_status()
+    kept = tuple(context.trailing_metadata() or ())
+    await context.abort(status.code, status.details, kept + tuple(status.trailing_metadata))
+    raise AssertionError("abort returned")  # pragma: no cover
 
 
 def _internal(exc: BaseException) -> ServiceError:

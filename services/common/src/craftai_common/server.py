@@ -1,8 +1,14 @@
 """Server bootstrap shared by the services: one grpc.aio server hosting one or more services.
 
 Health (`grpc.health.v1`) reports each service NOT_SERVING until its start hook has run, then
-SERVING; reflection is on; message size limits are explicit. SIGTERM or SIGINT turns health to
-NOT_SERVING first, lets in-flight RPCs finish within the grace period, then stops the services.
+SERVING; reflection is on; message size limits are explicit. Every other RPC goes through the
+gateway (interceptors.py: app keys, per-app limits, request ids, metrics, one log line per call).
+TLS or mutual TLS when configured (peers.py), with an optional plain-text port serving only health
+for probes, and an optional Prometheus port.
+
+SIGTERM or SIGINT: health turns NOT_SERVING first (still answered on every port), new calls from
+apps are refused (UNAVAILABLE / SHUTTING_DOWN), the calls in progress get up to the grace period
+to finish, then the server stops, then the services (running preparations are waited for).
 """
 
 from __future__ import annotations
@@ -17,7 +23,10 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from craftai_common.interceptors import AppIdInterceptor
+from craftai_common import observability
+from craftai_common.auth import KeyRing, KeysFileError
+from craftai_common.interceptors import Gateway
+from craftai_common.peers import server_credentials
 from craftai_common.settings import ServerSettings
 from craftai_common.store import atomic_write_text
 
@@ -46,24 +55,31 @@ def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(settings: ServerSettings, service: str) -> None:
+    """JSON lines (or text) on stderr, at the configured level (observability.py)."""
+    observability.configure_logging(settings.log_level, settings.log_format, service)
+
+
+def _shown_host(host: str) -> str:
+    return host if host not in ("0.0.0.0", "[::]", "::") else "127.0.0.1"
 
 
 class Server:
-    """Owns the grpc.aio server, its health servicer and the mounted services' lifecycles."""
+    """Owns the grpc.aio server(s), the health servicer, the gateway, the metrics endpoint and the
+    mounted services' lifecycles."""
 
     def __init__(self, settings: ServerSettings, mounts: Sequence[Mount]) -> None:
         self.settings = settings
         self.mounts = list(mounts)
         self.health = health.aio.HealthServicer()
         self.address = ""
-        self._server = grpc.aio.server(
-            interceptors=[AppIdInterceptor()], options=channel_options(settings.max_message_bytes)
-        )
+        self.probe_address = ""
+        self.metrics_address = ""
+        self.keys = KeyRing.configure(settings.keys_file, settings.keys, settings.auth == "on")
+        self.gateway = Gateway(self.keys, max_requests_per_app=settings.max_requests_per_app)
+        self._server = grpc.aio.server(interceptors=[self.gateway], options=channel_options(settings.max_message_bytes))
+        self._probe: grpc.aio.Server | None = None
+        self._metrics: observability.MetricsServer | None = None
         self._stopped = asyncio.Event()
 
     async def start(self) -> str:
@@ -75,34 +91,73 @@ class Server:
         await self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         names = [m.name for m in self.mounts] + [health.SERVICE_NAME, reflection.SERVICE_NAME]
         reflection.enable_server_reflection(names, server)
-        port = server.add_insecure_port(f"{self.settings.host}:{self.settings.port}")
+        where = f"{self.settings.host}:{self.settings.port}"
+        credentials = server_credentials(self.settings)
+        port = server.add_insecure_port(where) if credentials is None else server.add_secure_port(where, credentials)
         if port == 0:
-            raise OSError(f"cannot listen on {self.settings.host}:{self.settings.port}")
+            raise OSError(f"cannot listen on {where}")
         await server.start()
-        host = self.settings.host if self.settings.host not in ("0.0.0.0", "[::]", "::") else "127.0.0.1"
-        self.address = f"{host}:{port}"
+        self.address = f"{_shown_host(self.settings.host)}:{port}"
+        if self.settings.probe_port is not None:
+            await self._start_probe(self.settings.probe_port)
+        if self.settings.metrics_port is not None:
+            self._metrics = observability.MetricsServer(
+                self.settings.metrics_host or self.settings.host, self.settings.metrics_port
+            )
+            self.metrics_address = self._metrics.address
+            log.info(
+                "metrics on http://%s/metrics", self.metrics_address, extra={"metrics_address": self.metrics_address}
+            )
         for mount in self.mounts:
             if mount.start is not None:
                 await mount.start(self.address)
             await self.health.set(mount.name, health_pb2.HealthCheckResponse.SERVING)
         await self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        log.info("serving %s on %s", ", ".join(m.name for m in self.mounts), self.address)
+        tls = "plain text" if credentials is None else "TLS"
+        if self.settings.tls_client_ca is not None:
+            tls = "mutual TLS"
+        auth = f"app keys from {self.keys.file or 'the environment'}" if self.keys.enabled else "NO app keys (off)"
+        log.info("serving %s on %s (%s, %s)", ", ".join(m.name for m in self.mounts), self.address, tls, auth)
         if self.settings.ready_file is not None:
             atomic_write_text(self.settings.ready_file, self.address)
         return self.address
 
+    async def _start_probe(self, port: int) -> None:
+        """A plain-text server with only grpc.health.v1 (the same statuses): for Kubernetes probes,
+        which cannot speak TLS. It serves nothing else."""
+        probe = grpc.aio.server()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, probe)
+        bound = probe.add_insecure_port(f"{self.settings.host}:{port}")
+        if bound == 0:
+            raise OSError(f"cannot listen on {self.settings.host}:{port} (CRAFTAI_PROBE_PORT)")
+        await probe.start()
+        self._probe = probe
+        self.probe_address = f"{_shown_host(self.settings.host)}:{bound}"
+        log.info("health probes (plain text) on %s", self.probe_address)
+
     async def stop(self) -> None:
+        """Health NOT_SERVING, refuse new calls, let those in progress finish (grace), then stop."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        grace = self.settings.grace_seconds
         await self.health.enter_graceful_shutdown()
-        await self._server.stop(self.settings.grace_seconds)
+        self.gateway.start_draining()
+        started = asyncio.get_running_loop().time()
+        if not await self.gateway.wait_idle(grace):
+            log.warning("%d call(s) still in progress after %.0f s: cancelled", self.gateway.in_flight, grace)
+        left = max(0.0, grace - (asyncio.get_running_loop().time() - started))
+        await self._server.stop(min(left, 1.0))
         for mount in reversed(self.mounts):
             if mount.stop is not None:
                 try:
                     await mount.stop()
                 except Exception:
                     log.exception("stopping %s failed", mount.name)
+        if self._probe is not None:
+            await self._probe.stop(0)
+        if self._metrics is not None:
+            self._metrics.close()
         log.info("stopped")
 
     async def wait(self) -> None:
@@ -110,8 +165,12 @@ class Server:
 
 
 async def serve(settings: ServerSettings, mounts: Sequence[Mount]) -> int:
-    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop."""
-    server = Server(settings, mounts)
+    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting)."""
+    try:
+        server = Server(settings, mounts)
+    except KeysFileError as exc:
+        log.error("cannot start: %s", exc)
+        return 2
     loop = asyncio.get_running_loop()
     stop_requested = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ENV_PREFIX = "CRAFTAI_"
@@ -37,3 +38,31 @@ class ServerSettings(BaseSettings):
     ready_file: Path | None = Field(
         None, description="write the bound address here once serving (for supervisors and tests)"
     )
+    log_format: Literal["json", "text"] = Field("json", description="json: one object per line; text: for people")
+
+    # Who may call (docs/SECURITY.md).
+    auth: Literal["on", "off"] = Field("on", description="check app keys; off only for a deliberate, isolated setup")
+    keys_file: Path | None = Field(None, description="app key hashes; default <config>/keys (generated when absent)")
+    keys: str = Field("", description="more '<app id> sha256:<hex>' entries, separated by ';' or newlines")
+    tls_cert: Path | None = Field(None, description="PEM certificate chain of this server: TLS on")
+    tls_key: Path | None = Field(None, description="PEM private key of tls_cert")
+    tls_client_ca: Path | None = Field(None, description="PEM CA bundle for client certificates: mutual TLS")
+    tls_ca: Path | None = Field(None, description="PEM CA bundle to verify the other services (default: system)")
+    probe_port: int | None = Field(
+        None, ge=0, le=65535, description="plain-text port serving only grpc.health.v1 (probes when TLS is on)"
+    )
+
+    # Fairness (docs/OPERATIONS.md).
+    max_requests_per_app: int = Field(16, ge=0, description="RPCs in progress per app id; 0: no limit")
+
+    # Observability (docs/OBSERVABILITY.md).
+    metrics_port: int | None = Field(None, ge=0, le=65535, description="Prometheus /metrics port; unset: off")
+    metrics_host: str | None = Field(None, description="address of the metrics port (default: host)")
+
+    @model_validator(mode="after")
+    def _tls_pairs(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("CRAFTAI_TLS_CERT and CRAFTAI_TLS_KEY go together: set both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("CRAFTAI_TLS_CLIENT_CA (mutual TLS) needs CRAFTAI_TLS_CERT and CRAFTAI_TLS_KEY")
+        return self

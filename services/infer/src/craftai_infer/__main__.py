@@ -11,7 +11,7 @@ from craftai_infer.settings import InferSettings
 
 def main() -> int:
     settings = InferSettings()
-    configure_logging(settings.log_level)
+    configure_logging(settings, "infer")
     return asyncio.run(serve(settings, [build(settings)]))
 
 

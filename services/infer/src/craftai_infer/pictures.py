@@ -1,8 +1,12 @@
 """Decoding pictures sent by apps: format, size limits and orientation, in plain words.
 
-Only PNG, JPEG and WebP are accepted. The declared size is checked against the limits before
+Only still PNG, JPEG and WebP pictures are accepted (an animated PNG or WebP is refused: send one
+frame; a GIF is not one of the formats). The declared size is checked against the limits before
 any pixel is decoded, so a decompression bomb costs nothing. EXIF orientation is applied, as
-apps show the picture that way.
+apps show the picture that way. Every route gets 8-bit pictures: 16-bit greys are scaled
+(v / 257, as picture_convert does) rather than clipped; CMYK JPEGs are converted by the pipelines
+with Pillow's conversion (no colour management). Whatever a damaged file makes the decoder raise,
+the app is told BAD_PICTURE in plain words and the server goes on serving.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from craftai_common.errors import Reason, invalid_argument
+from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 
 FORMATS = ("PNG", "JPEG", "WEBP")
 
@@ -35,12 +40,18 @@ def decode(data: bytes, limits: Limits) -> Image.Image:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
             image = Image.open(io.BytesIO(data), formats=FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise _too_large(None, limits) from exc
     except UnidentifiedImageError as exc:
         raise invalid_argument(
             Reason.BAD_PICTURE, "the picture is not a PNG, JPEG or WebP file (or it is damaged)", field="picture.data"
         ) from exc
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise _too_large(None, limits) from exc
+    except Exception as exc:  # a damaged header can make Pillow raise nearly anything
+        raise invalid_argument(
+            Reason.BAD_PICTURE,
+            f"the picture's header is damaged ({type(exc).__name__}); send a PNG, JPEG or WebP file",
+            field="picture.data",
+        ) from exc
     width, height = image.size
     if width == 0 or height == 0:
         raise invalid_argument(
@@ -48,21 +59,33 @@ def decode(data: bytes, limits: Limits) -> Image.Image:
         )
     if width * height > limits.max_pixels or max(width, height) > limits.max_side:
         raise _too_large((width, height), limits)
+    frames = int(getattr(image, "n_frames", 1))
+    if frames > 1:
+        raise invalid_argument(
+            Reason.BAD_PICTURE,
+            f"the {image.format} picture is animated ({frames} frames); send a still picture (one frame)",
+            field="picture.data",
+        )
     try:
         image.load()
         oriented = ImageOps.exif_transpose(image)
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except MemoryError:
+        raise
+    except Exception as exc:  # truncated or corrupt data: OSError mostly, but not only
         raise invalid_argument(
             Reason.BAD_PICTURE, f"the {image.format} picture could not be decoded: {exc}", field="picture.data"
         ) from exc
+    if oriented.mode.startswith("I;16") or oriented.mode in ("I", "F"):
+        grey = to_rgb_uint8(oriented)[:, :, 0]  # scaled to 8 bits, not clipped
+        oriented = Image.fromarray(grey, mode="L")
     return oriented
 
 
 def _too_large(size: tuple[int, int] | None, limits: Limits) -> Exception:
-    found = f"{size[0]}x{size[1]} pixels" if size else "too many pixels"
+    found = f"is {size[0]}x{size[1]} pixels" if size else "declares a size far beyond any limit (a decompression bomb?)"
     return invalid_argument(
         Reason.PICTURE_TOO_LARGE,
-        f"the picture is {found}; the limits are {limits.max_pixels:,} pixels and {limits.max_side:,} pixels "
+        f"the picture {found}; the limits are {limits.max_pixels:,} pixels and {limits.max_side:,} pixels "
         "on the longest side",
         field="picture.data",
     )

@@ -26,10 +26,12 @@ from craftai_common.errors import (
     resource_exhausted,
 )
 from craftai_common.metadata import app_id
+from craftai_common.observability import Collectors
+from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store
 from craftai_infer import device as devices
-from craftai_infer import pictures, prompts
+from craftai_infer import metrics, pictures, prompts
 from craftai_infer.loader import Batching, LoadedRoute, Notices, RouteLoader
 from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
@@ -67,7 +69,9 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
         # Decoding and PNG encoding: CPU work off the event loop, beside the model workers.
         self._cpu = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="pictures")
-        self.sessions = SessionStore(settings.session_budget_bytes, settings.session_idle_seconds)
+        self.sessions = SessionStore(
+            settings.session_budget_bytes, settings.session_idle_seconds, max_per_app=settings.max_sessions_per_app
+        )
 
     async def _on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
@@ -243,6 +247,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
     ) -> AsyncIterator[infer_pb2.OpenSessionEvent]:
         started = time.perf_counter()
         stages: dict[str, float] = {}
+        self.sessions.check_room(app_id(context))  # TOO_MANY_SESSIONS before any work
         resolved = await self._resolve(request.route, SEGMENT)
         loaded: LoadedRoute[SegmentModel] | None = None
         async for item in self._load(resolved):
@@ -420,12 +425,15 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
 
 def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     """Embedded (`craftai serve`), the catalogue is on this same server."""
-    catalogue = CatalogueClient(settings.catalogue_address)
+    catalogue = CatalogueClient(settings.catalogue_address, peers=Peers(settings))
     servicer = InferServicer(settings, catalogue)
+    servicer.routes.resolve = metrics.observe_resolutions(servicer.routes.resolve)  # type: ignore[method-assign,assignment]
+    collectors = Collectors()
 
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
+        collectors.add([metrics.InferCollector(servicer.sessions, servicer.routes)])
         servicer.sessions.start_sweeping()
         log.info(
             "device: %s%s",
@@ -433,9 +441,13 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
             f" ({servicer.device.gpu_name})" if servicer.device.gpu_available else "",
         )
 
+    async def stop() -> None:
+        collectors.close()
+        await servicer.close()
+
     return Mount(
         name=SERVICE_NAME,
         register=lambda server: infer_pb2_grpc.add_InferServiceServicer_to_server(servicer, server),
         start=start,
-        stop=servicer.close,
+        stop=stop,
     )

@@ -8,6 +8,9 @@ it). Sessions are
 * bounded by a memory budget (`CRAFTAI_SESSION_BUDGET_BYTES`), counted as the bytes of the kept
   embeddings (`embedding.nbytes`, the arrays themselves; the picture is not kept): opening a
   session evicts the least recently used ones, of any app, until the new one fits;
+* limited per app (`CRAFTAI_MAX_SESSIONS_PER_APP`): an app that has as many open as that is told
+  RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS (with a RetryInfo) rather than evicting other apps'
+  pictures one after the other;
 * forgotten after `CRAFTAI_SESSION_IDLE_SECONDS` without use (each prompt is a use), checked on
   every access and by a periodic sweep so memory is given back even when no request comes;
 * closed by their owner (CloseSession), or all at once when the service stops.
@@ -29,6 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from craftai_common.errors import Reason, resource_exhausted
 
 log = logging.getLogger("craftai.infer.sessions")
 
@@ -76,15 +81,26 @@ class BudgetTooSmallError(Exception):
 class SessionStore:
     """Sessions in least-recently-used order (oldest first), with their total bytes."""
 
-    def __init__(self, budget_bytes: int, idle_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        budget_bytes: int,
+        idle_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        max_per_app: int = 0,
+    ) -> None:
         self.budget_bytes = budget_bytes
         self.idle_seconds = idle_seconds
+        self.max_per_app = max_per_app  # 0: no limit
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
+        self._per_app: dict[str, int] = {}
         self._bytes = 0
         self._sweeper: asyncio.Task[None] | None = None
         self.evicted_total = 0
         self.expired_total = 0
+        self.hits_total = 0  # prompts that found their session
+        self.misses_total = 0  # prompts that did not (the SDK then sends the picture again)
 
     # -- queries -------------------------------------------------------------------------
 
@@ -95,12 +111,37 @@ class SessionStore:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def count(self, app_id: str) -> int:
+        """How many sessions the app has open."""
+        return self._per_app.get(app_id, 0)
+
+    def per_app(self) -> dict[str, int]:
+        return dict(self._per_app)
+
+    def check_room(self, app_id: str) -> None:
+        """RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS when the app has its most sessions open already;
+        checked before the encoder runs, and again when the session is kept."""
+        self.expire()
+        limit = self.max_per_app
+        if limit and self.count(app_id) >= limit:
+            raise resource_exhausted(
+                Reason.TOO_MANY_SESSIONS,
+                f"app '{app_id}' already has {limit} pictures open for image.segment, the most one app may keep "
+                "(CRAFTAI_MAX_SESSIONS_PER_APP): close one (CloseSession) or use SegmentOnce, which keeps nothing; "
+                f"unused ones are forgotten after {self.idle_seconds:g} s",
+                retry_after=min(self.idle_seconds, 5.0),
+                app=app_id,
+                limit=str(limit),
+            )
+
     def get(self, app_id: str, session_id: str) -> Session | None:
         """The app's session, marked as used now; None when unknown, another app's, expired or evicted."""
         self.expire()
         session = self._sessions.get(session_id)
         if session is None or session.app_id != app_id:
+            self.misses_total += 1
             return None
+        self.hits_total += 1
         session.last_used = self._clock()
         self._sessions.move_to_end(session_id)
         return session
@@ -108,23 +149,27 @@ class SessionStore:
     # -- changes -------------------------------------------------------------------------
 
     def open(self, app_id: str, embedding: Embedding, *, width: int, height: int, route: Any, device: str) -> Opened:
-        """Keep a new picture, evicting the least recently used sessions until it fits the budget."""
-        self.expire()
+        """Keep a new picture, evicting the least recently used sessions until it fits the budget.
+
+        Raises BudgetTooSmallError when one picture exceeds the whole budget, and ServiceError
+        (TOO_MANY_SESSIONS) when the app has its most sessions open."""
+        self.check_room(app_id)
         nbytes = int(embedding.nbytes)
         if nbytes > self.budget_bytes:
             raise BudgetTooSmallError(nbytes, self.budget_bytes)
         evicted = 0
         while self._sessions and self._bytes + nbytes > self.budget_bytes:
-            _, oldest = self._sessions.popitem(last=False)
-            self._bytes -= oldest.nbytes
+            self._drop(next(iter(self._sessions)))
             evicted += 1
-            log.info("session %s… of %s evicted (budget %d bytes)", oldest.id[:6], oldest.app_id, self.budget_bytes)
+        if evicted:
+            log.info("%d session(s) evicted to keep within the budget of %d bytes", evicted, self.budget_bytes)
         self.evicted_total += evicted
         now = self._clock()
         session_id = secrets.token_urlsafe(18)  # unguessable: an id alone never reaches another app's picture
         session = Session(session_id, app_id, embedding, width, height, route, device, nbytes, now, now)
         self._sessions[session_id] = session
         self._bytes += nbytes
+        self._per_app[app_id] = self._per_app.get(app_id, 0) + 1
         return Opened(session, evicted)
 
     def close(self, app_id: str, session_id: str) -> bool:
@@ -151,11 +196,17 @@ class SessionStore:
 
     def clear(self) -> None:
         self._sessions.clear()
+        self._per_app.clear()
         self._bytes = 0
 
     def _drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
         self._bytes -= session.nbytes
+        left = self._per_app[session.app_id] - 1
+        if left:
+            self._per_app[session.app_id] = left
+        else:
+            del self._per_app[session.app_id]
 
     # -- the periodic sweep --------------------------------------------------------------
 

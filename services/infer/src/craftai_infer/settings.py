@@ -26,7 +26,8 @@ class InferSettings(ServerSettings):
         3.0, ge=0, description="requests arriving within this many ms run as one batch (models that batch)"
     )
     max_batch: int = Field(8, ge=1, le=64, description="largest batch; 1 turns batching off")
-    fault_injection: Literal["", "gpu-oom-once"] = Field(
+    max_sessions_per_app: int = Field(16, ge=0, description="kept pictures per app id; 0: no limit")
+    fault_injection: Literal["", "gpu-oom-once", "slow-model"] = Field(
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )
     cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")

@@ -11,7 +11,7 @@ from craftai_prepare.settings import PrepareSettings
 
 def main() -> int:
     settings = PrepareSettings()
-    configure_logging(settings.log_level)
+    configure_logging(settings, "prepare")
     return asyncio.run(serve(settings, [build(settings)]))
 
 

@@ -43,9 +43,15 @@ class JobRegistry:
 
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
+        self.finished: dict[str, int] = {"ok": 0, "failed": 0}  # for the metrics
+        self.joined_total = 0  # callers that joined a job already running
 
     def running(self) -> list[str]:
         return sorted(self._jobs)
+
+    def listeners(self) -> int:
+        """Callers currently waiting on a job's events."""
+        return sum(len(job.listeners) for job in self._jobs.values())
 
     async def join(self, key: str, work: Work) -> AsyncIterator[prepare_pb2.SetupEvent]:
         """Events of the job for `key`, started now unless one is running. Raises its error."""
@@ -54,6 +60,8 @@ class JobRegistry:
             job = Job(key)
             self._jobs[key] = job
             job.task = asyncio.create_task(self._run(job, work), name=f"prepare {key}")
+        else:
+            self.joined_total += 1
         queue: asyncio.Queue[prepare_pb2.SetupEvent | BaseException] = asyncio.Queue()
         for event in job.history:
             queue.put_nowait(event)
@@ -78,9 +86,11 @@ class JobRegistry:
         try:
             result = await asyncio.to_thread(work, Reporter(publish))
             outcome: prepare_pb2.SetupEvent | BaseException = prepare_pb2.SetupEvent(result=result)
+            self.finished["ok"] += 1
         except Exception as exc:
             log.info("job %s failed: %s", job.key, exc)
             outcome = exc
+            self.finished["failed"] += 1
         # Events the worker queued with call_soon_threadsafe run before this point; then finish.
         await asyncio.sleep(0)
         del self._jobs[job.key]

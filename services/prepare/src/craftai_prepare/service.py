@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
 from filelock import FileLock, Timeout
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, handle_stream_errors, invalid_argument
+from craftai_common.observability import Collectors
+from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store, prepared_key
 from craftai_prepare.conversion import ensure_prepared
@@ -107,19 +111,47 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
         await self.catalogue.close()
 
 
+class JobsCollector(Collector):
+    """Preparation jobs, read at each scrape (docs/OBSERVABILITY.md)."""
+
+    def __init__(self, jobs: JobRegistry) -> None:
+        self.jobs = jobs
+
+    def collect(self) -> Iterator[Metric]:
+        yield GaugeMetricFamily(
+            "craftai_prepare_jobs_running", "Preparation jobs running", value=len(self.jobs.running())
+        )
+        yield GaugeMetricFamily(
+            "craftai_prepare_job_listeners", "Callers waiting on a job's progress", value=self.jobs.listeners()
+        )
+        finished = CounterMetricFamily("craftai_prepare_jobs", "Preparation jobs finished", labels=["outcome"])
+        for outcome, count in sorted(self.jobs.finished.items()):
+            finished.add_metric([outcome], count)
+        yield finished
+        yield CounterMetricFamily(
+            "craftai_prepare_jobs_joined", "Callers that joined a job already running", value=self.jobs.joined_total
+        )
+
+
 def build(settings: PrepareSettings, *, embedded: bool = False) -> Mount:
     """Embedded (`craftai serve`), the catalogue is on this same server."""
-    catalogue = CatalogueClient(settings.catalogue_address)
+    catalogue = CatalogueClient(settings.catalogue_address, peers=Peers(settings))
     servicer = PrepareServicer(settings, catalogue)
+    collectors = Collectors()
 
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
         Store(settings.store).ensure()
+        collectors.add([JobsCollector(servicer.jobs)])
+
+    async def stop() -> None:
+        collectors.close()
+        await servicer.close()
 
     return Mount(
         name=SERVICE_NAME,
         register=lambda server: prepare_pb2_grpc.add_PrepareServiceServicer_to_server(servicer, server),
         start=start,
-        stop=servicer.close,
+        stop=stop,
     )

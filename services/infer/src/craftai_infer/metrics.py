@@ -1,0 +1,122 @@
+"""The infer service's own Prometheus metrics (docs/OBSERVABILITY.md): sessions, loaded routes,
+model queues, the route-resolution cache and GPU memory, read from the live objects at each scrape
+(nothing to keep in step), plus a counter of route resolutions by where they were answered."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any
+
+from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from craftai.v1 import catalogue_pb2, common_pb2
+from craftai_common.catalogue_client import resolved_by_catalogue
+from craftai_infer.loader import RouteLoader
+from craftai_infer.sessions import SessionStore
+
+log = logging.getLogger("craftai.infer.metrics")
+
+ROUTE_RESOLUTIONS = Counter(
+    "craftai_infer_route_resolutions",
+    "Route resolutions by where they were answered: cache (hit) or catalogue (miss)",
+    ["source"],
+)
+for _source in ("cache", "catalogue"):  # both series exist from the start (rates need a zero)
+    ROUTE_RESOLUTIONS.labels(_source)
+
+
+Resolve = Callable[[common_pb2.RouteRef], Coroutine[Any, Any, catalogue_pb2.ResolveRouteResponse]]
+
+
+def observe_resolutions(resolve: Resolve) -> Resolve:
+    """Wrap RouteLoader.resolve to count cache hits and misses (the catalogue client marks a miss
+    in a context variable of the calling task, so concurrent requests never mix their counts)."""
+
+    async def counted(ref: common_pb2.RouteRef) -> catalogue_pb2.ResolveRouteResponse:
+        resolved_by_catalogue.set(False)
+        answer = await resolve(ref)
+        ROUTE_RESOLUTIONS.labels("catalogue" if resolved_by_catalogue.get() else "cache").inc()
+        return answer
+
+    return counted
+
+
+def _queue_depth(loaded: Any) -> int:
+    """Model calls waiting for the route's worker (its executor's queue), 0 when unknown."""
+    worker = getattr(loaded, "_worker", None)
+    queue = getattr(worker, "_work_queue", None)
+    try:
+        return int(queue.qsize()) if queue is not None else 0
+    except (AttributeError, NotImplementedError):
+        return 0
+
+
+class InferCollector(Collector):
+    """Reads the session store and the loaded routes at each scrape."""
+
+    def __init__(self, sessions: SessionStore, routes: RouteLoader) -> None:
+        self.sessions = sessions
+        self.routes = routes
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.sessions
+        open_sessions = GaugeMetricFamily(
+            "craftai_infer_sessions", "Open image.segment sessions, by app", labels=["app"]
+        )
+        for app, count in sorted(s.per_app().items()):
+            open_sessions.add_metric([app], count)
+        yield open_sessions
+        yield GaugeMetricFamily("craftai_infer_session_bytes", "Bytes of kept embeddings", value=s.bytes_used)
+        yield GaugeMetricFamily(
+            "craftai_infer_session_budget_bytes", "CRAFTAI_SESSION_BUDGET_BYTES", value=s.budget_bytes
+        )
+        ended = CounterMetricFamily(
+            "craftai_infer_sessions_ended", "Sessions forgotten by the server, by why", labels=["why"]
+        )
+        ended.add_metric(["evicted"], s.evicted_total)
+        ended.add_metric(["expired"], s.expired_total)
+        yield ended
+        lookups = CounterMetricFamily(
+            "craftai_infer_session_lookups", "Prompts by whether their session was found", labels=["result"]
+        )
+        lookups.add_metric(["hit"], s.hits_total)
+        lookups.add_metric(["miss"], s.misses_total)
+        yield lookups
+
+        loaded = GaugeMetricFamily(
+            "craftai_infer_loaded_routes", "Routes loaded (1 each)", labels=["feature", "recipe", "engine", "device"]
+        )
+        queued = GaugeMetricFamily(
+            "craftai_infer_model_queue_depth",
+            "Model calls waiting for a route's worker",
+            labels=["feature", "recipe", "engine"],
+        )
+        for route in self.routes.loaded():
+            ref = route.ref
+            loaded.add_metric([ref.feature, ref.recipe, ref.engine, route.device], 1)
+            queued.add_metric([ref.feature, ref.recipe, ref.engine], _queue_depth(route))
+        yield loaded
+        yield queued
+        yield from _gpu_memory(self.routes.device.gpu_available)
+
+
+def _gpu_memory(gpu_available: bool) -> Iterator[Metric]:
+    """GPU memory (bytes) as torch sees it, only where a GPU answers and torch is already in use."""
+    torch = sys.modules.get("torch")
+    if not gpu_available or torch is None:
+        return
+    try:
+        free, total = torch.cuda.mem_get_info()
+        allocated = torch.cuda.memory_allocated()
+        reserved = torch.cuda.memory_reserved()
+    except Exception as exc:
+        log.debug("GPU memory not read: %s", exc)
+        return
+    memory = GaugeMetricFamily("craftai_infer_gpu_memory_bytes", "GPU memory of device 0", labels=["kind"])
+    for kind, value in (("total", total), ("free", free), ("allocated", allocated), ("reserved", reserved)):
+        memory.add_metric([kind], value)
+    yield memory

@@ -1,0 +1,89 @@
+"""Per-app limits on a real server: one app flooding cannot starve another.
+
+`craftai serve` with u2netp and CRAFTAI_MAX_REQUESTS_PER_APP=2. A flooding app keeps 12 threads
+sending mattes; past its 2 calls in progress it is told RESOURCE_EXHAUSTED / TOO_MANY_REQUESTS with
+a RetryInfo. A quiet app meanwhile gets every answer, each within a bound set from its own time
+alone (it waits behind at most the flooder's 2 calls, not behind 12)."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from craftai import AiClient, CraftAiError, Retries
+from tests.support import servers
+
+pytestmark = pytest.mark.slow
+LIMIT = 2
+FLOODERS = 12
+
+
+@pytest.fixture(scope="module")
+def server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    workdir = tmp_path_factory.mktemp("limits")
+    env = {"CRAFTAI_RECIPES": str(local_catalogue), "CRAFTAI_MAX_REQUESTS_PER_APP": str(LIMIT)}
+    with servers.running(servers.embedded(workdir / "store", workdir, env)) as process:
+        with AiClient("setup", target=process.address) as ai:
+            list(ai.setup("image.matte", "u2netp"))
+        yield process
+
+
+def test_one_app_flooding_cannot_starve_another(server: servers.Process, photos: dict[str, Path]) -> None:
+    picture = photos["chelsea.png"].read_bytes()
+    quiet = AiClient("quiet-app", target=server.address, retries=Retries(attempts=0))
+    flood = AiClient("flood-app", target=server.address, retries=Retries(attempts=0))
+    with quiet, flood:
+        quiet.remove_background(picture)  # warm: the model is loaded once
+        alone = []
+        for _ in range(3):
+            started = time.perf_counter()
+            quiet.remove_background(picture)
+            alone.append(time.perf_counter() - started)
+
+        stop = threading.Event()
+        answered, refusals, other_errors = [0], [], []
+
+        def flooding() -> None:
+            while not stop.is_set():
+                try:
+                    flood.remove_background(picture)
+                    answered[0] += 1
+                except CraftAiError as error:
+                    if error.reason == "TOO_MANY_REQUESTS":
+                        refusals.append(error)
+                        time.sleep(0.05)  # greedy: far sooner than the RetryInfo asks
+                    else:
+                        other_errors.append(error)
+
+        threads = [threading.Thread(target=flooding, daemon=True) for _ in range(FLOODERS)]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(1.0)
+            during = []
+            for _ in range(4):
+                started = time.perf_counter()
+                assert quiet.remove_background(picture).width == 451
+                during.append(time.perf_counter() - started)
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=120)
+
+    assert not other_errors, other_errors[:3]
+    assert answered[0] > 0 and refusals
+    refusal = refusals[0]
+    assert refusal.code == grpc.StatusCode.RESOURCE_EXHAUSTED and refusal.retry_after == 1.0
+    assert f"already has {LIMIT} requests in progress" in refusal.message
+    assert "CRAFTAI_MAX_REQUESTS_PER_APP" in refusal.message
+    # Behind at most LIMIT of the flooder's calls on the one model worker, plus its own: a bound
+    # with room for the shared CPUs (the flooder's refusals cost CPU too).
+    bound = 4 * (LIMIT + 1) * statistics.median(alone) + 5.0
+    assert max(during) < bound, (during, alone)
+    assert '"code": "RESOURCE_EXHAUSTED"' in server.logs()
