@@ -15,6 +15,9 @@ from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
 
 if TYPE_CHECKING:
+    import onnx
+    import torch
+
     from tests.support.sam_fixture import Sam21Fixture
     from tests.support.segment import SetUpStore
 
@@ -116,3 +119,32 @@ def sam_store(sam21_files: Sam21Fixture, tmp_path_factory: pytest.TempPathFactor
     from tests.support import segment
 
     return segment.set_up_store(tmp_path_factory.mktemp("sam-store"), sam21_files)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op thread for a module of small torch ops: on a shared 2-core machine, two OpenMP
+    threads wait on each other for most of u2netp's ~230 small ops (a 32x32 forward took 1.9 s
+    instead of 0.15 s)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def u2netp_published() -> onnx.ModelProto:
+    """The published u2netp graph (the real file)."""
+    import onnx
+
+    return onnx.load(str(u2netp_onnx()))
+
+
+@pytest.fixture(scope="module")
+def u2netp_converted(u2netp_published: onnx.ModelProto) -> dict[str, torch.Tensor]:
+    """u2netp's weights as the prepare service's converter makes them from the published graph."""
+    from craftai_prepare.converters import u2netp as converter
+
+    return converter.convert(u2netp_published)

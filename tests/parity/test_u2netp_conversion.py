@@ -4,7 +4,6 @@ CPU), on the fixed probe and on real photos prepared the way rembg prepares them
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 
 import numpy as np
 import numpy.typing as npt
@@ -16,29 +15,13 @@ from PIL import Image
 
 from craftai_infer.models.u2netp import INPUT_SIZE
 from craftai_prepare.converters import u2netp as converter
-from tests.support.files import sample_photo, u2netp_onnx
+from tests.support.files import sample_photo
 from tools.samples import PHOTOS as SAMPLE_PHOTOS
 
 MIN_MASK_IOU = 0.999
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: much faster than two on a shared 2-core machine (see the unit tests)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def published() -> onnx.ModelProto:
-    return onnx.load(str(u2netp_onnx()))
-
-
-@pytest.fixture(scope="module")
-def converted(published: onnx.ModelProto) -> dict[str, torch.Tensor]:
-    return converter.convert(published)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def rembg_picture(name: str) -> converter.Array:
@@ -53,19 +36,21 @@ def iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
     return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
 
 
-def test_probe_agrees_within_the_tolerance(published: onnx.ModelProto, converted: dict[str, torch.Tensor]) -> None:
+def test_probe_agrees_within_the_tolerance(
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
+) -> None:
     """What the prepare step checks before publishing: all seven maps, on the probe."""
-    found = converter.compare(published, converted)
+    found = converter.compare(u2netp_published, u2netp_converted)
     converter.check(found)
     assert [d.name for d in found] == ["fused", "side_1", "side_2", "side_3", "side_4", "side_5", "side_6"]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("photo", SAMPLE_PHOTOS)
-def test_photos_agree(published: onnx.ModelProto, converted: dict[str, torch.Tensor], photo: str) -> None:
+def test_photos_agree(u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor], photo: str) -> None:
     x = rembg_picture(photo)
-    ours = converter.run_converted(converted, x)
-    reference = converter.run_reference(published, x)
+    ours = converter.run_converted(u2netp_converted, x)
+    reference = converter.run_reference(u2netp_published, x)
     fused = converter.differences(ours, reference)[0]
     assert fused.max_abs <= converter.FUSED_MAX_ABS_TOLERANCE, fused
     assert iou(ours[0] > 0.5, reference[0] > 0.5) >= MIN_MASK_IOU
@@ -94,9 +79,9 @@ def _unfold_one_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def test_a_graph_with_batchnorm_is_folded_and_agrees(
-    published: onnx.ModelProto, converted: dict[str, torch.Tensor]
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
 ) -> None:
-    edited = _unfold_one_batchnorm(published)
+    edited = _unfold_one_batchnorm(u2netp_published)
     state = converter.convert(edited)
-    assert not torch.equal(state["en_1.conv_in.conv.weight"], converted["en_1.conv_in.conv.weight"])
+    assert not torch.equal(state["en_1.conv_in.conv.weight"], u2netp_converted["en_1.conv_in.conv.weight"])
     converter.check(converter.compare(edited, state))

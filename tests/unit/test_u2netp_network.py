@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -16,27 +16,8 @@ from onnx import helper, numpy_helper
 from craftai_infer.models.u2netp import OUTPUT_NAMES, U2NetP
 from craftai_prepare.converters import ConversionError
 from craftai_prepare.converters import u2netp as converter
-from tests.support.files import u2netp_onnx
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """One intra-op thread: on a shared 2-core machine, two OpenMP threads wait on each other for
-    most of the ~230 small ops (a 32x32 forward took 1.9 s instead of 0.15 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def published() -> onnx.ModelProto:
-    return onnx.load(str(u2netp_onnx()))
-
-
-@pytest.fixture(scope="module")
-def converted(published: onnx.ModelProto) -> dict[str, torch.Tensor]:
-    return converter.convert(published)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _node(model: onnx.ModelProto, name: str) -> onnx.NodeProto:
@@ -66,19 +47,19 @@ def test_seven_maps_at_the_input_size(size: tuple[int, int]) -> None:
         assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
 
 
-def test_parameter_count_is_the_papers_portable_model(published: onnx.ModelProto) -> None:
+def test_parameter_count_is_the_papers_portable_model(u2netp_published: onnx.ModelProto) -> None:
     """1.13 M parameters (paper, table 2), exactly as many as the published graph stores."""
     count = sum(p.numel() for p in U2NetP().parameters())
     assert count == 1_125_485
-    assert count == sum(int(np.prod(t.dims)) for t in published.graph.initializer)
+    assert count == sum(int(np.prod(t.dims)) for t in u2netp_published.graph.initializer)
 
 
 # -- the published graph and its conversion ----------------------------------------------------------
 
 
-def test_published_graph_has_batchnorm_folded(published: onnx.ModelProto) -> None:
+def test_published_graph_has_batchnorm_folded(u2netp_published: onnx.ModelProto) -> None:
     """What the converter was written against: every conv has a bias and no BN node is left."""
-    ops = Counter(n.op_type for n in published.graph.node)
+    ops = Counter(n.op_type for n in u2netp_published.graph.node)
     assert ops["BatchNormalization"] == 0
     assert {k: ops[k] for k in ("Conv", "Relu", "MaxPool", "Resize", "Add", "Sigmoid")} == {
         "Conv": 119,
@@ -88,19 +69,19 @@ def test_published_graph_has_batchnorm_folded(published: onnx.ModelProto) -> Non
         "Add": 11,
         "Sigmoid": 7,
     }
-    assert all(len(n.input) == 3 for n in published.graph.node if n.op_type == "Conv")
+    assert all(len(n.input) == 3 for n in u2netp_published.graph.node if n.op_type == "Conv")
 
 
-def test_converted_state_dict_loads_strict(converted: dict[str, torch.Tensor]) -> None:
+def test_converted_state_dict_loads_strict(u2netp_converted: dict[str, torch.Tensor]) -> None:
     net = U2NetP()
-    assert set(converted) == set(net.state_dict())
-    net.load_state_dict(converted, strict=True)
-    assert all(t.dtype == torch.float32 for t in converted.values())
+    assert set(u2netp_converted) == set(net.state_dict())
+    net.load_state_dict(u2netp_converted, strict=True)
+    assert all(t.dtype == torch.float32 for t in u2netp_converted.values())
     # No two entries share storage (safetensors refuses shared tensors).
-    assert len({t.untyped_storage().data_ptr() for t in converted.values()}) == len(converted)
+    assert len({t.untyped_storage().data_ptr() for t in u2netp_converted.values()}) == len(u2netp_converted)
     # Named initializers the exporter kept must land where their names say.
-    assert converted["side_3.weight"].shape == (1, 64, 3, 3)
-    assert converted["fuse.weight"].shape == (1, 6, 1, 1)
+    assert u2netp_converted["side_3.weight"].shape == (1, 64, 3, 3)
+    assert u2netp_converted["fuse.weight"].shape == (1, 6, 1, 1)
 
 
 def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
@@ -109,30 +90,34 @@ def _same(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> None:
         assert torch.equal(value, b[key]), key
 
 
-def test_initializer_names_do_not_matter(published: onnx.ModelProto, converted: dict[str, torch.Tensor]) -> None:
+def test_initializer_names_do_not_matter(
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
+) -> None:
     """Renaming every initializer (side1.weight -> w0, ...) gives the same state_dict."""
-    model = copy.deepcopy(published)
+    model = copy.deepcopy(u2netp_published)
     names = {t.name: f"w{i}" for i, t in enumerate(model.graph.initializer)}
     for t in model.graph.initializer:
         t.name = names[t.name]
     for node in model.graph.node:
         node.input[:] = [names.get(i, i) for i in node.input]
-    _same(converter.convert(model), converted)
+    _same(converter.convert(model), u2netp_converted)
 
 
-def test_node_order_does_not_matter(published: onnx.ModelProto, converted: dict[str, torch.Tensor]) -> None:
-    model = copy.deepcopy(published)
+def test_node_order_does_not_matter(
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
+) -> None:
+    model = copy.deepcopy(u2netp_published)
     nodes = list(model.graph.node)[::-1]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
-    _same(converter.convert(model), converted)
+    _same(converter.convert(model), u2netp_converted)
 
 
 def test_transposed_and_shared_weights_are_followed(
-    published: onnx.ModelProto, converted: dict[str, torch.Tensor]
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
 ) -> None:
     """A weight stored transposed behind a Transpose node, and one initializer feeding two convs."""
-    model = copy.deepcopy(published)
+    model = copy.deepcopy(u2netp_published)
     first = _node(model, "Conv_0")
     stored = _initializer(model, first.input[1])
     stored.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(stored).transpose(1, 0, 2, 3), stored.name))
@@ -141,8 +126,8 @@ def test_transposed_and_shared_weights_are_followed(
     for node in model.graph.node:  # side 3 now reads side 2's weights
         node.input[:] = ["side2.weight" if i == "side3.weight" else i for i in node.input]
     result = converter.convert(model)
-    assert torch.equal(result["en_1.conv_in.conv.weight"], converted["en_1.conv_in.conv.weight"])
-    assert torch.equal(result["side_3.weight"], converted["side_2.weight"])
+    assert torch.equal(result["en_1.conv_in.conv.weight"], u2netp_converted["en_1.conv_in.conv.weight"])
+    assert torch.equal(result["side_3.weight"], u2netp_converted["side_2.weight"])
     assert result["side_3.weight"].untyped_storage().data_ptr() != result["side_2.weight"].untyped_storage().data_ptr()
 
 
@@ -204,9 +189,9 @@ def _swap_outputs(model: onnx.ModelProto) -> None:
     ids=["node-removed", "initializer-reshaped", "dilation-changed", "resize-mode", "stray-node", "outputs-swapped"],
 )
 def test_converter_refuses_another_graph(
-    published: onnx.ModelProto, edit: Callable[[onnx.ModelProto], None], message: str
+    u2netp_published: onnx.ModelProto, edit: Callable[[onnx.ModelProto], None], message: str
 ) -> None:
-    model = copy.deepcopy(published)
+    model = copy.deepcopy(u2netp_published)
     edit(model)
     with pytest.raises(ConversionError) as refused:
         converter.convert(model)

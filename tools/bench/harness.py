@@ -15,6 +15,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +61,17 @@ def pinned_catalogue(path: Path, pins: dict[str, dict[str, dict[str, Any]]]) -> 
     return path
 
 
+@dataclass(frozen=True)
+class Served:
+    address: str
+    pid: int
+    log: Path
+
+
 @contextlib.contextmanager
-def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
+def serve_process(workdir: Path, env: dict[str, str]) -> Iterator[Served]:
     """`craftai serve` (as `python -m craftai.cli`, so it runs wherever the packages import) on
-    `workdir/store`; yields its address and stops it with SIGTERM at the end."""
+    `workdir/store`; yields its address and process, and stops it with SIGTERM at the end."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / "address"
     ready.unlink(missing_ok=True)
@@ -76,17 +84,18 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
         "CRAFTAI_LOG_LEVEL": "WARNING",
         **env,
     }
-    with (workdir / "serve.log").open("ab") as log:
+    log = workdir / "serve.log"
+    with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "craftai.cli", "serve"], env=full, stdout=log, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "craftai.cli", "serve"], env=full, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + 180
         while not ready.exists():
             if process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"craftai serve did not start:\n{(workdir / 'serve.log').read_text()}")
+                raise SystemExit(f"craftai serve did not start:\n{log.read_text()}")
             time.sleep(0.05)
-        yield ready.read_text().strip()
+        yield Served(ready.read_text().strip(), process.pid, log)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -94,6 +103,13 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@contextlib.contextmanager
+def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
+    """serve_process, for callers that need only the address."""
+    with serve_process(workdir, env) as served:
+        yield served.address
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

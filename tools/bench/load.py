@@ -28,20 +28,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
-import functools
-import http.server
 import json
 import os
 import platform
 import random
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import tomllib
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -49,13 +44,14 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-import tomli_w
 
 REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from craftai import AiClient, CraftAiError, Retries  # noqa: E402
+from craftai_common.hashing import sha256_file  # noqa: E402
+from tools.bench import harness  # noqa: E402
 
 MiB = 1 << 20
 SAM = "sam2-hiera-tiny"
@@ -67,53 +63,8 @@ DEFAULT_MARGIN_MIB = 384
 # a server with both routes
 
 
-class _QuietHandler(http.server.SimpleHTTPRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 @contextlib.contextmanager
-def _files_on_loopback(folder: Path) -> Iterator[str]:
-    handler = functools.partial(_QuietHandler, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
-
-
-def _catalogue(path: Path, sam_manifest: dict[str, Any], url: str) -> Path:
-    """The packaged recipe data with sam2-hiera-tiny pinned to the fixture and u2netp fetched from `url`."""
-    from craftai_catalogue.recipes import DATA_FILE
-
-    data = tomllib.loads(DATA_FILE.read_text())
-    roles = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-    for recipe in data["recipes"]:
-        if recipe["name"] == SAM:
-            for pinned in recipe["files"]:
-                entry = sam_manifest["files"][roles[pinned["role"]]]
-                name = roles[pinned["role"]]
-                pinned.update(size=entry["size"], sha256=entry["sha256"], sources=[{"url": f"{url}/{name}"}])
-        elif recipe["name"] == "u2netp":
-            for pinned in recipe["files"]:
-                pinned["sources"] = [{"url": f"{url}/u2netp.onnx"}]
-    path.write_text(tomli_w.dumps(data))
-    return path
-
-
-@dataclass
-class Served:
-    address: str
-    pid: int
-    log: Path
-
-
-@contextlib.contextmanager
-def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[Served]:
+def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
     """`craftai serve` on a new store with SAM (fixture) and u2netp set up; stopped at the end."""
     from tests.support.files import u2netp_onnx
     from tools.fixtures import sam21
@@ -124,41 +75,22 @@ def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[
     for name in ("encoder.onnx", "decoder.onnx"):
         shutil.copyfile(fixture.folder / name, files / name)
     shutil.copyfile(u2netp_onnx(), files / "u2netp.onnx")
-    with _files_on_loopback(files) as url:
-        recipes = _catalogue(workdir / "recipes.toml", fixture.manifest, url)
-        ready = workdir / "address"
-        full_env = {
-            **os.environ,
-            "CRAFTAI_HOST": "127.0.0.1",
-            "CRAFTAI_PORT": "0",
-            "CRAFTAI_STORE": str(workdir / "store"),
-            "CRAFTAI_RECIPES": str(recipes),
-            "CRAFTAI_READY_FILE": str(ready),
-            "CRAFTAI_DEVICE": "cpu",
-            **(env or {}),
+    u2netp = {"size": (files / "u2netp.onnx").stat().st_size, "sha256": sha256_file(files / "u2netp.onnx")}
+    with harness.files_on_loopback(files) as url:
+        pins = {
+            SAM: {
+                role: {**fixture.manifest["files"][name], "url": f"{url}/{name}"}
+                for role, name in (("encoder", "encoder.onnx"), ("decoder", "decoder.onnx"))
+            },
+            "u2netp": {"network": {**u2netp, "url": f"{url}/u2netp.onnx"}},
         }
-        craftai = Path(sys.executable).parent / "craftai"
-        log = workdir / "serve.log"
-        with log.open("wb") as out:
-            process = subprocess.Popen([str(craftai), "serve"], env=full_env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 120
-            while not ready.exists():
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise SystemExit(f"craftai serve did not start:\n{log.read_text()}")
-                time.sleep(0.05)
-            address = ready.read_text().strip()
-            with AiClient("load-setup", target=address) as ai:
+        recipes = harness.pinned_catalogue(workdir / "recipes.toml", pins)
+        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu", "CRAFTAI_LOG_LEVEL": "INFO", **(env or {})}
+        with harness.serve_process(workdir, env) as served:
+            with AiClient("load-setup", target=served.address) as ai:
                 list(ai.setup("image.segment", SAM))
                 list(ai.setup("image.matte", "u2netp"))
-            yield Served(address, process.pid, log)
-        finally:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(60)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            yield served
 
 
 # ------------------------------------------------------------------------------------------------

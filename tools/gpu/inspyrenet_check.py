@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,27 +52,7 @@ from tests.support.inspyrenet_reference import (  # noqa: E402
     calibrate_batchnorm,
     randomised_state_dict,
 )
-
-
-def median_ms(fn: Callable[[], object], device: torch.device, warmup: int, reps: int) -> float:
-    """Median wall time of fn in ms; CUDA events on the GPU."""
-    for _ in range(warmup):
-        fn()
-    samples: list[float] = []
-    for _ in range(reps):
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize(device)
-            samples.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
+from tools.gpu.timing import times_ms  # noqa: E402
 
 
 def _bind(net: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[], object]:
@@ -174,11 +153,11 @@ def main() -> None:
             xs = torch.randn(1, 3, side, side, device=device)
             for name, net in (("ours", ours), ("reference", reference)):
                 forward = _bind(net, xs)
-                ms = median_ms(forward, device, args.warmup, args.reps)
+                ms = statistics.median(times_ms(forward, device, reps=args.reps, warmup=args.warmup))
                 rows.append((f"forward {side}² fp32 {name}", f"{ms:.1f} ms"))
                 if device.type == "cuda":
                     with torch.autocast("cuda", dtype=torch.float16):
-                        ms = median_ms(forward, device, args.warmup, args.reps)
+                        ms = statistics.median(times_ms(forward, device, reps=args.reps, warmup=args.warmup))
                     rows.append((f"forward {side}² fp16 autocast {name}", f"{ms:.1f} ms"))
             if device.type == "cuda":
                 peak = torch.cuda.max_memory_allocated(device) / 2**30
@@ -198,7 +177,9 @@ def main() -> None:
             def run_pipeline(a: torch.dtype | None = autocast) -> object:
                 return matte_inspyrenet(rgb, ours, device=device, autocast=a, settings=settings)
 
-            ms = median_ms(run_pipeline, device, min(args.warmup, 1), max(1, args.reps // 2))
+            ms = statistics.median(
+                times_ms(run_pipeline, device, reps=max(1, args.reps // 2), warmup=min(args.warmup, 1))
+            )
             rows.append((f"pipeline {w}×{h} {label} (uint8 matte, host to host)", f"{ms:.1f} ms"))
         rows.append(
             (

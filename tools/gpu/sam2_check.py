@@ -27,12 +27,12 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-for _src in ("services/infer/src", "services/prepare/src", "services/common/src"):
+for _src in ("services/infer/src", "services/prepare/src", "services/common/src", "."):
     if str(REPO / _src) not in sys.path:  # run from a checkout without the packages installed
         sys.path.append(str(REPO / _src))
 
@@ -41,6 +41,7 @@ import torch  # noqa: E402
 
 from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
+from tools.gpu.timing import times_ms  # noqa: E402
 
 REDUCED_PRECISION = sam21.Tolerances(feature_atol=None, logit_atol=None, mask_iou_min=0.99, iou_pred_atol=None)
 DECODER_BATCH = 8  # prompt sets per call for the batched-decoder timing
@@ -134,28 +135,6 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_ms(fn: Callable[[], object], device: torch.device, *, repeats: int, warmup: int) -> list[float]:
-    """Wall time of each of `repeats` calls after `warmup` calls: CUDA events on the GPU, else perf_counter."""
-    for _ in range(warmup):
-        fn()
-    sync(device)
-    out: list[float] = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(float(start.elapsed_time(end)))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            out.append((time.perf_counter() - t0) * 1000.0)
-    return out
-
-
 def p90(values: list[float]) -> float:
     return float(np.percentile(values, 90)) if values else float("nan")
 
@@ -189,7 +168,7 @@ def measure(
         sync(device)
         if device.type == "cuda":
             row.encoder_peak_mib = torch.cuda.max_memory_allocated(device) / 2**20
-        enc = time_ms(lambda: net.encode(image), device, repeats=args.encoder_repeats, warmup=args.warmup)
+        enc = times_ms(lambda: net.encode(image), device, reps=args.encoder_repeats, warmup=args.warmup)
     with precision(device, variant, variant.decoder_autocast):
         if variant.decoder_fp32:
             feats = tuple(f.float() for f in feats)
@@ -204,16 +183,16 @@ def measure(
             )
 
         one, many = prompt(1), prompt(DECODER_BATCH)
-        dec = time_ms(
+        dec = times_ms(
             lambda: net.decode(feats[2], feats[0], feats[1], *one),
             device,
-            repeats=args.decoder_repeats,
+            reps=args.decoder_repeats,
             warmup=args.warmup,
         )
-        batch = time_ms(
+        batch = times_ms(
             lambda: net.decode(feats[2], feats[0], feats[1], *many),
             device,
-            repeats=max(1, args.decoder_repeats // 4),
+            reps=max(1, args.decoder_repeats // 4),
             warmup=args.warmup,
         )
     row.encoder_ms_median, row.encoder_ms_p90 = statistics.median(enc), p90(enc)

@@ -20,13 +20,12 @@ import argparse
 import contextlib
 import statistics
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-for _src in ("services/infer/src", "services/prepare/src", "services/common/src"):
+for _src in ("services/infer/src", "services/prepare/src", "services/common/src", "."):
     if str(REPO / _src) not in sys.path:
         sys.path.insert(0, str(REPO / _src))
 
@@ -37,6 +36,7 @@ import torch  # noqa: E402
 
 from craftai_infer.models.u2netp import INPUT_SIZE, U2NetP  # noqa: E402
 from craftai_prepare.converters import u2netp as converter  # noqa: E402
+from tools.gpu.timing import times_ms  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -91,28 +91,6 @@ def iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
     return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
 
 
-def median_ms(run: Callable[[], object], device: torch.device, warmup: int, iters: int) -> float:
-    """Median wall time of ``run`` in milliseconds (CUDA events on a GPU, perf_counter on the CPU)."""
-    for _ in range(warmup):
-        run()
-    times = []
-    for _ in range(iters):
-        if device.type == "cuda":
-            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            torch.cuda.synchronize(device)
-            start.record()
-            run()
-            end.record()
-            torch.cuda.synchronize(device)
-            times.append(float(start.elapsed_time(end)))
-        else:
-            t0 = time.perf_counter()
-            run()
-            times.append((time.perf_counter() - t0) * 1000.0)
-    return float(statistics.median(times))
-
-
 @contextlib.contextmanager
 def precision(mode: Mode, device: torch.device) -> Iterator[None]:
     set_tf32(mode.tf32)
@@ -148,8 +126,8 @@ def measure(
     x1, xn = probe, probe.repeat(args.batch, 1, 1, 1)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
-    ms_1 = median_ms(lambda: forward(x1), device, args.warmup, args.iters)
-    ms_n = median_ms(lambda: forward(xn), device, args.warmup, args.iters)
+    ms_1 = statistics.median(times_ms(lambda: forward(x1), device, reps=args.iters, warmup=args.warmup))
+    ms_n = statistics.median(times_ms(lambda: forward(xn), device, reps=args.iters, warmup=args.warmup))
     peak = torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
     return Row(mode.name, max_abs, min_iou, ms_1, ms_n, peak)
 

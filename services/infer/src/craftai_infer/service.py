@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any, TypeVar
 
@@ -35,7 +36,7 @@ from craftai_infer import metrics, pictures, prompts
 from craftai_infer.loader import Batching, LoadedRoute, Notices, RouteLoader
 from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
-from craftai_infer.pipelines.segment_sam import SamMasks, prompt_points
+from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import SegmentModel
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_infer.settings import InferSettings
@@ -50,6 +51,17 @@ T = TypeVar("T")
 
 def _progress(stage: str, done: int, total: int, message: str) -> common_pb2.Progress:
     return common_pb2.Progress(stage=stage, done=done, total=total, unit="steps", message=message)
+
+
+@dataclass
+class _Answer:
+    """What a segmentation answer carries from its first stage to its result."""
+
+    started: float  # perf_counter() when the request arrived
+    stages: dict[str, float]  # stage -> ms
+    notices: Notices
+    first_step: int  # progress step of the decode
+    steps: int
 
 
 class InferServicer(infer_pb2_grpc.InferServiceServicer):
@@ -305,36 +317,15 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         prompt = checked.within(session.width, session.height)
         route: LoadedRoute[SegmentModel] = session.route
 
-        t = time.perf_counter()
-        yield infer_pb2.SegmentEvent(progress=_progress("model", 0, 2, f"decoding the mask ({route.device})"))
-        notices = Notices([])
-        embedding = session.embedding
-        masks = await route.submit(
-            "decode",
-            (embedding, prompt, checked.all_masks),
-            lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks),
-            notices,
-            prompt_points(prompt),
-        )
-        stages["model"] = (time.perf_counter() - t) * 1000
-        for notice in notices.items:
-            yield infer_pb2.SegmentEvent(notice=notice)
-
-        t = time.perf_counter()
-        yield infer_pb2.SegmentEvent(progress=_progress("png", 1, 2, "encoding the mask PNG"))
-        answered = await self._masks(masks)
-        stages["png"] = (time.perf_counter() - t) * 1000
-        yield infer_pb2.SegmentEvent(
-            result=infer_pb2.SegmentResult(
-                masks=answered,
-                width=session.width,
-                height=session.height,
-                device=route.device,
-                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
-                session_id=session.id,
-                route=route.ref,
-            )
-        )
+        answer = _Answer(started, stages, Notices([]), first_step=0, steps=2)
+        async for event in self._decode_and_answer(route, session.embedding, prompt, checked.all_masks, answer):
+            if event.HasField("result"):
+                event.result.width, event.result.height, event.result.session_id = (
+                    session.width,
+                    session.height,
+                    session.id,
+                )
+            yield event
 
     def _session(self, app: str, session_id: str) -> Session:
         if not session_id:
@@ -378,35 +369,49 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         yield infer_pb2.SegmentEvent(
             progress=_progress("encode", 1, 4, f"encoding the {width}x{height} picture ({loaded.device})")
         )
-        notices = Notices([])
-        embedding = await loaded.submit("encode", rgb, lambda model: model.encode(rgb), notices)
+        answer = _Answer(started, stages, Notices([]), first_step=2, steps=4)
+        embedding = await loaded.submit("encode", rgb, lambda model: model.encode(rgb), answer.notices)
         stages["encode"] = (time.perf_counter() - t) * 1000
+        async for event in self._decode_and_answer(loaded, embedding, prompt, checked.all_masks, answer):
+            if event.HasField("result"):
+                event.result.width, event.result.height = width, height
+            yield event
 
+    async def _decode_and_answer(
+        self,
+        route: LoadedRoute[SegmentModel],
+        embedding: Any,
+        prompt: SamPrompt,
+        all_masks: bool,
+        answer: _Answer,
+    ) -> AsyncIterator[infer_pb2.SegmentEvent]:
+        """The prompt's half of Segment and SegmentOnce: decode, then the mask PNGs and the result."""
+        stages, step = answer.stages, answer.first_step
         t = time.perf_counter()
-        yield infer_pb2.SegmentEvent(progress=_progress("model", 2, 4, f"decoding the mask ({loaded.device})"))
-        masks = await loaded.submit(
+        yield infer_pb2.SegmentEvent(
+            progress=_progress("model", step, answer.steps, f"decoding the mask ({route.device})")
+        )
+        masks = await route.submit(
             "decode",
-            (embedding, prompt, checked.all_masks),
-            lambda model: model.decode(embedding, prompt, all_masks=checked.all_masks),
-            notices,
+            (embedding, prompt, all_masks),
+            lambda model: model.decode(embedding, prompt, all_masks=all_masks),
+            answer.notices,
             prompt_points(prompt),
         )
         stages["model"] = (time.perf_counter() - t) * 1000
-        for notice in notices.items:
+        for notice in answer.notices.items:
             yield infer_pb2.SegmentEvent(notice=notice)
 
         t = time.perf_counter()
-        yield infer_pb2.SegmentEvent(progress=_progress("png", 3, 4, "encoding the mask PNG"))
+        yield infer_pb2.SegmentEvent(progress=_progress("png", step + 1, answer.steps, "encoding the mask PNG"))
         answered = await self._masks(masks)
         stages["png"] = (time.perf_counter() - t) * 1000
         yield infer_pb2.SegmentEvent(
             result=infer_pb2.SegmentResult(
                 masks=answered,
-                width=width,
-                height=height,
-                device=loaded.device,
-                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - started) * 1000),
-                route=loaded.ref,
+                device=route.device,
+                timing=common_pb2.Timing(stages_ms=stages, total_ms=(time.perf_counter() - answer.started) * 1000),
+                route=route.ref,
             )
         )
 
