@@ -25,6 +25,7 @@ from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
 
 from craftai import AiClient
+from craftai.keys import key_line, new_key
 from tests.support.servers import free_port
 
 PORT = 50051
@@ -46,6 +47,13 @@ print(json.dumps(found))
 """
 
 
+# The keys a deployment is given (docs/DEPLOY.md): one service key shared by the three services,
+# and the app keys' hashes (here one key for every app id, as the wildcard line allows).
+SERVICE_KEY = new_key()
+APP_KEY = new_key()
+KEYS_ENV = {"CRAFTAI_SERVICE_KEY": SERVICE_KEY, "CRAFTAI_KEYS": key_line("*", APP_KEY).strip()}
+
+
 def service(
     image: str,
     alias: str,
@@ -63,7 +71,7 @@ def service(
         .with_network_aliases(alias)
         .with_volume_mapping(store, "/store", store_mode)
         .with_tmpfs_mount("/tmp", "size=256m")
-        .with_envs(CRAFTAI_LOG_LEVEL="INFO", **(env or {}))
+        .with_envs(CRAFTAI_LOG_LEVEL="INFO", **KEYS_ENV, **(env or {}))
         .with_kwargs(
             read_only=True,
             labels={LABEL: alias},
@@ -164,6 +172,7 @@ class Stack:
     def client(self, app_id: str) -> AiClient:
         return AiClient(
             app_id,
+            app_key=APP_KEY,
             catalogue=self.address("catalogue"),
             prepare=self.address("prepare"),
             infer=self.address("infer"),

@@ -94,10 +94,18 @@ def test_the_pods_share_the_store_probe_grpc_and_run_locked_down(overlay: str) -
         assert container["resources"]["requests"] and container["resources"]["limits"], name
         mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
         assert "/tmp" in mounts, name
+        secrets = {
+            e["name"]: e["valueFrom"]["secretKeyRef"]["key"]
+            for e in container["env"]
+            if e.get("valueFrom", {}).get("secretKeyRef", {}).get("name") == "craftai-keys"
+        }
         if name == "craftai-setup":
             assert container["command"] == ["craftai-setup"] and container["args"] == ["image.matte:u2netp"]
             assert container["image"].startswith("craftai-catalogue:")
+            assert secrets == {"CRAFTAI_APP_KEY": "service-key"}
+            assert {e["name"]: e.get("value") for e in container["env"]}["CRAFTAI_APP_ID"] == "craftai-internal"
             continue
+        assert secrets == {"CRAFTAI_SERVICE_KEY": "service-key", "CRAFTAI_KEYS": "app-keys"}, name
         assert mounts["/store"].get("readOnly", False) is (name != "craftai-prepare"), name
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["store"]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
@@ -123,7 +131,10 @@ def test_only_the_gpu_overlay_asks_for_a_gpu_and_tolerates_gpu_nodes() -> None:
     assert device == {"cpu": "cpu", "gpu": "auto"}
 
 
-def _compose_config(*files: str) -> dict[str, Any]:
+KEYS = {"CRAFTAI_SERVICE_KEY": "craftai_service-key-for-the-test", "CRAFTAI_KEYS": "* sha256:" + "0" * 64}
+
+
+def _run_compose_config(files: tuple[str, ...], keys: dict[str, str]) -> subprocess.CompletedProcess[str]:
     compose = shutil.which("docker-compose")
     if compose is None:
         reason = "docker-compose (v1, Debian) is missing: tools/docker/engine.sh installs it"
@@ -132,10 +143,21 @@ def _compose_config(*files: str) -> dict[str, Any]:
         pytest.skip(reason)
     args = [arg for f in files for arg in ("-f", str(DEPLOY / f))]
     env = {k: v for k, v in os.environ.items() if not k.startswith("CRAFTAI_")}  # the files' defaults
-    done = subprocess.run([compose, *args, "config"], capture_output=True, text=True, check=False, env=env)
+    return subprocess.run([compose, *args, "config"], capture_output=True, text=True, check=False, env={**env, **keys})
+
+
+def _compose_config(*files: str) -> dict[str, Any]:
+    done = _run_compose_config(files, KEYS)
     assert done.returncode == 0, done.stderr
     config: dict[str, Any] = yaml.safe_load(done.stdout)
     return config
+
+
+@pytest.mark.parametrize("missing", sorted(KEYS))
+def test_compose_refuses_to_start_without_keys(missing: str) -> None:
+    done = _run_compose_config(("compose.yaml",), {k: v for k, v in KEYS.items() if k != missing})
+    assert done.returncode != 0
+    assert f"set {missing}" in done.stderr, done.stderr
 
 
 def _arg_defaults(dockerfile: Path) -> dict[str, str]:
@@ -165,6 +187,11 @@ def test_compose_runs_the_three_services_on_one_network_with_one_store() -> None
             assert defaults[arg] == value, (name, arg)  # compose's defaults are the Dockerfile's
     for name in ("prepare", "infer"):
         assert services[name]["environment"]["CRAFTAI_CATALOGUE_ADDRESS"] == "catalogue:50051"
+    for name in ("catalogue", "prepare", "infer"):
+        environment = services[name]["environment"]
+        assert {k: environment[k] for k in KEYS} == KEYS, name  # one service key, the app key hashes
+    setup = services["setup"]["environment"]
+    assert (setup["CRAFTAI_APP_ID"], setup["CRAFTAI_APP_KEY"]) == ("craftai-internal", KEYS["CRAFTAI_SERVICE_KEY"])
 
 
 def test_the_gpu_override_runs_the_cuda_image_with_a_gpu_reserved() -> None:

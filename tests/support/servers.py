@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+# The installed console scripts (craftai, craftai-infer, ...): beside the interpreter in a virtual
+# environment; CRAFTAI_TEST_BIN where they were installed elsewhere (tools/gpu/run_tests.sh).
+BIN = Path(os.environ.get("CRAFTAI_TEST_BIN") or Path(sys.executable).parent)
 CONFIG_VARIABLE = "CRAFTAI_CONFIG_DIR"  # where the local app key lives (set per test run by conftest)
 
 

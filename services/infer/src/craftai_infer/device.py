@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 log = logging.getLogger("craftai.infer.device")
 
@@ -29,10 +29,24 @@ def _torch_gpu() -> tuple[bool, str]:
         return False, ""
     try:
         if torch.cuda.is_available():
+            _strict_fp32(torch)
             return True, str(torch.cuda.get_device_name(0))
     except Exception as exc:
         log.warning("CUDA did not answer: %s", exc)
     return False, ""
+
+
+def _strict_fp32(torch: Any) -> None:
+    """fp32 means fp32 on the GPU: torch lets cuDNN convolutions run in TF32 by default, which moved
+    u2netp's matte by up to 23/255 from the onnxruntime route's (tests/gpu). Each route asks for
+    reduced precision explicitly, with autocast (CRAFTAI_GPU_PRECISION)."""
+    conv = getattr(torch.backends.cudnn, "conv", None)
+    if conv is not None and hasattr(conv, "fp32_precision"):  # the per-backend switch of newer torch
+        conv.fp32_precision = "ieee"
+        torch.backends.cuda.matmul.fp32_precision = "ieee"
+    else:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
 
 
 def _onnxruntime_gpu() -> bool:

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# The GPU-only tests (pytest -m gpu), on the lent GPU machine (tools library: device).
+#
+#   bash tools/gpu/run_tests.sh [pytest arguments]    # there: python3 3.12, torch with CUDA, no network
+#
+# That machine has torch, onnxruntime (CPU), timm and opencv but no virtual environment and no
+# network: the missing wheels are carried in .whl/ (with pytest), the project's packages are built
+# from this checkout into /tmp/site, and the tests start the console scripts installed there.
+# .cache/models/u2netp.onnx and .cache/photos/ are carried too (the fixtures are made there).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+site=/tmp/site
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
+export PYTHONPATH=$site
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$site" \
+    ./clients/python ./services/common ./services/catalogue ./services/prepare ./services/infer
+export PYTHONPATH=$site:$PWD CRAFTAI_TEST_BIN=$site/bin PYTHONUNBUFFERED=1
+python3 -m pytest -p no:cacheprovider -m gpu -s -v "${@:-tests/gpu}"
