@@ -92,3 +92,64 @@ def test_mask_png_is_a_1_bit_png_pillow_reads_back(shape: tuple[int, int]) -> No
 def test_mask_png_refuses_what_is_not_a_boolean_mask() -> None:
     with pytest.raises(ValueError, match="boolean mask"):
         pictures.encode_mask_png(np.zeros((4, 4), np.uint8))
+
+
+# -- decode_rgb: OpenCV for plain JPEGs, the same pixels as Pillow ---------------------------------
+
+
+def _pillow_rgb(data: bytes) -> np.ndarray:
+    from craftai_infer.pipelines.picture_convert import to_rgb_uint8
+
+    return to_rgb_uint8(pictures.decode(data, LIMITS))
+
+
+JPEG_KINDS = {
+    "4:4:4 q95": {"quality": 95, "subsampling": 0},
+    "4:2:2 q90": {"quality": 90, "subsampling": 1},
+    "4:2:0 q75": {"quality": 75, "subsampling": 2},
+    "progressive": {"quality": 85, "progressive": True},
+    "optimised": {"quality": 80, "optimize": True},
+}
+
+
+@pytest.mark.parametrize("kind", sorted(JPEG_KINDS))
+@pytest.mark.parametrize("photo", ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"])
+def test_plain_jpegs_decode_by_opencv_to_pillows_pixels(photo: str, kind: str) -> None:
+    from tests.support.files import sample_photo
+
+    data = _encode(Image.open(sample_photo(photo)).convert("RGB"), "JPEG", **JPEG_KINDS[kind])
+    assert pictures._plain_jpeg(pictures._opened(data, LIMITS), data)  # the OpenCV path is taken
+    assert np.array_equal(pictures.decode_rgb(data, LIMITS), _pillow_rgb(data))
+
+
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_exif_orientation_is_applied_the_same_way(orientation: int) -> None:
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    image = Image.effect_noise((48, 32), 60).convert("RGB")
+    data = _encode(image, "JPEG", quality=90, exif=exif)
+    rgb = pictures.decode_rgb(data, LIMITS)
+    assert rgb.shape == ((32, 48, 3) if orientation < 5 else (48, 32, 3))
+    assert np.array_equal(rgb, _pillow_rgb(data))
+
+
+def test_a_grey_jpeg_becomes_three_equal_channels() -> None:
+    data = _encode(Image.effect_noise((40, 30), 60), "JPEG", quality=90)
+    rgb = pictures.decode_rgb(data, LIMITS)
+    assert rgb.shape == (30, 40, 3) and np.array_equal(rgb[:, :, 0], rgb[:, :, 2])
+    assert np.array_equal(rgb, _pillow_rgb(data))
+
+
+def test_other_pictures_go_through_pillow_and_truncated_jpegs_are_still_refused() -> None:
+    cmyk = _encode(Image.new("CMYK", (16, 16), (10, 200, 30, 40)), "JPEG")
+    assert not pictures._plain_jpeg(pictures._opened(cmyk, LIMITS), cmyk)
+    assert np.array_equal(pictures.decode_rgb(cmyk, LIMITS), _pillow_rgb(cmyk))
+    rgba = _encode(Image.new("RGBA", (16, 16), (10, 200, 30, 100)), "PNG")
+    assert np.array_equal(pictures.decode_rgb(rgba, LIMITS), _pillow_rgb(rgba))
+    whole = _encode(Image.effect_noise((64, 64), 50).convert("RGB"), "JPEG", quality=90)
+    with pytest.raises(ServiceError) as caught:
+        pictures.decode_rgb(whole[: len(whole) // 2], LIMITS)
+    assert caught.value.reason == Reason.BAD_PICTURE
+    with pytest.raises(ServiceError) as caught:
+        pictures.decode_rgb(_encode(Image.new("RGB", (4097, 8)), "JPEG"), LIMITS)
+    assert caught.value.reason == Reason.PICTURE_TOO_LARGE

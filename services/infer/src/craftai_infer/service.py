@@ -35,7 +35,6 @@ from craftai_infer import device as devices
 from craftai_infer import metrics, pictures, prompts
 from craftai_infer.loader import Batching, LoadedRoute, Notices, RouteLoader
 from craftai_infer.pipelines.cutout import cutout
-from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import SegmentModel
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
@@ -227,10 +226,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
     async def _picture_rgb(self, data: bytes) -> tuple[npt.NDArray[np.uint8], int, int]:
         """Decoded (limits checked first), oriented, as RGB uint8; off the event loop."""
 
-        def work() -> npt.NDArray[np.uint8]:
-            return np.asarray(to_rgb_uint8(pictures.decode(data, self.limits)), dtype=np.uint8)
-
-        rgb = await self._on_cpu(work)
+        rgb = await self._on_cpu(pictures.decode_rgb, data, self.limits)
         return rgb, int(rgb.shape[1]), int(rgb.shape[0])
 
     async def _masks(self, masks: SamMasks) -> list[infer_pb2.Mask]:
