@@ -103,3 +103,22 @@ async def test_no_window_means_no_waiting(worker: ThreadPoolExecutor) -> None:
     batcher = MicroBatcher(recorder.run, worker, max_batch=4, window_s=0.0)
     assert await batcher.submit(3) == 30
     assert recorder.batches == [[3]]
+
+
+async def test_waiting_counts_what_is_held_back_while_the_model_runs(worker: ThreadPoolExecutor) -> None:
+    release = threading.Event()
+    seen: list[int] = []
+
+    def slow(items: Sequence[int]) -> list[int]:
+        release.wait(5)
+        return list(items)
+
+    batcher = MicroBatcher(slow, worker, max_batch=8, window_s=5.0)
+    first = asyncio.ensure_future(batcher.submit(0))  # finds the model idle: dispatched at once
+    await asyncio.sleep(0)
+    held = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2, 3)]
+    await asyncio.sleep(0)
+    seen.append(batcher.waiting)
+    release.set()
+    assert await asyncio.gather(first, *held) == [0, 1, 2, 3]
+    assert seen == [3] and batcher.waiting == 0

@@ -67,6 +67,11 @@ class MicroBatcher(Generic[T, R]):
     def stats(self) -> BatchStats:
         return BatchStats(self._batches, self._items)
 
+    @property
+    def waiting(self) -> int:
+        """Items held back for a batch (the model busy, or the window open), not yet dispatched."""
+        return sum(len(group.items) for group in self._groups.values())
+
     async def submit(self, item: T) -> R:
         loop = asyncio.get_running_loop()
         future: asyncio.Future[R] = loop.create_future()

@@ -100,6 +100,11 @@ class LoadedRoute(Generic[M]):
             return result
 
     @property
+    def queued(self) -> int:
+        """Requests waiting for the model: held by a batcher, or queued on the worker thread."""
+        return sum(b.waiting for b in self._batchers.values()) + self._worker._work_queue.qsize()
+
+    @property
     def batches(self) -> int:
         """Model calls made for batched requests (fewer than the requests when batching happened)."""
         return sum(b.stats.batches for b in self._batchers.values())

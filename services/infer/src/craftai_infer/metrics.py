@@ -45,16 +45,6 @@ def observe_resolutions(resolve: Resolve) -> Resolve:
     return counted
 
 
-def _queue_depth(loaded: Any) -> int:
-    """Model calls waiting for the route's worker (its executor's queue), 0 when unknown."""
-    worker = getattr(loaded, "_worker", None)
-    queue = getattr(worker, "_work_queue", None)
-    try:
-        return int(queue.qsize()) if queue is not None else 0
-    except (AttributeError, NotImplementedError):
-        return 0
-
-
 class InferCollector(Collector):
     """Reads the session store and the loaded routes at each scrape."""
 
@@ -92,13 +82,13 @@ class InferCollector(Collector):
         )
         queued = GaugeMetricFamily(
             "craftai_infer_model_queue_depth",
-            "Model calls waiting for a route's worker",
+            "Requests waiting for a route's model (held for a batch or queued on its worker)",
             labels=["feature", "recipe", "engine"],
         )
         for route in self.routes.loaded():
             ref = route.ref
             loaded.add_metric([ref.feature, ref.recipe, ref.engine, route.device], 1)
-            queued.add_metric([ref.feature, ref.recipe, ref.engine], _queue_depth(route))
+            queued.add_metric([ref.feature, ref.recipe, ref.engine], route.queued)
         yield loaded
         yield queued
         yield from _gpu_memory(self.routes.device.gpu_available)
