@@ -24,7 +24,7 @@ fi
 
 echo "== tests"
 set +e
-.venv/bin/python -m pytest -p no:cacheprovider "$@"
+.venv/bin/python -m pytest -p no:cacheprovider --durations=15 "$@"
 code=$?
 set -e
 if [ "$code" -eq 5 ]; then
