@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create .venv and install the five packages (editable) with their pinned dependencies.
+# Create .venv and install the seven packages (editable) with their pinned dependencies.
 #   tools/bootstrap.sh          what the services and the craftai command need
 #   tools/bootstrap.sh --dev    also the test tools and test-only references
 set -euo pipefail
@@ -17,7 +17,7 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constrain
 noise="is ignored: it is neither a file nor a directory"
 quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
 echo "== installing the craft-ai packages"
-quiet "${pip[@]}" -e clients/python -e services/common -e services/catalogue \
+quiet "${pip[@]}" -e clients/wire -e clients/python -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
 if [ "$dev" = 1 ]; then
     echo "== installing the test tools"

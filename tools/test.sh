@@ -10,7 +10,7 @@ bash tools/bootstrap.sh --dev
 echo "== lint and types"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check services clients tools tests
-.venv/bin/mypy services clients/python/src tools tests
+.venv/bin/mypy services clients/python/src clients/wire/src tools tests
 
 echo "== Docker engine and images (tests/containers; cached under .cache/docker)"
 if bash tools/docker/engine.sh; then

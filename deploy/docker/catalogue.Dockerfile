@@ -23,29 +23,31 @@ FROM runtime AS wheels
 ARG WHEELHOUSE=deploy/docker/wheelhouse
 COPY ${WHEELHOUSE}/ /wheelhouse/
 COPY constraints.txt deploy/docker/requirements.py deploy/docker/install.sh /build/
+COPY clients/wire/pyproject.toml /build/clients/wire/
 COPY clients/python/pyproject.toml /build/clients/python/
 COPY services/common/pyproject.toml /build/services/common/
+COPY services/models/pyproject.toml /build/services/models/
 COPY services/catalogue/pyproject.toml /build/services/catalogue/
 COPY services/prepare/pyproject.toml /build/services/prepare/
 COPY services/infer/pyproject.toml /build/services/infer/
 RUN python3 -m venv /opt/craftai
 
-# -- project: the five packages built as wheels from the sources in the context ------------------
+# -- project: the seven packages built as wheels from the sources in the context -----------------
 FROM wheels AS project
-COPY clients/python /src/clients/python
+COPY clients /src/clients
 COPY services /src/services
 RUN sh /build/install.sh wheels
 
 # -- deps: this image's third-party dependencies (cached until a dependency list changes) --------
 FROM wheels AS deps
-RUN sh /build/install.sh deps craftai-catalogue
+RUN sh /build/install.sh deps craftai craftai-catalogue
 
 # -- the image ---------------------------------------------------------------------------------------
 FROM runtime
 COPY --from=deps /opt/craftai /opt/craftai
 COPY --from=project /project/ /tmp/project/
 RUN /opt/craftai/bin/python -m pip install --no-cache-dir --disable-pip-version-check --no-index --no-deps \
-        /tmp/project/craftai-[0-9]*.whl /tmp/project/craftai_common-*.whl /tmp/project/craftai_catalogue-*.whl \
+        /tmp/project/craftai-[0-9]*.whl /tmp/project/craftai_wire-*.whl /tmp/project/craftai_common-*.whl /tmp/project/craftai_catalogue-*.whl \
  && /opt/craftai/bin/python -m pip check \
  && rm -rf /tmp/project
 COPY deploy/docker/craftai_setup.py /opt/craftai/bin/craftai-setup

@@ -23,7 +23,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from craftai import AiClient, CraftAiError
-from craftai.v1 import common_pb2, prepare_pb2
+from craftai_wire.v1 import common_pb2, prepare_pb2
 
 SERVICES = ("catalogue", "prepare", "infer")
 

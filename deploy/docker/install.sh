@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install step shared by the Dockerfiles (POSIX sh: it runs in the bare base image).
 #   install.sh deps PACKAGE[EXTRAS]...   third-party dependencies of those packages into /opt/craftai
-#   install.sh wheels                    the five project packages built as wheels from /src into /project
+#   install.sh wheels                    the seven project packages built as wheels from /src into /project
 # A wheelhouse with wheels in it (/wheelhouse, the WHEELHOUSE build arg) makes every step offline
 # (--no-index); without one, pip uses its index and torch comes from TORCH_INDEX_URL (CPU or CUDA
 # build, never PyPI's default CUDA build by accident). Versions come from constraints.txt either way.
@@ -27,13 +27,13 @@ deps)
     $pip install $offline -c /build/constraints.txt -r /build/requirements.txt
     ;;
 wheels)
-    # One build environment for the five packages (this stage is thrown away) instead of five
-    # isolated ones: the same setuptools, a fifth of the time.
+    # One build environment for the seven packages (this stage is thrown away) instead of seven
+    # isolated ones: the same setuptools, a seventh of the time.
     # shellcheck disable=SC2086
     $pip install $offline --upgrade "setuptools>=69" wheel
     # shellcheck disable=SC2086
     $pip wheel $offline --no-deps --no-build-isolation -w /project \
-        /src/clients/python /src/services/common /src/services/catalogue /src/services/prepare /src/services/infer
+        /src/clients/wire /src/clients/python /src/services/common /src/services/models /src/services/catalogue /src/services/prepare /src/services/infer
     ;;
 *)
     echo "usage: install.sh deps PACKAGE... | install.sh wheels" >&2

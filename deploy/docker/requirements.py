@@ -18,7 +18,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-PACKAGES = ("clients/python", "services/common", "services/catalogue", "services/prepare", "services/infer")
+PACKAGES = (
+    "clients/wire",
+    "clients/python",
+    "services/common",
+    "services/models",
+    "services/catalogue",
+    "services/prepare",
+    "services/infer",
+)
 REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[([^\]]*)\])?\s*(.*)$")
 
 

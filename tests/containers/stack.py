@@ -25,7 +25,7 @@ from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
 
 from craftai import AiClient
-from craftai.keys import key_line, new_key
+from craftai_wire.keys import key_line, new_key
 from tests.support.servers import free_port
 
 PORT = 50051

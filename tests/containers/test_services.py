@@ -18,7 +18,7 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from craftai import AiClient, CraftAiError
-from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 from tests.containers import stack as st
 from tests.support import servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE

@@ -23,7 +23,8 @@ import torch
 from PIL import Image
 
 from craftai import AiClient
-from craftai_infer.pipelines.matte_inspyrenet import IMAGENET_MEAN, IMAGENET_STD
+from craftai_models.imagenet import MEAN as IMAGENET_MEAN
+from craftai_models.imagenet import STD as IMAGENET_STD
 from tests.support import catalogues, segment, servers
 from tests.support.inspyrenet_fixture import checkpoints
 
@@ -107,8 +108,8 @@ def test_inspyrenet_network_on_cuda_agrees_with_the_cpu(photos: dict[str, Path])
     saliency maps grow to ~1e8 (its matte saturates: every pixel the same), so the comparison is of
     the saliency logits, relative to each map's range, not of the mattes."""
     from craftai_infer import device
-    from craftai_infer.models.inspyrenet import PinnedFile, fold_batchnorm, load_inspyrenet
     from craftai_infer.routes.inspyrenet import GPU_DEFAULT
+    from craftai_models.inspyrenet import PinnedFile, fold_batchnorm, load_inspyrenet
 
     assert device.detect("auto").gpu_available  # and fp32 made strict, as in the service
     made = checkpoints()["random"]

@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries, SegmentSession
-from craftai.v1 import common_pb2, infer_pb2, infer_pb2_grpc
+from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore, mask_of
 

@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from craftai import AiClient
-from craftai.v1 import catalogue_pb2
+from craftai_wire.v1 import catalogue_pb2
 from tests.support import servers
 
 

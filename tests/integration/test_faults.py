@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries
-from craftai.v1 import common_pb2, infer_pb2, infer_pb2_grpc
+from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore, mask_of
 

@@ -14,7 +14,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError
-from craftai.v1 import infer_pb2, infer_pb2_grpc
+from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from tests.support import servers
 
 

@@ -13,7 +13,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError
-from craftai.v1 import prepare_pb2
+from craftai_wire.v1 import prepare_pb2
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 

@@ -11,7 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
-from craftai.v1 import (
+from craftai_wire.v1 import (
     catalogue_pb2,
     catalogue_pb2_grpc,
     common_pb2,

@@ -15,7 +15,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, SegmentSession
-from craftai.v1 import infer_pb2, infer_pb2_grpc
+from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore
 

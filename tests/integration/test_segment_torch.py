@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient
-from craftai.v1 import common_pb2, prepare_pb2
+from craftai_wire.v1 import common_pb2, prepare_pb2
 from tests.support import segment, servers
 from tests.support.files import sample_photo
 

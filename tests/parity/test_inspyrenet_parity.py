@@ -29,7 +29,7 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
-from craftai_infer.models.inspyrenet import (
+from craftai_models.inspyrenet import (
     InSPyReNet,
     PinnedFile,
     Stages,
@@ -40,7 +40,7 @@ from craftai_infer.models.inspyrenet import (
     normalise_per_image,
     read_pinned_state_dict,
 )
-from craftai_infer.models.swin import relative_position_index
+from craftai_models.swin import relative_position_index
 from tests.support.inspyrenet_reference import build_reference, calibrate_batchnorm, randomised_state_dict
 
 pytestmark = pytest.mark.slow

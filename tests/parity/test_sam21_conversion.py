@@ -24,7 +24,7 @@ import pytest
 import torch
 from onnx import numpy_helper
 
-from craftai_infer.models.sam2 import state_dict_from_meta
+from craftai_models.sam2.model import state_dict_from_meta
 from craftai_prepare.converters import sam21
 
 REPO = Path(__file__).resolve().parents[2]

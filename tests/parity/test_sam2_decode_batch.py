@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from craftai_infer.models.sam2 import build_sam21_tiny
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner
+from craftai_models.sam2.model import build_sam21_tiny
 from craftai_prepare.converters import sam21
 from tests.support import sam_fixture
 from tests.support.files import sample_photo

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny, state_dict_from_meta
-from craftai_infer.models.sam2.fpn_neck import sine_position_encoding
+from craftai_models.sam2.fpn_neck import sine_position_encoding
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny, state_dict_from_meta
 from tests.parity.sam2_meta import MetaModel, build_meta_sam21_tiny, meta_decode, meta_encode
 
 # fp32 CPU, same weights: the two implementations differ only in the order of float operations.

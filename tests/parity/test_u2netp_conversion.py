@@ -13,7 +13,7 @@ import torch
 from onnx import helper, numpy_helper
 from PIL import Image
 
-from craftai_infer.models.u2netp import INPUT_SIZE
+from craftai_models.u2netp import INPUT_SIZE
 from craftai_prepare.converters import u2netp as converter
 from tests.support.files import sample_photo
 from tools.samples import PHOTOS as SAMPLE_PHOTOS

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from craftai_common.store import FilePin
-from craftai_infer.models.inspyrenet import inspyrenet_swin_b
+from craftai_models.inspyrenet import inspyrenet_swin_b
 from tests.support.files import CACHE, sha256_of
 from tests.support.inspyrenet_reference import randomised_state_dict
 

@@ -24,8 +24,8 @@ CONFIG_VARIABLE = "CRAFTAI_CONFIG_DIR"  # where the local app key lives (set per
 def ensure_local_key() -> str:
     """The local app key of this test run (made, with the keys file accepting it, if not there yet),
     as `craftai serve` makes it on first start."""
-    from craftai.keys import default_keys_file, local_key_file, read_key_file
     from craftai_common.auth import ensure_local_key as ensure
+    from craftai_wire.keys import default_keys_file, local_key_file, read_key_file
 
     if read_key_file(local_key_file()) is None or not default_keys_file().exists():
         ensure(default_keys_file())

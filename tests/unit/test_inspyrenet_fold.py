@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from craftai_infer.models.inspyrenet import ConvBn, fold_batchnorm, inspyrenet_swin_b
+from craftai_models.inspyrenet import ConvBn, fold_batchnorm, inspyrenet_swin_b
 from tests.support.inspyrenet_reference import randomised_state_dict
 
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from craftai_infer.models import inspyrenet
-from craftai_infer.models.inspyrenet import CheckpointRefusedError, PinnedFile, read_pinned_state_dict
+from craftai_models import inspyrenet
+from craftai_models.inspyrenet import CheckpointRefusedError, PinnedFile, read_pinned_state_dict
 
 EXPECTED = {
     "a.weight": ((2, 3), "F32"),

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from craftai.keys import is_loopback, key_hash, key_line, new_key, read_key_file, write_private
 from craftai_common import auth
 from craftai_common.auth import INTERNAL_APP_ID, KeyRing, KeysFileError, ensure_local_key, parse_lines
+from craftai_wire.keys import is_loopback, key_hash, key_line, new_key, read_key_file, write_private
 
 
 @pytest.fixture

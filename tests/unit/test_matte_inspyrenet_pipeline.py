@@ -16,8 +16,6 @@ from PIL import Image
 from craftai_infer.pipelines import matte_inspyrenet as pipeline
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
     MatteSettings,
     cutout_rgba,
     edge_tiles,
@@ -27,6 +25,8 @@ from craftai_infer.pipelines.matte_inspyrenet import (
     refine_radius,
 )
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
+from craftai_models.imagenet import MEAN as IMAGENET_MEAN
+from craftai_models.imagenet import STD as IMAGENET_STD
 
 
 class RedChannel:
@@ -184,7 +184,7 @@ def test_cutout_keeps_colours_and_uses_the_matte_as_alpha() -> None:
 @pytest.mark.slow
 def test_the_real_network_on_a_small_picture() -> None:
     """InSPyReNet Swin-B as published (base_size 1024², random weights) through the pipeline."""
-    from craftai_infer.models.inspyrenet import inspyrenet_swin_b
+    from craftai_models.inspyrenet import inspyrenet_swin_b
 
     torch.manual_seed(0)
     net = inspyrenet_swin_b().eval()

@@ -7,6 +7,7 @@ from PIL import Image
 
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.cutout import cutout
+from craftai_models import imagenet
 
 
 def test_preprocess_divides_by_the_picture_max_not_255() -> None:
@@ -14,7 +15,7 @@ def test_preprocess_divides_by_the_picture_max_not_255() -> None:
     x = matte_u2netp.preprocess(dim)
     assert x.shape == (1, 3, 320, 320) and x.dtype == np.float32
     # every pixel equals the max, so each channel is (1 - mean) / std
-    expected = (1 - np.asarray(matte_u2netp.MEAN)) / np.asarray(matte_u2netp.STD)
+    expected = (1 - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)
     np.testing.assert_allclose(x[0, :, 0, 0], expected, rtol=1e-6)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from craftai.v1 import infer_pb2
 from craftai_common.errors import ServiceError
 from craftai_infer import prompts
+from craftai_wire.v1 import infer_pb2
 
 FG, BG = infer_pb2.POINT_LABEL_FOREGROUND, infer_pb2.POINT_LABEL_BACKGROUND
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from onnx import helper, numpy_helper
 
-from craftai_infer.models.u2netp import OUTPUT_NAMES, U2NetP
+from craftai_models.u2netp import OUTPUT_NAMES, U2NetP
 from craftai_prepare.converters import ConversionError
 from craftai_prepare.converters import u2netp as converter
 

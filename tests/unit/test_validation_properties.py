@@ -17,9 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from craftai.v1 import infer_pb2
 from craftai_common.errors import ServiceError
 from craftai_infer import pictures, prompts
+from craftai_wire.v1 import infer_pb2
 
 LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
 MAX_POINTS = 8

@@ -25,13 +25,20 @@ import torch
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/python/src", "services/common/src", "services/infer/src", "."):
+for src in (
+    "clients/wire/src",
+    "clients/python/src",
+    "services/common/src",
+    "services/models/src",
+    "services/infer/src",
+    ".",
+):
     if str(REPO / src) not in sys.path:
         sys.path.insert(0, str(REPO / src))
 
 from craftai_infer.engines.cuda_graphs import GraphCache  # noqa: E402
-from craftai_infer.models.inspyrenet import fold_batchnorm, inspyrenet_swin_b  # noqa: E402
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet  # noqa: E402
+from craftai_models.inspyrenet import fold_batchnorm, inspyrenet_swin_b  # noqa: E402
 from tests.support.inspyrenet_reference import build_reference, randomised_state_dict  # noqa: E402
 from tools.bench.harness import timed_on  # noqa: E402
 

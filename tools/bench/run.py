@@ -41,8 +41,10 @@ from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 for src in (
+    "clients/wire/src",
     "clients/python/src",
     "services/common/src",
+    "services/models/src",
     "services/catalogue/src",
     "services/prepare/src",
     "services/infer/src",
@@ -162,7 +164,7 @@ def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
     import torch
     from safetensors.torch import save_file
 
-    from craftai_infer.models.inspyrenet import inspyrenet_swin_b
+    from craftai_models.inspyrenet import inspyrenet_swin_b
     from tests.support.inspyrenet_reference import randomised_state_dict
 
     path = folder / "inspyrenet.safetensors"

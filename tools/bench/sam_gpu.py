@@ -30,13 +30,21 @@ import torch
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/python/src", "services/common/src", "services/infer/src", "services/prepare/src", "."):
+for src in (
+    "clients/wire/src",
+    "clients/python/src",
+    "services/common/src",
+    "services/models/src",
+    "services/infer/src",
+    "services/prepare/src",
+    ".",
+):
     if str(REPO / src) not in sys.path:
         sys.path.insert(0, str(REPO / src))
 
-from craftai_infer.models.sam2 import build_sam21_tiny  # noqa: E402
 from craftai_infer.pipelines.segment_sam import SamPrompt  # noqa: E402
 from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner  # noqa: E402
+from craftai_models.sam2.model import build_sam21_tiny  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
 from tests.support import sam_fixture  # noqa: E402
 from tools.bench.harness import timed_on  # noqa: E402

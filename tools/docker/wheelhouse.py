@@ -3,7 +3,7 @@
     .cache/docker/wheelhouse/deps/     third-party wheels (cp311, manylinux for glibc 2.36 = bookworm),
                                         the local CPU torch wheel, setuptools and wheel (to build the
                                         project's wheels offline); the WHEELHOUSE build arg points here
-    .cache/docker/wheelhouse/project/  the five project packages built as wheels
+    .cache/docker/wheelhouse/project/  the seven project packages built as wheels
 
 The dependency set is what deploy/docker/requirements.py reads from the pyproject files, with the
 versions of constraints.txt; it is downloaded again only when those files change. The project
@@ -29,10 +29,18 @@ from tools.docker import CACHE, REPO
 WHEELHOUSE = CACHE / "wheelhouse"
 DEPS = WHEELHOUSE / "deps"
 PROJECT = WHEELHOUSE / "project"
-PACKAGES = ("clients/python", "services/common", "services/catalogue", "services/prepare", "services/infer")
+PACKAGES = (
+    "clients/wire",
+    "clients/python",
+    "services/common",
+    "services/models",
+    "services/catalogue",
+    "services/prepare",
+    "services/infer",
+)
 # Every package with every extra a CPU image installs.
 ROOTS = ("craftai[server]", "craftai-prepare[convert]", "craftai-infer[onnx-cpu,torch]")
-BUILD_TOOLS = ("setuptools>=69", "wheel")  # the build-system requirement of the five packages
+BUILD_TOOLS = ("setuptools>=69", "wheel")  # the build-system requirement of the seven packages
 # The images' interpreter and C library: Debian bookworm's CPython 3.11 and glibc 2.36. Every older
 # manylinux tag is listed too (pip before 24 does not widen a --platform tag to older glibc versions).
 GLIBC_MINOR = 36
@@ -172,13 +180,13 @@ def ensure_deps(*, force: bool = False) -> Path:
 
 
 def ensure_project(*, force: bool = False) -> Path:
-    """The five project wheels, built offline (setuptools from the wheelhouse)."""
+    """The seven project wheels, built offline (setuptools from the wheelhouse)."""
     digest = project_digest()
     if _stamp_ok(PROJECT, digest) and not force:
         return PROJECT
     shutil.rmtree(PROJECT, ignore_errors=True)
     PROJECT.mkdir(parents=True)
-    # One build environment with the wheelhouse's setuptools for the five packages: a fifth of the
+    # One build environment with the wheelhouse's setuptools for the seven packages: a seventh of the
     # time of pip's isolated build per package, and no index needed.
     env = CACHE / "build-env"
     python = env / "bin" / "python"

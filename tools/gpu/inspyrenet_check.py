@@ -39,7 +39,6 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
-from craftai_infer.models.inspyrenet import InSPyReNet, inspyrenet_swin_b  # noqa: E402
 from craftai_infer.pipelines.matte_inspyrenet import (  # noqa: E402
     MatteSettings,
     edge_tiles,
@@ -47,6 +46,7 @@ from craftai_infer.pipelines.matte_inspyrenet import (  # noqa: E402
     matte_inspyrenet_float,
     refine_radius,
 )
+from craftai_models.inspyrenet import InSPyReNet, inspyrenet_swin_b  # noqa: E402
 from tests.support.inspyrenet_reference import (  # noqa: E402
     build_reference,
     calibrate_batchnorm,

@@ -16,7 +16,7 @@ if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
         || { echo "wheel install failed" >&2; exit 1; }
 fi
-export PYTHONPATH=/tmp/site:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD
+export PYTHONPATH=/tmp/site:$PWD/clients/wire/src:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/models/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD
 export PYTHONUNBUFFERED=1
 
 run() {  # name, timeout seconds, command...

@@ -13,6 +13,6 @@ site=/tmp/site
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" .whl/*.whl
 export PYTHONPATH=$site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$site" \
-    ./clients/python ./services/common ./services/catalogue ./services/prepare ./services/infer
+    ./clients/wire ./clients/python ./services/common ./services/models ./services/catalogue ./services/prepare ./services/infer
 export PYTHONPATH=$site:$PWD CRAFTAI_TEST_BIN=$site/bin PYTHONUNBUFFERED=1
 python3 -m pytest -p no:cacheprovider -m gpu -s -v "${@:-tests/gpu}"

@@ -32,14 +32,21 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-for _src in ("services/infer/src", "services/prepare/src", "services/common/src", "."):
+for _src in (
+    "services/models/src",
+    "services/infer/src",
+    "services/prepare/src",
+    "services/common/src",
+    "clients/wire/src",
+    ".",
+):
     if str(REPO / _src) not in sys.path:  # run from a checkout without the packages installed
         sys.path.append(str(REPO / _src))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny  # noqa: E402
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
 from tools.gpu.timing import times_ms  # noqa: E402
 

@@ -25,7 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-for _src in ("services/infer/src", "services/prepare/src", "services/common/src", "."):
+for _src in (
+    "services/models/src",
+    "services/infer/src",
+    "services/prepare/src",
+    "services/common/src",
+    "clients/wire/src",
+    ".",
+):
     if str(REPO / _src) not in sys.path:
         sys.path.insert(0, str(REPO / _src))
 
@@ -34,7 +41,7 @@ import numpy.typing as npt  # noqa: E402
 import onnx  # noqa: E402
 import torch  # noqa: E402
 
-from craftai_infer.models.u2netp import INPUT_SIZE, U2NetP  # noqa: E402
+from craftai_models.u2netp import INPUT_SIZE, U2NetP  # noqa: E402
 from craftai_prepare.converters import u2netp as converter  # noqa: E402
 from tools.gpu.timing import times_ms  # noqa: E402
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from craftai import keys
 from craftai.client import AiClient, Point
 from craftai.errors import CraftAiError
-from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai_wire import keys
+from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
 STATE_WORDS = {
     catalogue_pb2.ROUTE_STATE_UNAVAILABLE: "unavailable",

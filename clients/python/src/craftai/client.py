@@ -18,7 +18,7 @@ is shutting down) is tried again once the server is reachable again (`Retries`: 
 tries, waiting 20 s at most for the server); every other error is raised at once.
 
 Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else (for loopback addresses only)
-the local key that `craftai serve` generated (craftai.keys). TLS: `root_certificates` (or
+the local key that `craftai serve` generated (craftai_wire.keys). TLS: `root_certificates` (or
 CRAFTAI_TLS_CA), and for mutual TLS `certificate_chain` and `private_key` (or
 CRAFTAI_TLS_CLIENT_CERT and CRAFTAI_TLS_CLIENT_KEY), each PEM bytes or a file path.
 """
@@ -36,8 +36,10 @@ from typing import Any, TypeVar
 import grpc
 
 from craftai.errors import CraftAiError
-from craftai.keys import APP_KEY_KEY, is_loopback, local_key_file, read_key_file
-from craftai.v1 import (
+from craftai_wire.channels import client_options
+from craftai_wire.keys import is_loopback, local_key_file, read_key_file
+from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
+from craftai_wire.v1 import (
     catalogue_pb2,
     catalogue_pb2_grpc,
     common_pb2,
@@ -48,8 +50,6 @@ from craftai.v1 import (
 )
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
-APP_ID_KEY = "craftai-app-id"
-REQUEST_ID_KEY = "x-request-id"
 MiB = 1 << 20
 Picture = bytes | str | os.PathLike[str]
 ProgressCallback = Callable[[common_pb2.Progress], None]
@@ -261,13 +261,7 @@ class AiClient:
         base = target or os.environ.get("CRAFTAI_ADDRESS") or DEFAULT_ADDRESS
         self.deadlines = deadlines or Deadlines()
         self.retries = retries or Retries()
-        self._options = [
-            ("grpc.max_receive_message_length", max_message_bytes),
-            ("grpc.max_send_message_length", max_message_bytes),
-            # A restarted server is found again within seconds (gRPC's default backoff grows to 2 min).
-            ("grpc.initial_reconnect_backoff_ms", 250),
-            ("grpc.max_reconnect_backoff_ms", 3000),
-        ]
+        self._options = client_options(max_message_bytes)
         if credentials is None:
             roots = _pem(root_certificates, "CRAFTAI_TLS_CA")
             chain = _pem(certificate_chain, "CRAFTAI_TLS_CLIENT_CERT")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import grpc
-from google.rpc import error_details_pb2
 from grpc_status import rpc_status
+
+from craftai_wire.details import unpack
+from craftai_wire.metadata import REQUEST_ID_KEY
 
 
 class CraftAiError(Exception):
@@ -55,19 +57,16 @@ class CraftAiError(Exception):
             except ValueError:  # a status message that disagrees with the code: keep the code
                 status = None
             for key, value in exc.trailing_metadata() or ():
-                if key == "x-request-id":
+                if key == REQUEST_ID_KEY:
                     request_id = value if isinstance(value, str) else value.decode(errors="replace")
         if status is not None:
-            for detail in status.details:
-                info = error_details_pb2.ErrorInfo()
-                bad = error_details_pb2.BadRequest()
-                retry = error_details_pb2.RetryInfo()
-                if detail.Unpack(info):
-                    reason, metadata = info.reason, dict(info.metadata)
-                elif detail.Unpack(bad):
-                    violations = [(v.field, v.description) for v in bad.field_violations]
-                elif detail.Unpack(retry):
-                    retry_after = retry.retry_delay.ToMilliseconds() / 1000
+            details = unpack(status)
+            reason, metadata, violations, retry_after = (
+                details.reason,
+                details.metadata,
+                details.violations,
+                details.retry_after,
+            )
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and not reason and "larger than max" in message:
             message = (
                 f"the message is larger than the gRPC message limit ({message}): send a smaller picture, "

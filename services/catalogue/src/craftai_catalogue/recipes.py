@@ -14,7 +14,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from craftai.v1 import catalogue_pb2
+from craftai_wire.v1 import catalogue_pb2
 
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
 ENGINES = ("onnxruntime", "torch")

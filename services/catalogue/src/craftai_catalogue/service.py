@@ -7,13 +7,13 @@ from typing import Any
 
 import grpc
 
-from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
 from craftai_catalogue import advice, recipes, states
 from craftai_catalogue.settings import CatalogueSettings
 from craftai_common.errors import handle_errors
 from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store
+from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
 
 log = logging.getLogger("craftai.catalogue")
 Context = grpc.aio.ServicerContext[Any, Any]

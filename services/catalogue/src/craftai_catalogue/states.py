@@ -6,21 +6,12 @@ prepared folder counts when its manifest is in place (it is renamed into place c
 
 from __future__ import annotations
 
-from craftai.v1 import catalogue_pb2, common_pb2
 from craftai_catalogue.recipes import CatalogueData, RecipeSpec, RouteSpec
-from craftai_common.store import FilePin, Store, check_prepared, prepared_key
+from craftai_common.catalogue_client import setup_command
+from craftai_common.store import FilePin, Store, check_prepared
+from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 RouteKey = tuple[str, str, str]  # feature, recipe, engine
-
-
-def setup_command(recipe: RecipeSpec, route: RouteSpec) -> str:
-    engine = f" --engine {route.engine}" if len(recipe.routes) > 1 else ""
-    return f"craftai setup {recipe.feature} --recipe {recipe.name}{engine}"
-
-
-def prepared_folder(recipe: RecipeSpec) -> str:
-    """Prepared output lives beside the recipe's downloaded files, under the same folder name."""
-    return recipe.files[0].folder if recipe.files else recipe.name
 
 
 def route_status(
@@ -47,11 +38,12 @@ def route_status(
             )
         )
         all_verified &= check.verified
-    command = setup_command(recipe, route)
+    command = setup_command(ref, several_engines=len(recipe.routes) > 1)
     problem = None
     if route.needs_preparation:
-        status.revision = key = prepared_key(route.revision, pins)
-        problem = check_prepared(store.prepared_dir(prepared_folder(recipe), key), key, pins, deep=False)
+        key, folder = store.prepared_place(route.revision, pins)
+        status.revision = key
+        problem = check_prepared(folder, key, pins, deep=False)
     if not all_verified:
         status.state = catalogue_pb2.ROUTE_STATE_MISSING
         status.detail = f"files missing or not verified; set it up with: {command}"

@@ -1,6 +1,6 @@
 """Who may call: app keys checked on every RPC (docs/SECURITY.md).
 
-The servers hold only SHA-256 hashes of keys (craftai.keys). Sources, merged:
+The servers hold only SHA-256 hashes of keys (craftai_wire.keys). Sources, merged:
 
 * the keys file (CRAFTAI_KEYS_FILE, default `<config>/keys`), re-read within a second of a change,
   so keys are added or revoked without a restart;
@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from craftai.keys import (
+from craftai_wire.keys import (
     HASH_PREFIX,
     MAX_KEY_LENGTH,
     WILDCARD,
@@ -41,7 +41,7 @@ from craftai.keys import (
     read_key_file,
     write_private,
 )
-from craftai_common.metadata import APP_ID_PATTERN
+from craftai_wire.metadata import APP_ID_PATTERN
 
 log = logging.getLogger("craftai.auth")
 INTERNAL_APP_ID = "craftai-internal"

@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextvars
 
 import grpc
-from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
-from craftai.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
 from craftai_common.auth import INTERNAL_APP_ID
 from craftai_common.errors import Reason, ServiceError
 from craftai_common.peers import Peers
 from craftai_common.store import FilePin
+from craftai_wire.details import unpack
+from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
 
 __all__ = ["INTERNAL_APP_ID", "CatalogueClient", "error_from_rpc", "pins_of", "resolved_by_catalogue"]
 
@@ -63,16 +63,22 @@ def error_from_rpc(exc: grpc.aio.AioRpcError, who: str) -> ServiceError:
     reason: str = Reason.CATALOGUE_UNREACHABLE if exc.code() == grpc.StatusCode.UNAVAILABLE else Reason.INTERNAL
     metadata: dict[str, str] = {}
     if status is not None:
-        for detail in status.details:
-            info = error_details_pb2.ErrorInfo()
-            if detail.Unpack(info):
-                reason, metadata = info.reason, dict(info.metadata)
+        details = unpack(status)
+        if details.reason:
+            reason, metadata = details.reason, details.metadata
     message = exc.details() or ""
     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) and status is None:
         message = f"{who} did not answer ({exc.code().name}): {message}"
     return ServiceError(
         exc.code(), Reason(reason) if reason in Reason.__members__ else Reason.INTERNAL, message, metadata=metadata
     )
+
+
+def setup_command(route: common_pb2.RouteRef, *, several_engines: bool) -> str:
+    """The command that sets a route up, as every message that asks for it names it (the engine
+    only where the recipe has several)."""
+    engine = f" --engine {route.engine}" if several_engines else ""
+    return f"craftai setup {route.feature} --recipe {route.recipe}{engine}"
 
 
 def pins_of(recipe: catalogue_pb2.Recipe) -> list[FilePin]:

@@ -14,11 +14,11 @@ from enum import StrEnum
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
 import grpc
-from google.protobuf import any_pb2, duration_pb2
-from google.rpc import code_pb2, error_details_pb2, status_pb2
+from google.rpc import code_pb2
 from grpc_status import rpc_status
 
-DOMAIN = "craftai.ai"
+from craftai_wire.details import ErrorDetails, pack
+
 log = logging.getLogger("craftai.errors")
 
 
@@ -76,31 +76,9 @@ class ServiceError(Exception):
         self.retry_after = retry_after  # seconds, sent as google.rpc.RetryInfo
 
     def to_status(self) -> grpc.Status:
-        details = []
-        info = error_details_pb2.ErrorInfo(reason=str(self.reason), domain=DOMAIN, metadata=self.metadata)
-        packed = any_pb2.Any()
-        packed.Pack(info)
-        details.append(packed)
-        if self.violations:
-            bad = error_details_pb2.BadRequest(
-                field_violations=[
-                    error_details_pb2.BadRequest.FieldViolation(field=f, description=d) for f, d in self.violations
-                ]
-            )
-            packed = any_pb2.Any()
-            packed.Pack(bad)
-            details.append(packed)
-        if self.retry_after is not None:
-            delay = duration_pb2.Duration()
-            delay.FromMilliseconds(round(self.retry_after * 1000))
-            packed = any_pb2.Any()
-            packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
-            details.append(packed)
+        details = ErrorDetails(str(self.reason), self.metadata, self.violations, self.retry_after)
         code_value: int = self.code.value[0]
-        return cast(
-            grpc.Status,
-            rpc_status.to_status(status_pb2.Status(code=code_value, message=self.message, details=details)),
-        )
+        return cast(grpc.Status, rpc_status.to_status(pack(code_value, self.message, details)))
 
 
 def invalid_argument(reason: Reason, message: str, field: str | None = None, **metadata: str) -> ServiceError:

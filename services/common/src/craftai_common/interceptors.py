@@ -29,11 +29,10 @@ from typing import Any, TypeAlias, cast
 
 import grpc
 
-from craftai.keys import APP_KEY_KEY
 from craftai_common import observability as obs
 from craftai_common.auth import INTERNAL_APP_ID, KeyRing
 from craftai_common.errors import Reason, ServiceError, abort
-from craftai_common.metadata import APP_ID_KEY, APP_ID_PATTERN, OPEN_METHOD_PREFIXES, REQUEST_ID_KEY
+from craftai_wire.metadata import APP_ID_KEY, APP_ID_PATTERN, APP_KEY_KEY, OPEN_METHOD_PREFIXES, REQUEST_ID_KEY
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the type stubs
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

@@ -1,17 +1,12 @@
-"""Request metadata every RPC carries: the app id (required) and an optional request id."""
+"""Reading the request metadata on the server side (the keys are named in craftai_wire.metadata)."""
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import grpc
 
-APP_ID_KEY = "craftai-app-id"
-REQUEST_ID_KEY = "x-request-id"
-APP_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-# RPCs that infrastructure calls without an app id.
-OPEN_METHOD_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
+from craftai_wire.metadata import APP_ID_KEY
 
 
 def metadata_value(context: grpc.aio.ServicerContext[Any, Any], key: str) -> str | None:

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import grpc
 
-from craftai.keys import APP_KEY_KEY
 from craftai_common.auth import INTERNAL_APP_ID, service_key
-from craftai_common.metadata import APP_ID_KEY, REQUEST_ID_KEY
 from craftai_common.observability import request_id_var
 from craftai_common.settings import ServerSettings
+from craftai_wire.channels import client_options
+from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 
 
 def _read(path: Path | None) -> bytes | None:
@@ -49,10 +49,7 @@ class Peers:
                 private_key=settings.tls_key.read_bytes(),
                 certificate_chain=settings.tls_cert.read_bytes(),
             )
-        self._options = [
-            ("grpc.max_receive_message_length", settings.max_message_bytes),
-            ("grpc.max_send_message_length", settings.max_message_bytes),
-        ]
+        self._options = client_options(settings.max_message_bytes)
 
     def channel(self, address: str) -> grpc.aio.Channel:
         if self._credentials is None:

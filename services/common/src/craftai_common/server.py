@@ -29,6 +29,7 @@ from craftai_common.interceptors import Gateway
 from craftai_common.peers import server_credentials
 from craftai_common.settings import ServerSettings
 from craftai_common.store import atomic_write_text
+from craftai_wire.channels import message_limits
 
 log = logging.getLogger("craftai.server")
 
@@ -46,13 +47,6 @@ class Mount:
     register: Callable[[grpc.aio.Server], None]
     start: Callable[[str], Awaitable[None]] | None = None
     stop: Callable[[], Awaitable[None]] | None = None
-
-
-def channel_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    return [
-        ("grpc.max_receive_message_length", max_message_bytes),
-        ("grpc.max_send_message_length", max_message_bytes),
-    ]
 
 
 def configure_logging(settings: ServerSettings, service: str) -> None:
@@ -77,7 +71,7 @@ class Server:
         self.metrics_address = ""
         self.keys = KeyRing.configure(settings.keys_file, settings.keys, settings.auth == "on")
         self.gateway = Gateway(self.keys, max_requests_per_app=settings.max_requests_per_app)
-        self._server = grpc.aio.server(interceptors=[self.gateway], options=channel_options(settings.max_message_bytes))
+        self._server = grpc.aio.server(interceptors=[self.gateway], options=message_limits(settings.max_message_bytes))
         self._probe: grpc.aio.Server | None = None
         self._metrics: observability.MetricsServer | None = None
         self._stopped = asyncio.Event()

@@ -88,6 +88,16 @@ class Store:
     def prepared_dir(self, folder: str, key: str) -> Path:
         return self.prepared / folder / key
 
+    def prepared_place(self, revision: str, sources: Sequence[FilePin]) -> tuple[str, Path]:
+        """The key and folder of a route's prepared output: `prepared/<folder>/<key>/`, beside the
+        folder of its first source file (never inside it), the key naming the converter's revision
+        and the sources' hashes (`prepared_key`). The one place the catalogue, prepare and infer
+        find it."""
+        if not sources:
+            raise ValueError("a route without source files has nothing to prepare")
+        key = prepared_key(revision, sources)
+        return key, self.prepared_dir(sources[0].folder, key)
+
     @property
     def downloads(self) -> Path:
         """Partial downloads, named by the pinned SHA-256 so that a restarted job resumes them."""

@@ -16,25 +16,20 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from craftai.v1 import catalogue_pb2, common_pb2
-from craftai_common.catalogue_client import CatalogueClient, pins_of
+from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_command
 from craftai_common.errors import Reason, ServiceError, failed_precondition
-from craftai_common.store import Store, check_prepared, prepared_key
+from craftai_common.store import Store, check_prepared
 from craftai_infer import faults
 from craftai_infer.batching import MicroBatcher
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, Model, ModelRefusedError, Precision, RouteFiles, factories
+from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 log = logging.getLogger("craftai.infer.loader")
 RouteKey = tuple[str, str, str]
 T = TypeVar("T")
 M = TypeVar("M", bound=Model)
 RESOLVE_TTL = 60.0
-
-
-def setup_command(route: common_pb2.RouteRef, several_engines: bool) -> str:
-    engine = f" --engine {route.engine}" if several_engines else ""
-    return f"craftai setup {route.feature} --recipe {route.recipe}{engine}"
 
 
 @dataclass
@@ -261,7 +256,7 @@ class RouteLoader:
         """The files the route loads, each checked: a prepared folder against its manifest (every
         output hashed), or the downloaded files against their pins. Never converts anything."""
         ref = resolved.route
-        command = setup_command(ref, len(resolved.recipe.routes) > 1)
+        command = setup_command(ref, several_engines=len(resolved.recipe.routes) > 1)
         pins = pins_of(resolved.recipe)
 
         def not_set_up(problem: str, **metadata: str) -> ServiceError:
@@ -276,8 +271,7 @@ class RouteLoader:
             )
 
         if resolved.chosen.needs_preparation:
-            key = prepared_key(resolved.chosen.revision, pins)
-            folder = self.store.prepared_dir(resolved.recipe.files[0].folder, key)
+            key, folder = self.store.prepared_place(resolved.chosen.revision, pins)
             problem = check_prepared(folder, key, pins, deep=True)
             if problem is not None:
                 raise not_set_up(f"its prepared folder {key}: {problem}", revision=key)

@@ -13,10 +13,10 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from craftai.v1 import catalogue_pb2, common_pb2
 from craftai_common.catalogue_client import resolved_by_catalogue
 from craftai_infer.loader import RouteLoader
 from craftai_infer.sessions import SessionStore
+from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 log = logging.getLogger("craftai.infer.metrics")
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from craftai.v1 import infer_pb2
 from craftai_common.errors import Reason, ServiceError, invalid_argument
-from craftai_infer.pipelines.segment_sam import BACKGROUND, FOREGROUND, LOW_RES, SamPrompt
+from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_models.sam2.contract import BACKGROUND, FOREGROUND, LOW_RES
+from craftai_wire.v1 import infer_pb2
 
 LABELS = {infer_pb2.POINT_LABEL_FOREGROUND: FOREGROUND, infer_pb2.POINT_LABEL_BACKGROUND: BACKGROUND}
 LOW_RES_BYTES = LOW_RES * LOW_RES * 4

@@ -16,7 +16,6 @@ import grpc
 import numpy as np
 import numpy.typing as npt
 
-from craftai.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient
 from craftai_common.errors import (
     Reason,
@@ -39,6 +38,7 @@ from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_poin
 from craftai_infer.routes import SegmentModel
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_infer.settings import InferSettings
+from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, infer_pb2_grpc
 
 log = logging.getLogger("craftai.infer")
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import grpc
 
-from craftai.v1 import catalogue_pb2
 from craftai_common.catalogue_client import pins_of
 from craftai_common.errors import Reason, ServiceError, failed_precondition, resource_exhausted
 from craftai_common.hashing import sha256_file
@@ -32,10 +31,10 @@ from craftai_common.store import (
     Store,
     check_prepared,
     fsync_dir,
-    prepared_key,
 )
 from craftai_prepare.converters import ConversionError
 from craftai_prepare.reporter import Reporter
+from craftai_wire.v1 import catalogue_pb2
 
 Step = Callable[[str], None]  # a converter says what it is doing
 
@@ -69,8 +68,7 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
     """Prepare the route unless a complete folder for its key is there. Returns the key prepared now."""
     route, recipe = resolved.route, resolved.recipe
     pins = pins_of(recipe)
-    key = prepared_key(resolved.chosen.revision, pins)
-    target = store.prepared_dir(recipe.files[0].folder, key)
+    key, target = store.prepared_place(resolved.chosen.revision, pins)
     problem = check_prepared(target, key, pins, deep=True)
     if problem is None:
         return None

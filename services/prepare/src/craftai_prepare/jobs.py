@@ -12,8 +12,8 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from craftai.v1 import prepare_pb2
 from craftai_prepare.reporter import Reporter
+from craftai_wire.v1 import prepare_pb2
 
 log = logging.getLogger("craftai.prepare.jobs")
 Work = Callable[[Reporter], prepare_pb2.SetupResult]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from craftai.v1 import common_pb2, prepare_pb2
+from craftai_wire.v1 import common_pb2, prepare_pb2
 
 Publish = Callable[[prepare_pb2.SetupEvent], None]
 

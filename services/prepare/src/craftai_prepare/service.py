@@ -11,7 +11,6 @@ from filelock import FileLock, Timeout
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from craftai.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_common.catalogue_client import CatalogueClient, pins_of
 from craftai_common.errors import Reason, ServiceError, handle_stream_errors, invalid_argument
 from craftai_common.observability import Collectors
@@ -24,6 +23,7 @@ from craftai_prepare.jobs import JobRegistry
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
 from craftai_prepare.sources import Timeouts, sources_of
+from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 
 log = logging.getLogger("craftai.prepare")
 Context = grpc.aio.ServicerContext[Any, Any]

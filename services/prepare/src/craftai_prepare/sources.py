@@ -16,7 +16,7 @@ from typing import Protocol
 
 import httpx
 
-from craftai.v1 import catalogue_pb2
+from craftai_wire.v1 import catalogue_pb2
 
 Progress = Callable[[int], None]  # bytes written so far
 CHUNK = 1 << 20

@@ -10,7 +10,7 @@
 - then the fringe shrink α' = clip((α − 0.2) / 0.8, 0, 1), and 8-bit rounding.
 
 The network is any callable taking an ImageNet-normalised (1, 3, H, W) float tensor on `device`
-and returning a (1, 1, H, W) matte in [0, 1] (craftai_infer.models.inspyrenet.InSPyReNet is one).
+and returning a (1, 1, H, W) matte in [0, 1] (craftai_models.inspyrenet.InSPyReNet is one).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from torch import Tensor
 
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.resample import reflect_pad, resize_lanczos
+from craftai_models import imagenet
 
 __all__ = [
     "MatteNetwork",
@@ -41,9 +42,6 @@ __all__ = [
 ]
 
 MatteNetwork = Callable[[Tensor], Tensor]
-
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 @dataclass(frozen=True)
@@ -79,8 +77,8 @@ def refine_radius(scale: float) -> int:
 def _normalise(chw: Tensor) -> Tensor:
     """(1, 3, H, W) float in [0, 255] -> ImageNet-normalised."""
     x = chw / 255.0
-    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+    mean = torch.tensor(imagenet.MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(imagenet.STD, device=x.device).view(1, 3, 1, 1)
     return (x - mean) / std
 
 

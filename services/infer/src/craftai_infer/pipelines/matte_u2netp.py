@@ -12,9 +12,9 @@ import numpy as np
 from numpy.typing import NDArray
 from PIL import Image
 
+from craftai_models import imagenet
+
 SIZE = 320
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
 
 
 def preprocess(picture: Image.Image) -> NDArray[np.float32]:
@@ -22,7 +22,7 @@ def preprocess(picture: Image.Image) -> NDArray[np.float32]:
     small = picture.convert("RGB").resize((SIZE, SIZE), Image.Resampling.LANCZOS)
     pixels = np.asarray(small).astype(np.float64)
     pixels = pixels / max(float(pixels.max()), 1e-6)
-    normalised = (pixels - np.asarray(MEAN)) / np.asarray(STD)  # [320,320,3]
+    normalised = (pixels - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)  # [320,320,3]
     batch: NDArray[np.float32] = normalised.transpose(2, 0, 1)[None].astype(np.float32)
     return batch
 

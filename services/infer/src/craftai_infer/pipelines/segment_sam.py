@@ -26,25 +26,23 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
-IMAGE_SIZE = 1024
-LOW_RES = 256
-MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
-STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
-FOREGROUND, BACKGROUND, BOX_TOP_LEFT, BOX_BOTTOM_RIGHT = 1, 0, 2, 3
-MASK_THRESHOLD = 0.0
-
-ENCODER_INPUTS = ("image",)
-ENCODER_OUTPUTS = ("high_res_feats_0", "high_res_feats_1", "image_embed")
-DECODER_INPUTS = (
-    "image_embed",
-    "high_res_feats_0",
-    "high_res_feats_1",
-    "point_coords",
-    "point_labels",
-    "mask_input",
-    "has_mask_input",
+from craftai_models import imagenet
+from craftai_models.sam2.contract import (
+    BACKGROUND,
+    BOX_BOTTOM_RIGHT,
+    BOX_TOP_LEFT,
+    DECODER_INPUTS,
+    DECODER_OUTPUTS,
+    ENCODER_INPUTS,
+    ENCODER_OUTPUTS,
+    FOREGROUND,
+    IMAGE_SIZE,
+    LOW_RES,
 )
-DECODER_OUTPUTS = ("masks", "iou_predictions")
+
+MEAN = np.array(imagenet.MEAN, dtype=np.float32)
+STD = np.array(imagenet.STD, dtype=np.float32)
+MASK_THRESHOLD = 0.0
 
 F32 = npt.NDArray[np.float32]
 U8 = npt.NDArray[np.uint8]

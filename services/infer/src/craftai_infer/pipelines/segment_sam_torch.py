@@ -22,10 +22,7 @@ import torch.nn.functional as F
 
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
 from craftai_infer.pipelines.segment_sam import (
-    IMAGE_SIZE,
-    LOW_RES,
     MASK_THRESHOLD,
     MEAN,
     STD,
@@ -35,6 +32,8 @@ from craftai_infer.pipelines.segment_sam import (
     encode_prompt,
     order_by_score,
 )
+from craftai_models.sam2.contract import IMAGE_SIZE, LOW_RES
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
 DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
 

@@ -10,10 +10,10 @@ from PIL import Image
 
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.models.inspyrenet import CheckpointRefusedError, PinnedFile, fold_batchnorm, load_inspyrenet
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet, matte_inspyrenet_batch, network_shape
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_infer.routes import ModelRefusedError, RouteFiles
+from craftai_models.inspyrenet import CheckpointRefusedError, PinnedFile, fold_batchnorm, load_inspyrenet
 
 # bf16 autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise (docs/PERFORMANCE.md says why).
 GPU_DEFAULT = torch.bfloat16

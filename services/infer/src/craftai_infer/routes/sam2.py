@@ -12,6 +12,7 @@ import numpy.typing as npt
 
 from craftai_infer.pipelines.segment_sam import SamEmbedding, SamMasks, SamOnnxRunner, SamPrompt
 from craftai_infer.routes import ModelRefusedError, RouteFiles
+from craftai_models.sam2.contract import WEIGHTS
 
 
 class Sam2Onnx:
@@ -40,7 +41,6 @@ class Sam2Onnx:
         return self.runner.decode(embedding, prompt, all_masks=all_masks)
 
 
-WEIGHTS = "sam2_tiny.safetensors"  # written by craftai_prepare.converters.sam21
 # The encoder's autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise; the decoder runs
 # fp32. docs/PERFORMANCE.md has the tolerance kept against the fp32 route and the timings.
 GPU_ENCODER_DEFAULT = "fp16"

@@ -12,8 +12,6 @@ from craftai_infer.engines.onnxruntime import OnnxModel
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.routes import RouteFiles
 
-WEIGHTS = "u2netp.safetensors"  # written by craftai_prepare.converters.u2netp
-
 
 class U2netpOnnx:
     def __init__(self, files: RouteFiles, device: str) -> None:
@@ -36,7 +34,7 @@ class U2netpTorch:
         import torch
         from safetensors.torch import load_file
 
-        from craftai_infer.models.u2netp import U2NetP
+        from craftai_models.u2netp import WEIGHTS, U2NetP
 
         assert files.prepared is not None
         self._torch = torch

@@ -47,9 +47,10 @@ import torch
 from onnx import numpy_helper
 from safetensors.torch import save
 
-from craftai_infer.models.sam2 import Sam2ImageModel, build_sam21_tiny
-from craftai_infer.models.sam2.hiera import HieraConfig
-from craftai_infer.pipelines.segment_sam import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from craftai_models import imagenet
+from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS, WEIGHTS
+from craftai_models.sam2.hiera import HieraConfig
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 from craftai_prepare.conversion import Converter, Step
 from craftai_prepare.converters import ConversionError
 
@@ -736,10 +737,6 @@ class ProbeReport:
         return not self.failures()
 
 
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
 def probe_image(size: int = 1024) -> np.ndarray:
     """A deterministic picture, normalised like SAM's input: f32[1, 3, size, size].
 
@@ -757,8 +754,8 @@ def probe_image(size: int = 1024) -> np.ndarray:
     rgb[:, disc] = np.array([0.95, 0.9, 0.2], dtype=np.float32)[:, None]
     rgb[:, rect] = np.array([0.1, 0.15, 0.3], dtype=np.float32)[:, None]
     rgb = np.clip(rgb, 0.0, 1.0)
-    mean = np.array(IMAGENET_MEAN, dtype=np.float32)[:, None, None]
-    std = np.array(IMAGENET_STD, dtype=np.float32)[:, None, None]
+    mean = np.array(imagenet.MEAN, dtype=np.float32)[:, None, None]
+    std = np.array(imagenet.STD, dtype=np.float32)[:, None, None]
     normalised: np.ndarray = ((rgb - mean) / std)[None].astype(np.float32)
     return normalised
 
@@ -900,7 +897,6 @@ def verify_conversion(
 
 #: The revision the catalogue's torch routes of the SAM 2 / 2.1 tiny recipes name (a test holds them equal).
 REVISION = f"sam21-torch.{CONVERTER_VERSION}"
-WEIGHTS = "sam2_tiny.safetensors"
 
 
 def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:

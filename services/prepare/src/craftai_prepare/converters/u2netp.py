@@ -1,4 +1,4 @@
-"""u2netp: the published ONNX graph -> a state_dict for craftai_infer.models.u2netp.U2NetP.
+"""u2netp: the published ONNX graph -> a state_dict for craftai_models.u2netp.U2NetP.
 
 The weights are recovered by following the graph, not by reading initializer names: starting
 from the graph input, the walk mirrors U2NetP.forward and, at each step, finds the node that
@@ -33,7 +33,8 @@ import torch
 from onnx import numpy_helper
 from safetensors.torch import save
 
-from craftai_infer.models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, U2NetP
+from craftai_models import imagenet
+from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
 from craftai_prepare.conversion import Converter, Step
 from craftai_prepare.converters import ConversionError
 
@@ -53,9 +54,6 @@ FUSED_MAX_ABS_TOLERANCE = 1e-4
 #: cancellation, so fp32 rounding shows up to 7e-5 (probe) and 1.3e-4 (photos) there.
 SIDE_MAX_ABS_TOLERANCE = 5e-4
 
-#: ImageNet statistics, as rembg normalises u2netp's input.
-IMAGENET_MEAN = (0.485, 0.456, 0.406)
-IMAGENET_STD = (0.229, 0.224, 0.225)
 
 Array = npt.NDArray[np.float32]
 
@@ -424,7 +422,7 @@ def rembg_input(picture: Array) -> Array:
     divided by the picture's own maximum (not by 255), then ImageNet mean/std; -> f32[1, 3, H, W]."""
     x = np.asarray(picture, dtype=np.float64)
     x = x / max(float(x.max()), 1e-6)
-    x = (x - np.asarray(IMAGENET_MEAN)) / np.asarray(IMAGENET_STD)
+    x = (x - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
@@ -525,7 +523,6 @@ def check(found: Sequence[OutputDifference]) -> None:
 
 #: The revision the catalogue's torch route of u2netp names (a test holds the two equal).
 REVISION = f"u2netp-torch.{CONVERTER_VERSION}"
-WEIGHTS = "u2netp.safetensors"
 
 
 def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:

@@ -6,7 +6,7 @@ machine, and in which state each route is on this installation. It never touches
 """
 
 from collections import abc as _abc
-from craftai.v1 import catalogue_pb2 as _catalogue_pb2
+from craftai_wire.v1 import catalogue_pb2 as _catalogue_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

@@ -7,7 +7,7 @@ cancels a job; a second caller for the same job joins it and sees the same progr
 """
 
 from collections import abc as _abc
-from craftai.v1 import prepare_pb2 as _prepare_pb2
+from craftai_wire.v1 import prepare_pb2 as _prepare_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

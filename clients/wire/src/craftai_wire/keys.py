@@ -21,7 +21,6 @@ import os
 import secrets
 from pathlib import Path
 
-APP_KEY_KEY = "craftai-app-key"  # the gRPC metadata key
 KEY_PREFIX = "craftai_"
 MAX_KEY_LENGTH = 256
 WILDCARD = "*"

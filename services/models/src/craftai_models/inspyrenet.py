@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from craftai_infer.models.swin import SwinTransformer, swin_b
+from craftai_models.swin import SwinTransformer, swin_b
 
 __all__ = [
     "PUBLISHED_CHECKPOINT",

@@ -22,6 +22,8 @@ from torch import nn
 
 #: The side of the square input the published graph was exported for.
 INPUT_SIZE = 320
+# The prepared torch route's weights, written by the conversion of the published graph.
+WEIGHTS = "u2netp.safetensors"
 #: Names of the seven outputs, in the published graph's order: the fused map first, then the six
 #: side outputs (side 1 at full resolution ... side 6 from the deepest stage), all after a sigmoid.
 OUTPUT_NAMES = ("fused", "side_1", "side_2", "side_3", "side_4", "side_5", "side_6")

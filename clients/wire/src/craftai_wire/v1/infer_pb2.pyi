@@ -7,7 +7,7 @@ status). A caller that goes away cancels its inference.
 """
 
 from collections import abc as _abc
-from craftai.v1 import common_pb2 as _common_pb2
+from craftai_wire.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers

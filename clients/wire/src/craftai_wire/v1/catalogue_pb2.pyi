@@ -6,7 +6,7 @@ machine, and in which state each route is on this installation. It never touches
 """
 
 from collections import abc as _abc
-from craftai.v1 import common_pb2 as _common_pb2
+from craftai_wire.v1 import common_pb2 as _common_pb2
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from craftai.v1 import catalogue_pb2 as craftai_dot_v1_dot_catalogue__pb2
+from craftai_wire.v1 import catalogue_pb2 as craftai_dot_v1_dot_catalogue__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__

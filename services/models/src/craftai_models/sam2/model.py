@@ -18,13 +18,13 @@ from collections.abc import Mapping
 import torch
 from torch import nn
 
+from .contract import IMAGE_SIZE
+from .contract import LOW_RES as LOW_RES_MASK_SIZE  # mask logits and mask_input: a quarter of the frame
 from .image_encoder import ImageEncoder
 from .mask_decoder import MaskDecoder
 from .prompt_encoder import PromptEncoder
 
-IMAGE_SIZE = 1024
 EMBED_DIM = 256
-LOW_RES_MASK_SIZE = 256  # mask logits and mask_input are 256², a quarter of the input frame
 MASK_LOGIT_CLAMP = 32.0  # the exported decoder clamps its logits to ±32
 
 # Meta's checkpoint prefixes for the parts this network has (everything else is memory/video).

@@ -7,7 +7,7 @@ status). A caller that goes away cancels its inference.
 """
 
 from collections import abc as _abc
-from craftai.v1 import infer_pb2 as _infer_pb2
+from craftai_wire.v1 import infer_pb2 as _infer_pb2
 from grpc import aio as _aio
 import abc as _abc_1
 import grpc as _grpc

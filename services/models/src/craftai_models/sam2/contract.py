@@ -1,0 +1,29 @@
+"""The samexporter encoder/decoder contract of SAM 2 / 2.1 (research/sam21.md), without torch.
+
+What the published `encoder.onnx` and `decoder.onnx` take and give, by name, and what the prepared
+torch route is written as: shared by the onnxruntime route, the torch route and the converter.
+"""
+
+from __future__ import annotations
+
+IMAGE_SIZE = 1024  # the encoder's square input side
+LOW_RES = 256  # the decoder's mask logits and mask_input side, a quarter of the input frame
+
+ENCODER_INPUTS = ("image",)
+ENCODER_OUTPUTS = ("high_res_feats_0", "high_res_feats_1", "image_embed")
+DECODER_INPUTS = (
+    "image_embed",
+    "high_res_feats_0",
+    "high_res_feats_1",
+    "point_coords",
+    "point_labels",
+    "mask_input",
+    "has_mask_input",
+)
+DECODER_OUTPUTS = ("masks", "iou_predictions")
+
+# point_labels: a click is 1 (foreground) or 0 (background); a box is two points labelled 2 and 3.
+FOREGROUND, BACKGROUND, BOX_TOP_LEFT, BOX_BOTTOM_RIGHT = 1, 0, 2, 3
+
+# The prepared torch route's weights, written by the conversion of both graphs.
+WEIGHTS = "sam2_tiny.safetensors"
