@@ -108,18 +108,18 @@ def test_inspyrenet_network_on_cuda_agrees_with_the_cpu(photos: dict[str, Path])
     saliency maps grow to ~1e8 (its matte saturates: every pixel the same), so the comparison is of
     the saliency logits, relative to each map's range, not of the mattes."""
     from craftai_infer import device
-    from craftai_infer.routes.inspyrenet import GPU_DEFAULT
-    from craftai_models.inspyrenet import PinnedFile, fold_batchnorm, load_inspyrenet
+    from craftai_infer.routes.inspyrenet_torch import GPU_DEFAULT
+    from craftai_models.inspyrenet import fold_batchnorm, load_inspyrenet
 
     assert device.detect("auto").gpu_available  # and fp32 made strict, as in the service
     made = checkpoints()["random"]
-    pin = PinnedFile(made.pin.name, made.pin.size, made.pin.sha256)
+    pin = made.pin
     base = (384, 384)
     rgb = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB").resize(base), dtype=np.float32)
     x = torch.from_numpy(rgb).permute(2, 0, 1)[None] / 255
     x = (x - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
-    reference = _stages(load_inspyrenet(made.path, pin, "cpu", base_size=base), x, None)
-    gpu = load_inspyrenet(made.path, pin, "cuda", base_size=base)
+    reference = _stages(load_inspyrenet(made.path, "cpu", base_size=base, pin=pin), x, None)
+    gpu = load_inspyrenet(made.path, "cuda", base_size=base, pin=pin)
     fold_batchnorm(gpu)
     gpu.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
     x_gpu = x.cuda().contiguous(memory_format=torch.channels_last)

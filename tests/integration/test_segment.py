@@ -25,7 +25,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, LowResMask, Point, SegmentOutput, SegmentSession
-from craftai_infer.pipelines.segment_sam import SamEmbedding, SamMasks, SamOnnxRunner, SamPrompt
+from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
+from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.sam_fixture import Sam21Fixture

@@ -29,16 +29,15 @@ import torch
 from safetensors.torch import save_file
 from torch import Tensor, nn
 
+from craftai_common.store import FilePin
+from craftai_models.checkpoints import expected_tensors, read_state_dict
 from craftai_models.inspyrenet import (
     InSPyReNet,
-    PinnedFile,
     Stages,
     _gaussian_7x7,
-    expected_tensors,
     inspyrenet_swin_b,
     load_inspyrenet,
     normalise_per_image,
-    read_pinned_state_dict,
 )
 from craftai_models.swin import relative_position_index
 from tests.support.inspyrenet_reference import build_reference, calibrate_batchnorm, randomised_state_dict
@@ -173,15 +172,17 @@ def test_published_names_load_strict_into_both(pair: Pair, tmp_path: Path) -> No
     """Random weights saved as safetensors under the published names load strict into both networks."""
     path = tmp_path / "inspyrenet.safetensors"
     save_file({k: v.contiguous() for k, v in pair.state.items()}, str(path))
-    pin = PinnedFile("inspyrenet.safetensors", path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
-    state = read_pinned_state_dict(path, pin, expected_tensors(pair.ours))
+    pin = FilePin(
+        "inspyrenet-swinb", "inspyrenet.safetensors", path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest()
+    )
+    state = read_state_dict(path, expected_tensors(pair.ours), pin=pin)
     assert state.keys() == pair.state.keys()
     assert all(torch.equal(state[k], v) for k, v in pair.state.items())
     pair.ours.load_state_dict(state, strict=True)
     pair.reference.load_state_dict(state, strict=True)
     # The service's loader: built on the meta device (no initialisation), assigned, constants rebuilt.
     del state
-    loaded = load_inspyrenet(path, pin, device="cpu", base_size=BASE)
+    loaded = load_inspyrenet(path, device="cpu", base_size=BASE, pin=pin)
     assert not loaded.training
     with torch.no_grad():
         assert torch.equal(loaded(pair.x), pair.ours_stages.pred)

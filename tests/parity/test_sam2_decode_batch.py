@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from craftai_infer.pipelines.segment_sam import SamPrompt
-from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner
+from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2.model import build_sam21_tiny
 from craftai_prepare.converters import sam21
 from tests.support import sam_fixture

@@ -8,8 +8,9 @@ import pytest
 import torch
 from PIL import Image
 
-from craftai_infer.pipelines.segment_sam import SamOnnxRunner, SamPrompt
-from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner
+from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.routes.sam2_onnx import SamOnnxRunner
+from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2.model import build_sam21_tiny
 from craftai_prepare.converters import sam21
 from tests.support import sam_fixture

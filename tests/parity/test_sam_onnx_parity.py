@@ -19,7 +19,8 @@ import pytest
 from PIL import Image
 
 from craftai_infer.pipelines import segment_sam
-from craftai_infer.pipelines.segment_sam import SamEmbedding, SamOnnxRunner, SamPrompt
+from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
 

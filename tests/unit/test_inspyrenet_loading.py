@@ -9,8 +9,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from craftai_models import inspyrenet
-from craftai_models.inspyrenet import CheckpointRefusedError, PinnedFile, read_pinned_state_dict
+from craftai_catalogue import recipes
+from craftai_common.store import FilePin
+from craftai_models.checkpoints import CheckpointRefusedError, read_state_dict
 
 EXPECTED = {
     "a.weight": ((2, 3), "F32"),
@@ -27,9 +28,13 @@ def tensors() -> dict[str, torch.Tensor]:
     }
 
 
-def write(path: Path, content: dict[str, torch.Tensor]) -> PinnedFile:
+def pinned(name: str, size: int, sha256: str) -> FilePin:
+    return FilePin("m", name, size, sha256)
+
+
+def write(path: Path, content: dict[str, torch.Tensor]) -> FilePin:
     save_file(content, str(path))
-    return PinnedFile(path.name, path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+    return pinned(path.name, path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 @pytest.fixture
@@ -46,7 +51,7 @@ def no_tensor_read(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_the_pinned_file_loads(tmp_path: Path) -> None:
     pin = write(tmp_path / "m.safetensors", tensors())
-    got = read_pinned_state_dict(tmp_path / "m.safetensors", pin, EXPECTED)
+    got = read_state_dict(tmp_path / "m.safetensors", EXPECTED, pin=pin)
     assert got.keys() == tensors().keys()
     assert all(torch.equal(got[k], v) for k, v in tensors().items())
 
@@ -54,9 +59,9 @@ def test_the_pinned_file_loads(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("no_tensor_read")
 def test_another_size_is_refused_before_reading(tmp_path: Path) -> None:
     pin = write(tmp_path / "m.safetensors", tensors())
-    other = PinnedFile(pin.name, pin.size + 8, pin.sha256)
+    other = pinned(pin.name, pin.size + 8, pin.sha256)
     with pytest.raises(CheckpointRefusedError, match=rf"expected {pin.size + 8:,} bytes, found {pin.size:,}"):
-        read_pinned_state_dict(tmp_path / "m.safetensors", other, EXPECTED)
+        read_state_dict(tmp_path / "m.safetensors", EXPECTED, pin=other)
 
 
 @pytest.mark.usefixtures("no_tensor_read")
@@ -68,16 +73,16 @@ def test_same_size_other_bytes_are_refused_by_hash(tmp_path: Path) -> None:
     found = write(path, changed)
     assert found.size == pin.size
     with pytest.raises(CheckpointRefusedError, match=f"expected SHA-256 {pin.sha256}, found {found.sha256}"):
-        read_pinned_state_dict(path, pin, EXPECTED)
+        read_state_dict(path, EXPECTED, pin=pin)
 
 
 @pytest.mark.usefixtures("no_tensor_read")
 def test_garbage_of_the_pinned_size_is_refused_by_hash(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     path.write_bytes(b"\xff" * 64)
-    pin = PinnedFile("m.safetensors", 64, "0" * 64)
+    pin = pinned("m.safetensors", 64, "0" * 64)
     with pytest.raises(CheckpointRefusedError, match=r"is not the pinned m\.safetensors: expected SHA-256"):
-        read_pinned_state_dict(path, pin, EXPECTED)
+        read_state_dict(path, EXPECTED, pin=pin)
 
 
 @pytest.mark.usefixtures("no_tensor_read")
@@ -86,7 +91,7 @@ def test_missing_keys_are_named(tmp_path: Path) -> None:
     del content["a.bias"]
     pin = write(tmp_path / "m.safetensors", content)
     with pytest.raises(CheckpointRefusedError, match=r"missing tensors: 1 \(a\.bias\)"):
-        read_pinned_state_dict(tmp_path / "m.safetensors", pin, EXPECTED)
+        read_state_dict(tmp_path / "m.safetensors", EXPECTED, pin=pin)
 
 
 @pytest.mark.usefixtures("no_tensor_read")
@@ -94,7 +99,7 @@ def test_extra_keys_are_named_first_few_and_counted(tmp_path: Path) -> None:
     content = tensors() | {f"extra.{i}": torch.zeros(1) for i in range(8)}
     pin = write(tmp_path / "m.safetensors", content)
     with pytest.raises(CheckpointRefusedError) as refused:
-        read_pinned_state_dict(tmp_path / "m.safetensors", pin, EXPECTED)
+        read_state_dict(tmp_path / "m.safetensors", EXPECTED, pin=pin)
     message = str(refused.value)
     assert "unexpected tensors: 8 (extra.0, extra.1, extra.2, extra.3, extra.4 and 3 more)" in message
     assert "missing" not in message
@@ -107,7 +112,7 @@ def test_wrong_shape_and_dtype_are_named(tmp_path: Path) -> None:
     content["a.bias"] = torch.zeros(2, dtype=torch.float16)
     pin = write(tmp_path / "m.safetensors", content)
     with pytest.raises(CheckpointRefusedError) as refused:
-        read_pinned_state_dict(tmp_path / "m.safetensors", pin, EXPECTED)
+        read_state_dict(tmp_path / "m.safetensors", EXPECTED, pin=pin)
     message = str(refused.value)
     assert "tensors of the wrong shape or type: 2" in message
     assert "a.bias is F16[2], expected F32[2]" in message
@@ -118,11 +123,14 @@ def test_wrong_shape_and_dtype_are_named(tmp_path: Path) -> None:
 def test_not_a_safetensors_file(tmp_path: Path) -> None:
     path = tmp_path / "m.safetensors"
     path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    pin = PinnedFile("m.safetensors", path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
+    pin = pinned("m.safetensors", path.stat().st_size, hashlib.sha256(path.read_bytes()).hexdigest())
     with pytest.raises(CheckpointRefusedError, match="is not a safetensors file"):
-        read_pinned_state_dict(path, pin, EXPECTED)
+        read_state_dict(path, EXPECTED, pin=pin)
 
 
 def test_published_pin_is_the_one_in_pins_md() -> None:
-    assert inspyrenet.PUBLISHED_CHECKPOINT.size == 367_120_444
-    assert inspyrenet.PUBLISHED_CHECKPOINT.sha256 == "5c8ab4541f9a960b376a80362b07f1d96262e689c501365e6323faa958de47ea"
+    recipe = recipes.load().recipe("image.matte", "inspyrenet-swinb")
+    assert recipe is not None
+    (published,) = recipe.files
+    assert published.size == 367_120_444
+    assert published.sha256 == "5c8ab4541f9a960b376a80362b07f1d96262e689c501365e6323faa958de47ea"

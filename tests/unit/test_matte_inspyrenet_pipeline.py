@@ -14,10 +14,10 @@ import torch
 from PIL import Image
 
 from craftai_infer.pipelines import matte_inspyrenet as pipeline
+from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import (
     MatteSettings,
-    cutout_rgba,
     edge_tiles,
     fringe_shrink,
     matte_inspyrenet,
@@ -68,7 +68,7 @@ def test_matte_is_exactly_the_picture_size(h: int, w: int) -> None:
         assert seen.shape[-2:] == (-(-h // 32) * 32, -(-w // 32) * 32)
     else:
         assert seen.shape[-2:] == (1280, 1280)
-    assert cutout_rgba(rgb, matte).shape == (h, w, 4)
+    assert cutout(rgb, matte).shape == (h, w, 4)
 
 
 def test_small_pictures_are_reflect_padded_and_cropped_back() -> None:
@@ -172,13 +172,13 @@ def test_refuses_what_is_not_an_rgb_uint8_picture() -> None:
     with pytest.raises(ValueError, match="uint8"):
         matte_inspyrenet(np.zeros((4, 4, 3), np.float32), RedChannel())
     with pytest.raises(ValueError, match="do not fit"):
-        cutout_rgba(np.zeros((4, 4, 3), np.uint8), np.zeros((4, 5), np.uint8))
+        cutout(np.zeros((4, 4, 3), np.uint8), np.zeros((4, 5), np.uint8))
 
 
 def test_cutout_keeps_colours_and_uses_the_matte_as_alpha() -> None:
     rgb = np.array([[[10, 20, 30], [40, 50, 60]]], np.uint8)
     matte = np.array([[0, 255]], np.uint8)
-    assert cutout_rgba(rgb, matte).tolist() == [[[10, 20, 30, 0], [40, 50, 60, 255]]]
+    assert cutout(rgb, matte).tolist() == [[[10, 20, 30, 0], [40, 50, 60, 255]]]
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ from craftai_models import imagenet
 
 def test_preprocess_divides_by_the_picture_max_not_255() -> None:
     dim = Image.new("RGB", (50, 30), (100, 100, 100))
-    x = matte_u2netp.preprocess(dim)
+    x = matte_u2netp.preprocess(np.asarray(dim))
     assert x.shape == (1, 3, 320, 320) and x.dtype == np.float32
     # every pixel equals the max, so each channel is (1 - mean) / std
     expected = (1 - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)
@@ -20,7 +20,7 @@ def test_preprocess_divides_by_the_picture_max_not_255() -> None:
 
 
 def test_preprocess_of_a_black_picture_does_not_divide_by_zero() -> None:
-    x = matte_u2netp.preprocess(Image.new("RGB", (5, 5)))
+    x = matte_u2netp.preprocess(np.asarray(Image.new("RGB", (5, 5))))
     assert np.isfinite(x).all()
 
 
@@ -29,8 +29,8 @@ def test_postprocess_normalises_and_resizes_to_the_picture() -> None:
     fused[0, 0, 100:200, 100:200] = 0.7
     fused[0, 0, 0, 0] = 0.1
     matte = matte_u2netp.postprocess(fused, (451, 300))
-    assert matte.size == (451, 300) and matte.mode == "L"
-    pixels = np.asarray(matte)
+    assert matte.shape == (300, 451) and matte.dtype == np.uint8  # (width, height) 451x300, 8-bit grey
+    pixels = matte
     assert pixels.max() == 255 and pixels[150, 10] == 0
     assert abs(int(pixels[0, 0]) - round(0.1 / 0.7 * 255)) <= 2  # min-max normalised: (0.1 - 0) / (0.7 - 0)
 
@@ -41,9 +41,9 @@ def test_constant_map_gives_an_empty_matte() -> None:
 
 
 def test_cutout_keeps_colours_and_multiplies_existing_alpha() -> None:
-    picture = Image.new("RGBA", (4, 2), (10, 20, 30, 128))
-    matte = Image.new("L", (4, 2), 255)
+    picture = np.asarray(Image.new("RGBA", (4, 2), (10, 20, 30, 128)))
+    matte = np.asarray(Image.new("L", (4, 2), 255))
     out = cutout(picture, matte)
-    assert out.getpixel((0, 0)) == (10, 20, 30, 128)
-    out = cutout(Image.new("RGB", (4, 2), (10, 20, 30)), Image.new("L", (4, 2), 64))
-    assert out.getpixel((1, 1)) == (10, 20, 30, 64)
+    assert tuple(out[0, 0]) == (10, 20, 30, 128)
+    out = cutout(np.asarray(Image.new("RGB", (4, 2), (10, 20, 30))), np.asarray(Image.new("L", (4, 2), 64)))
+    assert tuple(out[1, 1]) == (10, 20, 30, 64)

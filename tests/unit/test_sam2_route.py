@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from craftai_infer.routes import ModelRefusedError, RouteFiles, factories
-from craftai_infer.routes.sam2 import Sam2Onnx
+from craftai_infer.routes import ModelRefusedError, RouteFiles
+from craftai_infer.routes.registry import factories
+from craftai_infer.routes.sam2_onnx import Sam2Onnx
 from tests.support.sam_fixture import Sam21Fixture
 
 

@@ -13,7 +13,9 @@ import torch.nn.functional as F
 from onnx import TensorProto, helper
 
 from craftai_infer.pipelines import segment_sam
-from craftai_infer.pipelines.segment_sam import SamOnnxRunner, SamPrompt
+from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.routes.sam2_onnx import SamOnnxRunner
+from craftai_models import onnx_sessions
 
 # ------------------------------------------------------------------------------------------------
 # prompts
@@ -194,8 +196,8 @@ def test_zero_logits_are_not_selected() -> None:
 
 
 def test_cpu_is_always_the_last_provider() -> None:
-    assert segment_sam.providers(use_gpu=False) == ["CPUExecutionProvider"]
-    assert segment_sam.providers()[-1] == "CPUExecutionProvider"
+    assert onnx_sessions.providers("cpu") == ["CPUExecutionProvider"]
+    assert onnx_sessions.providers("cuda")[-1] == "CPUExecutionProvider"
 
 
 def test_runner_refuses_files_of_another_contract(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from PIL import Image
 
 from craftai_common.errors import ServiceError
 from craftai_infer import pictures, prompts
+from craftai_infer.pipelines.picture_convert import over_white
 from craftai_wire.v1 import infer_pb2
 
 LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
@@ -122,10 +123,10 @@ def _decode_is_safe(data: bytes) -> None:
         assert error.code == grpc.StatusCode.INVALID_ARGUMENT and error.message
         assert error.reason in ("BAD_PICTURE", "EMPTY_PICTURE", "PICTURE_TOO_LARGE")
         return
-    width, height = image.size
+    height, width = image.shape[:2]
     assert 0 < width * height <= LIMITS.max_pixels and max(width, height) <= LIMITS.max_side
-    assert image.mode in ("1", "L", "LA", "P", "PA", "RGB", "RGBA", "CMYK", "YCbCr", "RGBX", "I;16", "L;16")
-    image.convert("RGB")  # what the pipelines do next must work too
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] in (3, 4)  # the one picture type
+    assert over_white(image).shape == (height, width, 3)  # what the pipelines do next must work too
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])

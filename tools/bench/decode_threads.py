@@ -34,7 +34,9 @@ def variants(data: bytes) -> dict[str, Callable[[], np.ndarray]]:
     limits = pictures.Limits(max_pixels=50_000_000, max_side=16_384)
     found: dict[str, Callable[[], np.ndarray]] = {
         "service (pictures.decode_rgb)": lambda: pictures.decode_rgb(data, limits),
-        "Pillow (pictures.decode + to_rgb_uint8)": lambda: to_rgb_uint8(pictures.decode(data, limits)),
+        "Pillow (the service's Pillow path + to_rgb_uint8)": lambda: to_rgb_uint8(
+            pictures._loaded(pictures._opened(data, limits))
+        ),
         "Pillow open + load only": lambda: _pillow_load(data),
     }
     try:

@@ -248,7 +248,7 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
     # model's share from the service's.
     from craftai_infer import pictures as decoding
     from craftai_infer.routes import RouteFiles
-    from craftai_infer.routes.u2netp import U2netpOnnx
+    from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 
     route = U2netpOnnx(RouteFiles({"network": work / "files" / "u2netp.onnx"}, None, 0), "cpu")
     limits = decoding.Limits(50_000_000, 16384)
@@ -259,7 +259,7 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
         def call() -> Any:
             counter[0] += 1
             picture = decoding.decode(pictures[counter[0] % len(pictures)], limits)
-            return decoding.encode_png(route.matte(picture), 1)
+            return decoding.encode_png(route.matte([picture])[0], 1)
 
         return call
 

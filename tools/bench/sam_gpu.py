@@ -43,7 +43,7 @@ for src in (
         sys.path.insert(0, str(REPO / src))
 
 from craftai_infer.pipelines.segment_sam import SamPrompt  # noqa: E402
-from craftai_infer.pipelines.segment_sam_torch import SamTorchRunner  # noqa: E402
+from craftai_infer.routes.sam2_torch import SamTorchRunner  # noqa: E402
 from craftai_models.sam2.model import build_sam21_tiny  # noqa: E402
 from craftai_prepare.converters import sam21  # noqa: E402
 from tests.support import sam_fixture  # noqa: E402

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextvars
-
 import grpc
 from grpc_status import rpc_status
 
@@ -14,11 +12,10 @@ from craftai_common.store import FilePin
 from craftai_wire.details import unpack
 from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
 
-__all__ = ["INTERNAL_APP_ID", "CatalogueClient", "error_from_rpc", "pins_of", "resolved_by_catalogue"]
+__all__ = ["INTERNAL_APP_ID", "CatalogueClient", "error_from_rpc", "pins_of", "setup_command"]
 
 # Set when a resolution went to the catalogue (not answered from a cache); read by the infer
 # service's cache metrics. A context variable: exact per request, however many run at once.
-resolved_by_catalogue: contextvars.ContextVar[bool] = contextvars.ContextVar("resolved_by_catalogue", default=False)
 
 
 class CatalogueClient:
@@ -45,7 +42,6 @@ class CatalogueClient:
         request = catalogue_pb2.ResolveRouteRequest(
             route=route, machine=catalogue_pb2.MachineInfo(gpu_available=gpu_available)
         )
-        resolved_by_catalogue.set(True)
         try:
             return await self._get_stub().ResolveRoute(request, timeout=self.timeout, metadata=Peers.metadata())
         except grpc.aio.AioRpcError as exc:

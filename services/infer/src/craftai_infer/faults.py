@@ -8,13 +8,18 @@ FELL_BACK_TO_CPU notice, and the model stays on the CPU.
 
 `slow-model`: every model call waits SLOW_SECONDS first (on the model's worker, as slow work does),
 so that tests can stop or kill a server while a request is surely in progress.
+
+The loader builds routes through `Fault.build` and calls `Fault.before_call` on the worker before
+each call of a route it built so (craftai_infer.loader.LoadedRoute).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+
+from craftai_infer.routes import Route
 
 GPU_OOM_ONCE = "gpu-oom-once"
 SLOW_MODEL = "slow-model"
@@ -32,50 +37,24 @@ def _oom_error() -> Exception:
         return RuntimeError(message)
 
 
-class SimulatedGpuModel:
-    """A CPU model that says it runs on the GPU and fails its first call with an out-of-memory error."""
+@dataclass
+class Fault:
+    """One injected fault, for one loaded route."""
 
-    def __init__(self, model: Any) -> None:
-        self._model = model
-        self._failed = False
-        self.device = "cuda:0"
+    mode: str
+    _failed: bool = False
 
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._model, name)
-        if not callable(attribute):
-            return attribute
+    def build(self, build: Callable[[str], Route]) -> Route:
+        """The route, built on the CPU (`build(device)`); presented as on the GPU for gpu-oom-once."""
+        route = build("cpu")
+        if self.mode == GPU_OOM_ONCE:
+            route.device = "cuda:0"
+        return route
 
-        def call(*args: Any, **kwargs: Any) -> Any:
-            if not self._failed:
-                self._failed = True
-                raise _oom_error()
-            return attribute(*args, **kwargs)
-
-        return call
-
-
-class SlowModel:
-    """A CPU model whose every call first waits SLOW_SECONDS."""
-
-    def __init__(self, model: Any) -> None:
-        self._model = model
-
-    def __getattr__(self, name: str) -> Any:
-        attribute = getattr(self._model, name)
-        if not callable(attribute):
-            return attribute
-
-        def call(*args: Any, **kwargs: Any) -> Any:
+    def before_call(self, route: Route) -> None:
+        """On the model's worker, before a call of the route built by `build`."""
+        if self.mode == SLOW_MODEL:
             time.sleep(SLOW_SECONDS)
-            return attribute(*args, **kwargs)
-
-        return call
-
-
-def wrap(mode: str, build: Callable[[str], Any]) -> Any:
-    """Build through `build(device)`, applying the injected fault if any."""
-    if mode == GPU_OOM_ONCE:
-        return SimulatedGpuModel(build("cpu"))
-    if mode == SLOW_MODEL:
-        return SlowModel(build("cpu"))
-    return build("cuda:0")
+        elif self.mode == GPU_OOM_ONCE and route.device != "cpu" and not self._failed:
+            self._failed = True
+            raise _oom_error()

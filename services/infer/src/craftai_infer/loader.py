@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
@@ -22,13 +22,15 @@ from craftai_common.store import Store, check_prepared
 from craftai_infer import faults
 from craftai_infer.batching import MicroBatcher
 from craftai_infer.device import DeviceInfo
-from craftai_infer.routes import Factory, Model, ModelRefusedError, Precision, RouteFiles, factories
+from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
+from craftai_infer.routes.registry import factories
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 log = logging.getLogger("craftai.infer.loader")
 RouteKey = tuple[str, str, str]
-T = TypeVar("T")
-M = TypeVar("M", bound=Model)
+RouteT = TypeVar("RouteT", bound=Route)
+I = TypeVar("I")  # noqa: E741 - an operation's request type
+O = TypeVar("O")  # noqa: E741 - its result type
 RESOLVE_TTL = 60.0
 
 
@@ -50,49 +52,91 @@ class Batching:
     max_batch: int = 8
 
 
-class LoadedRoute(Generic[M]):
-    """A built model, its own worker thread (model work never runs on the event loop) and files."""
+FELL_BACK_TO_CPU = "FELL_BACK_TO_CPU"
+Answered = tuple[Any, str]  # a result, and the fallback notice of the call that made it ("" when none)
+
+
+class LoadedRoute(Generic[RouteT]):
+    """A built route, its own worker thread (model work never runs on the event loop) and files.
+
+    Invariants: every call of the route runs on `_worker` (one thread, or `concurrent_runs` threads
+    where the route says its calls may overlap); `route` is replaced at most once, by the CPU
+    rebuild after a GPU failure, on the worker, inside the call that failed.
+    """
 
     def __init__(
-        self, ref: common_pb2.RouteRef, model: M, factory: Factory, files: RouteFiles, batching: Batching | None = None
+        self,
+        ref: common_pb2.RouteRef,
+        route: RouteT,
+        factory: Factory,
+        files: RouteFiles,
+        *,
+        batching: Batching | None = None,
+        fault: faults.Fault | None = None,
     ) -> None:
         self.ref = ref
-        self.model = model
+        self.route = route
         self._factory = factory
         self._files = files
-        # One worker per model: a GPU model runs one batch at a time. A model whose runs may overlap
-        # (`concurrent_runs`: an onnxruntime session on the CPU, thread-safe) gets that many.
-        workers = int(getattr(model, "concurrent_runs", 1))
+        workers = route.capabilities.concurrent_runs
         self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
         self._fell_back = False
+        self._fault = fault
         self._batching = batching or Batching()
-        self._batchers: dict[str, MicroBatcher[tuple[Hashable, Any], tuple[Any, str]]] = {}
+        self._batchers: dict[Operation[Any, Any, Any], MicroBatcher[tuple[Hashable, Any], Answered]] = {}
         self.requests = 0
 
     @property
     def device(self) -> str:
-        return self.model.device
+        return self.route.device
 
-    async def run(self, work: Callable[[M], T], notices: Notices) -> T:
-        loop = asyncio.get_running_loop()
-        model = self.model
+    async def submit(self, operation: Operation[RouteT, I, O], request: I, notices: Notices, key: Hashable = None) -> O:
+        """One request to the route: batched with like requests (the same `key`) arriving within the
+        window when the route batches this operation, else a call of its own."""
+        self.requests += 1
+        if operation in self.route.capabilities.batched and self._batching.max_batch > 1:
+            result, notice = await self._batcher(operation).submit((key, request))
+        else:
+            loop = asyncio.get_running_loop()
+            ((result, notice),) = await loop.run_in_executor(self._worker, self._call, operation, [request])
+        if notice:
+            notices.add(FELL_BACK_TO_CPU, notice)
+        return cast(O, result)
+
+    def _batcher(self, operation: Operation[Any, Any, Any]) -> MicroBatcher[tuple[Hashable, Any], Answered]:
+        batcher = self._batchers.get(operation)
+        if batcher is None:
+            batcher = MicroBatcher(
+                lambda items: self._call(operation, [request for _, request in items]),
+                self._worker,
+                max_batch=self._batching.max_batch,
+                window_s=self._batching.window_s,
+                key=lambda item: item[0],
+            )
+            self._batchers[operation] = batcher
+        return batcher
+
+    def _call(self, operation: Operation[Any, Any, Any], requests: list[Any]) -> list[Answered]:
+        """On the model's worker: one call of the route. A failure on the GPU that is not an answer
+        (ServiceError) rebuilds the route on the CPU from the same files, runs the call again there
+        and keeps the CPU route; tried once."""
+        route = self.route
         try:
-            return await loop.run_in_executor(self._worker, work, model)
-        except (asyncio.CancelledError, ServiceError):
+            if self._fault is not None:
+                self._fault.before_call(route)
+            return [(result, "") for result in operation.call(route, requests)]
+        except ServiceError:
             raise
         except Exception as exc:
-            if model.device == "cpu" or self._fell_back:
+            if route.device == "cpu" or self._fell_back:
                 raise
             self._fell_back = True
-            log.warning("%s failed on %s (%s); rebuilding on the CPU", self.ref.recipe, model.device, exc)
-            cpu_model = cast(M, await loop.run_in_executor(self._worker, self._factory, self._files, "cpu"))
-            result = await loop.run_in_executor(self._worker, work, cpu_model)
-            self.model = cpu_model
-            notices.add(
-                "FELL_BACK_TO_CPU",
-                f"the GPU failed ({type(exc).__name__}: {exc}); answered on the CPU, which this model keeps using",
-            )
-            return result
+            log.warning("%s failed on %s (%s); rebuilding on the CPU", self.ref.recipe, route.device, exc)
+            cpu_route = self._factory(self._files, "cpu")
+            results = operation.call(cpu_route, requests)
+            self.route = cast(RouteT, cpu_route)
+            notice = f"the GPU failed ({type(exc).__name__}: {exc}); answered on the CPU, which this model keeps using"
+            return [(result, notice) for result in results]
 
     @property
     def queued(self) -> int:
@@ -103,45 +147,6 @@ class LoadedRoute(Generic[M]):
     def batches(self) -> int:
         """Model calls made for batched requests (fewer than the requests when batching happened)."""
         return sum(b.stats.batches for b in self._batchers.values())
-
-    async def submit(
-        self, method: str, payload: Any, single: Callable[[M], T], notices: Notices, key: Hashable = None
-    ) -> T:
-        """One request to the model: batched with others arriving within the window when the model has
-        `<method>_batch` (like requests only: same `key`), else `single(model)` alone."""
-        self.requests += 1
-        if not hasattr(self.model, f"{method}_batch") or self._batching.max_batch < 2:
-            return await self.run(single, notices)
-        batcher = self._batchers.get(method)
-        if batcher is None:
-            batcher = MicroBatcher(
-                lambda items: self._run_batch(method, [payload for _, payload in items]),
-                self._worker,
-                max_batch=self._batching.max_batch,
-                window_s=self._batching.window_s,
-                key=lambda item: item[0],
-            )
-            self._batchers[method] = batcher
-        result, notice = await batcher.submit((key, payload))
-        if notice:
-            notices.add("FELL_BACK_TO_CPU", notice)
-        return cast(T, result)
-
-    def _run_batch(self, method: str, payloads: list[Any]) -> list[tuple[Any, str]]:
-        """On the model's worker: one call for the batch; the GPU-failure fallback as in `run`."""
-        model = self.model
-        try:
-            return [(r, "") for r in getattr(model, f"{method}_batch")(payloads)]
-        except Exception as exc:
-            if model.device == "cpu" or self._fell_back:
-                raise
-            self._fell_back = True
-            log.warning("%s failed on %s (%s); rebuilding on the CPU", self.ref.recipe, model.device, exc)
-            cpu_model = self._factory(self._files, "cpu")
-            results = getattr(cpu_model, f"{method}_batch")(payloads)
-            self.model = cast(M, cpu_model)
-            notice = f"the GPU failed ({type(exc).__name__}: {exc}); answered on the CPU, which this model keeps using"
-            return [(r, notice) for r in results]
 
     def close(self) -> None:
         self._worker.shutdown(wait=False, cancel_futures=True)
@@ -172,6 +177,7 @@ class RouteLoader:
         self._loaded: dict[RouteKey, LoadedRoute[Any]] = {}
         self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
         self._factories = factories()
+        self.resolutions = {"cache": 0, "catalogue": 0}  # where route resolutions were answered
 
     def loaded(self) -> list[LoadedRoute[Any]]:
         return list(self._loaded.values())
@@ -180,8 +186,10 @@ class RouteLoader:
         key = (ref.feature, ref.recipe, ref.engine)
         cached = self._resolved.get(key)
         if cached is not None and time.monotonic() - cached[0] < RESOLVE_TTL:
+            self.resolutions["cache"] += 1
             return cached[1]
         resolved = await self.catalogue.resolve(ref, gpu_available=self.device.gpu_available)
+        self.resolutions["catalogue"] += 1
         self._resolved[key] = (time.monotonic(), resolved)
         return resolved
 
@@ -189,9 +197,7 @@ class RouteLoader:
         r = resolved.route
         return (r.feature, r.recipe, r.engine) in self._loaded
 
-    async def get(
-        self, resolved: catalogue_pb2.ResolveRouteResponse, step: Callable[[str], None] | None = None
-    ) -> LoadedRoute[Any]:
+    async def get(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step | None = None) -> LoadedRoute[Any]:
         """The loaded route, loading it first (once, however many requests ask at the same time).
 
         `step` hears the load's warm-up steps (called from the loading thread)."""
@@ -216,7 +222,7 @@ class RouteLoader:
             return loaded
         return await asyncio.shield(pending)
 
-    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Callable[[str], None]) -> LoadedRoute[Any]:
+    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step) -> LoadedRoute[Any]:
         ref = resolved.route
         factory = self._factories.get((ref.recipe, ref.engine))
         if factory is None:
@@ -228,11 +234,12 @@ class RouteLoader:
             )
         files = self._verified_files(resolved)
         started = time.perf_counter()
+        fault = faults.Fault(self.fault_injection) if self.fault_injection else None
         try:
-            if self.fault_injection:
-                model = faults.wrap(self.fault_injection, lambda device: factory(files, device))
+            if fault is not None:
+                route = fault.build(lambda device: factory(files, device))
             else:
-                model = factory(files, self.device.preferred)
+                route = factory(files, self.device.preferred)
         except ModelRefusedError as exc:
             raise failed_precondition(
                 Reason.MODEL_REFUSED,
@@ -240,17 +247,15 @@ class RouteLoader:
                 recipe=ref.recipe,
                 engine=ref.engine,
             ) from exc
-        warm_up = getattr(model, "warm_up", None)
-        if warm_up is not None:  # e.g. CUDA graphs captured now, not on the first request
-            warm_up(step)
+        route.warm_up(step)  # e.g. CUDA graphs captured now, not on the first request
         log.info(
             "loaded %s/%s on %s in %.0f ms",
             ref.recipe,
             ref.engine,
-            model.device,
+            route.device,
             (time.perf_counter() - started) * 1000,
         )
-        return LoadedRoute(ref, model, factory, files, self.batching)
+        return LoadedRoute(ref, route, factory, files, batching=self.batching, fault=fault)
 
     def _verified_files(self, resolved: catalogue_pb2.ResolveRouteResponse) -> RouteFiles:
         """The files the route loads, each checked: a prepared folder against its manifest (every

@@ -1,48 +1,20 @@
 """The infer service's own Prometheus metrics (docs/OBSERVABILITY.md): sessions, loaded routes,
-model queues, the route-resolution cache and GPU memory, read from the live objects at each scrape
-(nothing to keep in step), plus a counter of route resolutions by where they were answered."""
+model queues, the route-resolution cache (resolutions by where they were answered) and GPU memory,
+read from the live objects at each scrape (nothing to keep in step)."""
 
 from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Callable, Coroutine, Iterator
-from typing import Any
+from collections.abc import Iterator
 
-from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from craftai_common.catalogue_client import resolved_by_catalogue
 from craftai_infer.loader import RouteLoader
 from craftai_infer.sessions import SessionStore
-from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 log = logging.getLogger("craftai.infer.metrics")
-
-ROUTE_RESOLUTIONS = Counter(
-    "craftai_infer_route_resolutions",
-    "Route resolutions by where they were answered: cache (hit) or catalogue (miss)",
-    ["source"],
-)
-for _source in ("cache", "catalogue"):  # both series exist from the start (rates need a zero)
-    ROUTE_RESOLUTIONS.labels(_source)
-
-
-Resolve = Callable[[common_pb2.RouteRef], Coroutine[Any, Any, catalogue_pb2.ResolveRouteResponse]]
-
-
-def observe_resolutions(resolve: Resolve) -> Resolve:
-    """Wrap RouteLoader.resolve to count cache hits and misses (the catalogue client marks a miss
-    in a context variable of the calling task, so concurrent requests never mix their counts)."""
-
-    async def counted(ref: common_pb2.RouteRef) -> catalogue_pb2.ResolveRouteResponse:
-        resolved_by_catalogue.set(False)
-        answer = await resolve(ref)
-        ROUTE_RESOLUTIONS.labels("catalogue" if resolved_by_catalogue.get() else "cache").inc()
-        return answer
-
-    return counted
 
 
 class InferCollector(Collector):
@@ -91,6 +63,14 @@ class InferCollector(Collector):
             queued.add_metric([ref.feature, ref.recipe, ref.engine], route.queued)
         yield loaded
         yield queued
+        resolutions = CounterMetricFamily(
+            "craftai_infer_route_resolutions",
+            "Route resolutions by where they were answered: cache (hit) or catalogue (miss)",
+            labels=["source"],
+        )
+        for source, count in self.routes.resolutions.items():
+            resolutions.add_metric([source], count)
+        yield resolutions
         yield from _gpu_memory(self.routes.device.gpu_available)
 
 

@@ -7,8 +7,8 @@ apps show the picture that way. Every route gets 8-bit pictures: 16-bit greys ar
 (v / 257, as picture_convert does) rather than clipped; CMYK JPEGs are converted by the pipelines
 with Pillow's conversion (no colour management). Whatever a damaged file makes the decoder raise,
 the app is told BAD_PICTURE in plain words and the server goes on serving. Pillow reads every
-header and decodes every picture, except complete 8-bit JPEGs handed to the pipelines as arrays
-(decode_rgb), which OpenCV decodes to the same pixels without holding the GIL.
+header and decodes every picture, except complete 8-bit JPEGs, which simplejpeg decodes to the
+same pixels without holding the GIL; either way every feature gets the same `Picture` array.
 """
 
 from __future__ import annotations
@@ -19,15 +19,18 @@ import warnings
 import zlib
 from dataclasses import dataclass
 
-import cv2
 import numpy as np
 import numpy.typing as npt
+import simplejpeg
 from PIL import ExifTags, Image, UnidentifiedImageError
 
 from craftai_common.errors import Reason, invalid_argument
-from craftai_infer.pipelines.picture_convert import oriented, to_rgb_uint8
+from craftai_infer.pipelines.picture_convert import oriented, over_white, to_array
 
 FORMATS = ("PNG", "JPEG", "WEBP")
+# The one picture type in infer: (H, W, 3) RGB, or (H, W, 4) RGBA with straight alpha where the file
+# has transparency, uint8, oriented as shown. `decode` makes it for every feature.
+Picture = npt.NDArray[np.uint8]
 
 
 @dataclass(frozen=True)
@@ -36,38 +39,55 @@ class Limits:
     max_side: int
 
 
-def decode(data: bytes, limits: Limits) -> Image.Image:
-    """The picture, oriented as its EXIF says; raises INVALID_ARGUMENT with plain words."""
-    return _loaded(_opened(data, limits))
+def decode(data: bytes, limits: Limits) -> Picture:
+    """The picture of every feature: (H, W, 3) RGB uint8, or (H, W, 4) RGBA (straight alpha) when it
+    has transparency, oriented as its EXIF says; INVALID_ARGUMENT in plain words otherwise.
 
-
-def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:
-    """The picture as (H, W, 3) RGB uint8, oriented, checked as `decode` checks it.
-
-    A complete 8-bit RGB or grey JPEG (most photos) is decoded by OpenCV: the same libjpeg-turbo
-    decode, the same pixels (tests/unit/test_pictures.py), but it holds the GIL for none of it,
-    where Pillow's copy of its pixels into an array holds it for ~20 ms at 2048x1536, which capped
-    a server at ~85 pictures/s on 16 cores (tools/bench/decode_threads.py). Everything else, and
-    any JPEG OpenCV declines, goes through Pillow.
+    A complete 8-bit RGB or grey JPEG (most photos) is decoded by simplejpeg: the same libjpeg-turbo
+    decode (accurate DCT, fancy upsampling), the same pixels as Pillow (tests/unit/test_pictures.py),
+    straight into an array without holding the GIL, where Pillow's copy of its pixels into an array
+    holds it for ~20 ms at 2048x1536, which capped a server at ~85 pictures/s on 16 cores
+    (tools/bench/decode_threads.py). It decodes strictly: libjpeg's "corrupt data" warnings refuse the
+    picture as BAD_PICTURE, as Pillow refuses it, so every feature answers a damaged JPEG the same
+    way. Everything else goes through Pillow.
     """
     image = _opened(data, limits)
     if _plain_jpeg(image, data):
-        rgb = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR_RGB)  # EXIF orientation applied
-        if rgb is not None and rgb.shape[:2] == _oriented_shape(image):
-            return np.asarray(rgb, dtype=np.uint8)
-    return to_rgb_uint8(_loaded(image))
+        try:
+            rgb = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
+        except ValueError as exc:
+            raise invalid_argument(
+                Reason.BAD_PICTURE, f"the JPEG picture could not be decoded: {exc}", field="picture.data"
+            ) from exc
+        return _turned(rgb, image.getexif().get(ExifTags.Base.Orientation, 1))
+    return to_array(_loaded(image))
+
+
+def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:
+    """The picture as (H, W, 3) RGB uint8, transparency composited over white, checked as `decode` checks it."""
+    return over_white(decode(data, limits))
 
 
 def _plain_jpeg(image: Image.Image, data: bytes) -> bool:
-    """A JPEG whose pixels OpenCV gives exactly as Pillow: 8-bit RGB (YCbCr) or grey, and complete
-    (ending with the EOI marker: libjpeg would fill a truncated one with grey where Pillow refuses it)."""
+    """A JPEG whose pixels simplejpeg gives exactly as Pillow: 8-bit RGB (YCbCr) or grey, and complete
+    (ending with the EOI marker: Pillow refuses a truncated one with its own words)."""
     return image.format == "JPEG" and image.mode in ("RGB", "L") and data.rstrip(b"\0").endswith(b"\xff\xd9")
 
 
-def _oriented_shape(image: Image.Image) -> tuple[int, int]:
-    width, height = image.size
-    turned = image.getexif().get(ExifTags.Base.Orientation, 1) in (5, 6, 7, 8)
-    return (width, height) if turned else (height, width)
+def _turned(pixels: npt.NDArray[np.uint8], orientation: int | None) -> npt.NDArray[np.uint8]:
+    """The picture turned the way its EXIF orientation (1..8) says it is shown, as Pillow's
+    exif_transpose turns it."""
+    views = {
+        2: lambda a: a[:, ::-1],  # mirrored left-right
+        3: lambda a: a[::-1, ::-1],  # rotated 180°
+        4: lambda a: a[::-1],  # mirrored top-bottom
+        5: lambda a: a.transpose(1, 0, 2),  # transposed
+        6: lambda a: a.transpose(1, 0, 2)[:, ::-1],  # rotated 90° clockwise to show
+        7: lambda a: a[::-1, ::-1].transpose(1, 0, 2),  # transversed
+        8: lambda a: a.transpose(1, 0, 2)[::-1],  # rotated 90° counter-clockwise to show
+    }
+    turn = views.get(orientation or 1)
+    return pixels if turn is None else np.ascontiguousarray(turn(pixels))
 
 
 def _opened(data: bytes, limits: Limits) -> Image.Image:
@@ -108,7 +128,7 @@ def _opened(data: bytes, limits: Limits) -> Image.Image:
 
 
 def _loaded(image: Image.Image) -> Image.Image:
-    """The pixels decoded and oriented; 16-bit and float greys brought to 8 bits."""
+    """The pixels decoded and oriented (to_array then brings 16-bit and float greys to 8 bits)."""
     try:
         image.load()
         turned = oriented(image)
@@ -118,9 +138,6 @@ def _loaded(image: Image.Image) -> Image.Image:
         raise invalid_argument(
             Reason.BAD_PICTURE, f"the {image.format} picture could not be decoded: {exc}", field="picture.data"
         ) from exc
-    if turned.mode.startswith("I;16") or turned.mode in ("I", "F"):
-        grey = to_rgb_uint8(turned)[:, :, 0]  # scaled to 8 bits, not clipped
-        turned = Image.fromarray(grey, mode="L")
     return turned
 
 
@@ -134,9 +151,10 @@ def _too_large(size: tuple[int, int] | None, limits: Limits) -> Exception:
     )
 
 
-def encode_png(image: Image.Image, compress_level: int = 1) -> bytes:
+def encode_png(pixels: npt.NDArray[np.uint8], compress_level: int = 1) -> bytes:
+    """An (H, W) grey or (H, W, 4) RGBA uint8 array as a PNG (Pillow's encoder)."""
     out = io.BytesIO()
-    image.save(out, format="PNG", compress_level=compress_level)
+    Image.fromarray(pixels).save(out, format="PNG", compress_level=compress_level)  # L or RGBA by shape
     return out.getvalue()
 
 

@@ -21,10 +21,7 @@ Shapes in comments are for a 1024×1024 input, batch B, depth D=64.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import struct
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,20 +29,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from craftai_models.checkpoints import Pin, expected_tensors, read_state_dict
 from craftai_models.swin import SwinTransformer, swin_b
 
 __all__ = [
-    "PUBLISHED_CHECKPOINT",
-    "CheckpointRefusedError",
     "InSPyReNet",
-    "PinnedFile",
     "Stages",
-    "expected_tensors",
     "fold_batchnorm",
     "inspyrenet_swin_b",
     "load_inspyrenet",
     "normalise_per_image",
-    "read_pinned_state_dict",
 ]
 
 
@@ -340,104 +333,6 @@ def inspyrenet_swin_b(base_size: tuple[int, int] = (1024, 1024), depth: int = 64
     return InSPyReNet(swin_b(), (128, 128, 256, 512, 1024), depth, base_size)
 
 
-# --- strict, pinned loading --------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PinnedFile:
-    """A published file known by its exact size and SHA-256."""
-
-    name: str
-    size: int
-    sha256: str
-
-
-# The catalogue owns the recipe data; this copy is what tests and tools check against (PINS.md).
-PUBLISHED_CHECKPOINT = PinnedFile(
-    name="inspyrenet.safetensors",
-    size=367_120_444,
-    sha256="5c8ab4541f9a960b376a80362b07f1d96262e689c501365e6323faa958de47ea",
-)
-
-_SAFETENSORS_DTYPES: dict[torch.dtype, str] = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.float64: "F64",
-    torch.int64: "I64",
-    torch.int32: "I32",
-}
-
-
-class CheckpointRefusedError(ValueError):
-    """The file is not the pinned checkpoint, or its tensors do not fit the network."""
-
-
-def expected_tensors(model: nn.Module) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every persistent tensor of `model` as name -> (shape, safetensors dtype name)."""
-    return {k: (tuple(v.shape), _SAFETENSORS_DTYPES.get(v.dtype, str(v.dtype))) for k, v in model.state_dict().items()}
-
-
-def _listing(names: Sequence[str], first: int = 5) -> str:
-    shown = ", ".join(names[:first])
-    more = f" and {len(names) - first} more" if len(names) > first else ""
-    return f"{len(names)} ({shown}{more})"
-
-
-def read_pinned_state_dict(
-    path: Path, pin: PinnedFile, expected: Mapping[str, tuple[tuple[int, ...], str]]
-) -> dict[str, Tensor]:
-    """Read a safetensors state dict, refusing anything but the pinned bytes with the expected tensors.
-
-    The file is read once into memory; its size and SHA-256 are checked before any tensor is
-    parsed (so a file swapped after the check cannot be loaded), then the header is compared with
-    `expected`: missing keys, extra keys and wrong shapes/dtypes are refused by name.
-    """
-    import safetensors.torch
-
-    found_size = path.stat().st_size
-    if found_size != pin.size:
-        raise CheckpointRefusedError(
-            f"{path} is not the pinned {pin.name}: expected {pin.size:,} bytes, found {found_size:,}"
-        )
-    data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
-    if len(data) != pin.size or digest != pin.sha256:
-        raise CheckpointRefusedError(
-            f"{path} is not the pinned {pin.name}: expected SHA-256 {pin.sha256}, found {digest}"
-        )
-    header = _safetensors_header(data, path)
-    problems: list[str] = []
-    missing = sorted(set(expected) - set(header))
-    extra = sorted(set(header) - set(expected))
-    if missing:
-        problems.append(f"missing tensors: {_listing(missing)}")
-    if extra:
-        problems.append(f"unexpected tensors: {_listing(extra)}")
-    wrong = [
-        f"{k} is {header[k][1]}[{'x'.join(map(str, header[k][0]))}], expected {dt}[{'x'.join(map(str, shape))}]"
-        for k, (shape, dt) in sorted(expected.items())
-        if k in header and header[k] != (shape, dt)
-    ]
-    if wrong:
-        problems.append(f"tensors of the wrong shape or type: {_listing(wrong, first=3)}")
-    if problems:
-        raise CheckpointRefusedError(f"{path} does not fit the network: " + "; ".join(problems))
-    tensors = safetensors.torch.load(data)
-    del data
-    return tensors
-
-
-def _safetensors_header(data: bytes, path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
-    """name -> (shape, dtype) from the JSON header (8-byte little-endian length, then JSON)."""
-    try:
-        (length,) = struct.unpack("<Q", data[:8])
-        raw = json.loads(data[8 : 8 + length])
-        return {k: (tuple(int(n) for n in v["shape"]), str(v["dtype"])) for k, v in raw.items() if k != "__metadata__"}
-    except (struct.error, ValueError, KeyError, TypeError) as exc:
-        raise CheckpointRefusedError(f"{path} is not a safetensors file: {exc}") from exc
-
-
 @torch.no_grad()
 def fold_batchnorm(model: nn.Module) -> nn.Module:
     """For inference: fold every ConvBn's BatchNorm (eval statistics) into its conv, which gains a
@@ -457,14 +352,17 @@ def fold_batchnorm(model: nn.Module) -> nn.Module:
 
 def load_inspyrenet(
     path: Path,
-    pin: PinnedFile = PUBLISHED_CHECKPOINT,
     device: torch.device | str = "cpu",
     base_size: tuple[int, int] = (1024, 1024),
+    *,
+    pin: Pin | None = None,
 ) -> InSPyReNet:
-    """Build the network without initialising weights, load the pinned file strictly, eval mode."""
+    """Build the network without initialising weights, load the file strictly (every tensor by name,
+    shape and dtype), eval mode. `pin`: check the bytes read against it first (for a file no one has
+    verified; the infer service's loader has already hashed the store's file, once)."""
     with torch.device("meta"):
         model = inspyrenet_swin_b(base_size)
-    state = read_pinned_state_dict(path, pin, expected_tensors(model))
+    state = read_state_dict(path, expected_tensors(model), pin=pin)
     model.load_state_dict(state, strict=True, assign=True)
     # Constants that are not in the file are rebuilt on the real device.
     model.image_pyramid.kernel = _gaussian_7x7()[None, None]

@@ -31,7 +31,6 @@ from craftai_models import imagenet
 __all__ = [
     "MatteNetwork",
     "MatteSettings",
-    "cutout_rgba",
     "edge_tiles",
     "fringe_shrink",
     "matte_inspyrenet",
@@ -218,10 +217,3 @@ def matte_inspyrenet_batch(
     prepared = [network_input(rgb, torch.device(device), settings, upload) for rgb in pictures]
     out = _run(network, torch.cat([p.x for p in prepared]), autocast)
     return [_to_uint8(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]
-
-
-def cutout_rgba(rgb: np.ndarray, matte: np.ndarray) -> np.ndarray:
-    """(H, W, 4) uint8: the picture's colours unchanged (straight alpha) with the matte as alpha."""
-    if rgb.shape[:2] != matte.shape or rgb.ndim != 3 or rgb.shape[2] != 3:
-        raise ValueError(f"picture {rgb.shape} and matte {matte.shape} do not fit")
-    return np.concatenate([rgb.astype(np.uint8), matte.astype(np.uint8)[:, :, None]], axis=2)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,10 +30,6 @@ from craftai_models.sam2.contract import (
     BACKGROUND,
     BOX_BOTTOM_RIGHT,
     BOX_TOP_LEFT,
-    DECODER_INPUTS,
-    DECODER_OUTPUTS,
-    ENCODER_INPUTS,
-    ENCODER_OUTPUTS,
     FOREGROUND,
     IMAGE_SIZE,
     LOW_RES,
@@ -243,90 +238,3 @@ def postprocess(
     masks = np.stack([upscale_logits(one, picture_height, picture_width) > MASK_THRESHOLD for one in picked])
     fractions = masks.reshape(len(chosen), -1).mean(axis=1, dtype=np.float64)
     return SamMasks(masks=masks, ious=scores[chosen], low_res=picked, indices=chosen, fractions=fractions)
-
-
-# ------------------------------------------------------------------------------------------------
-# onnxruntime runner
-
-
-@dataclass(frozen=True, eq=False)
-class SamEmbedding:
-    """What the encoder computes once per picture (kept in a session so later clicks skip it)."""
-
-    high_res_feats_0: F32
-    high_res_feats_1: F32
-    image_embed: F32
-    picture_height: int
-    picture_width: int
-
-    @property
-    def nbytes(self) -> int:
-        """Memory held, for the session store's budget."""
-        return int(self.high_res_feats_0.nbytes + self.high_res_feats_1.nbytes + self.image_embed.nbytes)
-
-
-def providers(*, use_gpu: bool = True) -> list[str]:
-    """onnxruntime providers in order of preference: CUDA first when this build has it, then the CPU."""
-    import onnxruntime as ort
-
-    available = set(ort.get_available_providers())
-    chosen = ["CUDAExecutionProvider"] if use_gpu and "CUDAExecutionProvider" in available else []
-    return [*chosen, "CPUExecutionProvider"]
-
-
-class SamOnnxRunner:
-    """Two onnxruntime sessions (encoder.onnx, decoder.onnx) with the samexporter SAM 2 contract.
-
-    Thread-safe as onnxruntime sessions are: run() may be called from several threads at once.
-    """
-
-    def __init__(
-        self, encoder_path: Path | str, decoder_path: Path | str, *, intra_op_threads: int = 0, use_gpu: bool = True
-    ) -> None:
-        import onnxruntime as ort
-
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = intra_op_threads  # 0: onnxruntime's default (one per core)
-        options.inter_op_num_threads = 1
-        chosen = providers(use_gpu=use_gpu)
-        self.encoder = ort.InferenceSession(str(encoder_path), options, providers=chosen)
-        self.decoder = ort.InferenceSession(str(decoder_path), options, providers=chosen)
-        _check_contract("encoder", self.encoder, ENCODER_INPUTS, ENCODER_OUTPUTS)
-        _check_contract("decoder", self.decoder, DECODER_INPUTS, DECODER_OUTPUTS)
-
-    @property
-    def providers(self) -> list[str]:
-        """The providers the sessions really use (CUDA may have been refused at load)."""
-        return list(self.encoder.get_providers())
-
-    def encode(self, picture: npt.NDArray[Any]) -> SamEmbedding:
-        """Run the encoder on an RGB uint8 HxWx3 picture (the expensive step, once per picture)."""
-        feed = {"image": preprocess(picture)}
-        feats_0, feats_1, embed = self.encoder.run(list(ENCODER_OUTPUTS), feed)
-        return SamEmbedding(feats_0, feats_1, embed, int(picture.shape[0]), int(picture.shape[1]))
-
-    def decode_raw(self, embedding: SamEmbedding, prompt: SamPrompt) -> tuple[F32, F32]:
-        """The decoder's own outputs for one prompt: low-res logits [3,256,256] and IoUs [3]."""
-        feed = {
-            "image_embed": embedding.image_embed,
-            "high_res_feats_0": embedding.high_res_feats_0,
-            "high_res_feats_1": embedding.high_res_feats_1,
-            **encode_prompt(prompt, embedding.picture_height, embedding.picture_width),
-        }
-        masks, ious = self.decoder.run(list(DECODER_OUTPUTS), feed)
-        return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
-
-    def decode(self, embedding: SamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
-        """Masks at the picture's size, IoUs and low-res logits for one prompt, best first."""
-        low_res, ious = self.decode_raw(embedding, prompt)
-        return postprocess(low_res, ious, embedding.picture_height, embedding.picture_width, all_masks=all_masks)
-
-
-def _check_contract(part: str, session: Any, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
-    got_in = tuple(i.name for i in session.get_inputs())
-    got_out = tuple(o.name for o in session.get_outputs())
-    if got_in != inputs or got_out != outputs:
-        raise ValueError(
-            f"the {part} file is not a SAM 2 samexporter {part}: inputs {list(got_in)},"
-            f" outputs {list(got_out)}; expected {list(inputs)} -> {list(outputs)}"
-        )

@@ -1,28 +1,34 @@
-"""What runs each route: a factory per (recipe, engine), building the model from its files.
+"""What a route is: one recipe on one engine, built from its verified files, declaring what it can do.
 
-A factory gets the route's verified files and a device, and returns an object with the
-feature's methods (`matte(picture) -> matte` for image.matte; `encode(rgb) -> embedding` and
-`decode(embedding, prompt, all_masks) -> masks` for image.segment). It is called again with the
-CPU when the GPU fails (see craftai_infer.loader).
+A route is built by its factory (craftai_infer.routes.registry: (recipe, engine) -> class) from the route's files and
+a device, and is called again with the CPU when the GPU fails (craftai_infer.loader). It implements
+the Protocol of its feature (`MatteRoute`, `SegmentRoute`) and declares, in `capabilities`, which of
+its operations take several requests in one call and how many calls may overlap. The loader and the
+batcher call its operations through the `Operation` objects below, never by looking a name up: every
+operation takes a list of requests and answers one result per request, in order (a route that does
+not batch an operation gets lists of one).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
-from PIL import Image
 
 from craftai_common.store import FilePin
+from craftai_infer.pictures import Picture
 
 if TYPE_CHECKING:
     from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
+Step = Callable[[str], None]  # a route says what it is doing while it loads (progress to the caller)
+
+Matte = npt.NDArray[np.uint8]  # (H, W), the picture's size, 255 = subject
 
 
 class ModelRefusedError(Exception):
@@ -47,41 +53,75 @@ class RouteFiles:
             raise KeyError(f"the recipe pins no file with role {name!r} (roles: {sorted(self.by_role)})") from None
 
 
-class Model(Protocol):
-    device: str
+R_contra = TypeVar("R_contra", contravariant=True)  # the routes an operation applies to
+I = TypeVar("I")  # noqa: E741 - the request type of an operation
+O = TypeVar("O")  # noqa: E741 - its result type
 
 
-class MatteModel(Model, Protocol):
-    def matte(self, picture: Image.Image) -> Image.Image:
-        """8-bit matte at the picture's size, white = subject."""
-        ...
+@dataclass(frozen=True, eq=False)
+class Operation(Generic[R_contra, I, O]):
+    """One thing routes of a feature do: `call(route, requests)` answers one result per request."""
+
+    name: str  # for logs, metrics and the batcher of each operation
+    call: Callable[[R_contra, Sequence[I]], list[O]]
 
 
-class SegmentModel(Model, Protocol):
+@dataclass(frozen=True)
+class Capabilities:
+    """What the loader may do with a route's calls: batch some operations (requests that arrive
+    together run as one call, grouped by the operation's batch key), and overlap `concurrent_runs`
+    calls (1 for a GPU model, which runs one batch at a time)."""
+
+    batched: frozenset[Operation[Any, Any, Any]] = frozenset()
+    concurrent_runs: int = 1
+
+
+class Route(Protocol):
+    """What every route has. Routes subclass their feature's Protocol explicitly to inherit the defaults."""
+
+    device: str  # "cpu" or "cuda:N": where it runs now
+    capabilities: Capabilities = Capabilities()
+
+    def warm_up(self, step: Step) -> None:
+        """Work done at load rather than on the first request (e.g. CUDA graphs captured)."""
+        return None
+
+
+class MatteRoute(Route, Protocol):
+    """image.matte: the matte of each picture."""
+
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]: ...
+
+    def batch_key(self, picture: Picture) -> Hashable:
+        """Pictures with the same key may share a call (they stack into one network input)."""
+        return None
+
+
+class SegmentRoute(Route, Protocol):
     """image.segment: the image encoder once per picture, the mask decoder once per prompt."""
 
-    def encode(self, picture: npt.NDArray[np.uint8]) -> Any:
-        """The picture's embedding (RGB uint8 HxWx3 in); has `nbytes`, kept in a session."""
+    def encode(self, pictures: Sequence[Picture]) -> list[Any]:
+        """Each RGB picture's embedding; it has `nbytes`, and a session keeps it."""
         ...
 
-    def decode(self, embedding: Any, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
-        """Masks at the picture's size for one prompt on an embedding this model made, best first."""
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
+        """Masks at the picture's size for each prompt on an embedding this route made, best first."""
         ...
 
 
-Factory = Callable[[RouteFiles, str], Model]
+@dataclass(frozen=True, eq=False)
+class DecodeRequest:
+    """One prompt on one embedding; `all_masks` asks for the three candidates rather than the best."""
+
+    embedding: Any
+    prompt: SamPrompt
+    all_masks: bool = False
 
 
-def factories() -> dict[tuple[str, str], Factory]:
-    """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
-    from craftai_infer.routes import inspyrenet, sam2, u2netp
+MATTE: Operation[MatteRoute, Picture, Matte] = Operation("matte", lambda route, pictures: route.matte(pictures))
+ENCODE: Operation[SegmentRoute, Picture, Any] = Operation("encode", lambda route, pictures: route.encode(pictures))
+DECODE: Operation[SegmentRoute, DecodeRequest, SamMasks] = Operation(
+    "decode", lambda route, requests: route.decode(requests)
+)
 
-    return {
-        ("sam2-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
-        ("sam2.1-hiera-tiny", "onnxruntime"): sam2.Sam2Onnx,
-        ("sam2-hiera-tiny", "torch"): sam2.Sam2Torch,
-        ("sam2.1-hiera-tiny", "torch"): sam2.Sam2Torch,
-        ("u2netp", "onnxruntime"): u2netp.U2netpOnnx,
-        ("u2netp", "torch"): u2netp.U2netpTorch,
-        ("inspyrenet-swinb", "torch"): inspyrenet.InspyrenetTorch,
-    }
+Factory = Callable[[RouteFiles, str], Route]  # (verified files, device) -> the built route

@@ -1,35 +1,39 @@
-"""InSPyReNet Swin-B for image.matte: the network written in this project, weights read from the
-pinned safetensors file as downloaded (no preparation), the any-size pipeline of DESIGN.md 5."""
+"""InSPyReNet Swin-B for image.matte on torch: the network written in this project
+(craftai_models.inspyrenet), weights read from the pinned safetensors file as downloaded (no
+preparation; the loader has hashed it), the any-size pipeline of DESIGN.md 5
+(craftai_infer.pipelines.matte_inspyrenet)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 
+import numpy as np
 import torch
-from PIL import Image
 
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet, matte_inspyrenet_batch, network_shape
-from craftai_infer.pipelines.picture_convert import to_rgb_uint8
-from craftai_infer.routes import ModelRefusedError, RouteFiles
-from craftai_models.inspyrenet import CheckpointRefusedError, PinnedFile, fold_batchnorm, load_inspyrenet
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch, network_shape
+from craftai_infer.pipelines.picture_convert import over_white
+from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_models.checkpoints import CheckpointRefusedError
+from craftai_models.inspyrenet import fold_batchnorm, load_inspyrenet
 
 # bf16 autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise (docs/PERFORMANCE.md says why).
 GPU_DEFAULT = torch.bfloat16
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
-class InspyrenetTorch:
+class InspyrenetTorch(MatteRoute):
     """On a GPU: BatchNorm folded into the convs, channels-last, autocast, and one CUDA graph per input
-    shape (1280² for every picture over 1280 px); on the CPU: the network as loaded, fp32."""
+    shape (1280² for every picture over 1280 px); on the CPU: the network as loaded, fp32. Pictures
+    whose network inputs have the same shape share a forward."""
+
+    capabilities = Capabilities(batched=frozenset({MATTE}))
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        pin = files.pins["weights"]
         try:
-            self.network = load_inspyrenet(
-                files.role("weights"), PinnedFile(pin.name, pin.size, pin.sha256), device=device
-            )
+            self.network = load_inspyrenet(files.role("weights"), device=device)
         except CheckpointRefusedError as exc:
             raise ModelRefusedError(str(exc)) from exc
         self.device = device
@@ -47,40 +51,27 @@ class InspyrenetTorch:
         return (self.network(x.contiguous(memory_format=torch.channels_last)),)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """The network on a normalised (1, 3, H, W) input, replayed from a CUDA graph on a GPU."""
+        """The network on a normalised (N, 3, H, W) input, replayed from a CUDA graph on a GPU."""
         if self._graphs is None:
             out: torch.Tensor = self.network(x)
             return out
         return self._graphs.run(tuple(x.shape), [x])[0]
 
-    def warm_up(self, step: Callable[[str], None]) -> None:
+    def warm_up(self, step: Step) -> None:
         """Capture the graph every picture over 1280 px uses (no-op on the CPU)."""
         if self._graphs is not None:
             step("capturing the network's CUDA graph at 1280²")
-            self.matte(Image.new("RGB", (1600, 1200)))
+            self.matte([np.zeros((1200, 1600, 3), np.uint8)])
 
-    def batch_key(self, picture: Image.Image) -> tuple[int, int]:
-        """Pictures whose network inputs have the same shape share a forward."""
-        return network_shape(picture.height, picture.width)
+    def batch_key(self, picture: Picture) -> Hashable:
+        return network_shape(picture.shape[0], picture.shape[1])
 
-    def matte_batch(self, pictures: Sequence[Image.Image]) -> list[Image.Image]:
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
         with torch.inference_mode():
-            mattes = matte_inspyrenet_batch(
-                [to_rgb_uint8(p) for p in pictures],
+            return matte_inspyrenet_batch(
+                [over_white(p) for p in pictures],
                 self.forward,
                 device=self.device,
                 autocast=self.autocast,
                 upload=self._staging.upload,
             )
-        return [Image.fromarray(m, mode="L") for m in mattes]
-
-    def matte(self, picture: Image.Image) -> Image.Image:
-        with torch.inference_mode():
-            matte = matte_inspyrenet(
-                to_rgb_uint8(picture),
-                self.forward,
-                device=self.device,
-                autocast=self.autocast,
-                upload=self._staging.upload,
-            )
-        return Image.fromarray(matte, mode="L")

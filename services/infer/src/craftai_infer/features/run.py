@@ -1,0 +1,112 @@
+"""One request's run through a feature, and the one way a run becomes an RPC's event stream.
+
+A feature is a coroutine `work(run)` that resolves and loads its route, then goes through its
+stages (decode, model, encode, ...) and returns the RPC's result message. `Run` carries what
+happens on the way: progress at the start of each stage, notices, and the time each stage took
+(`stage()` is the only place stages are timed). `stream()` runs the feature and yields its
+progress and notices as they happen, then exactly one result; a caller that goes away cancels the
+run (model work already on a worker finishes there, and its answer is dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from craftai_common.errors import Reason, invalid_argument
+from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
+from craftai_wire.v1 import catalogue_pb2, common_pb2
+
+E = TypeVar("E")  # an RPC's event message: a oneof of progress, notice and result
+Item = common_pb2.Progress | common_pb2.Notice
+_DONE = object()
+
+
+def progress(stage: str, done: int, total: int, message: str) -> common_pb2.Progress:
+    return common_pb2.Progress(stage=stage, done=done, total=total, unit="steps", message=message)
+
+
+class Run:
+    """A request's progress, notices and stage timings. Touched from the event loop only."""
+
+    def __init__(self, stages: Sequence[str] = ()) -> None:
+        self.started = time.perf_counter()
+        self.stages = tuple(stages)  # the stages after the load, in order: their progress counts them
+        self.stages_ms: dict[str, float] = {}
+        self.notices = Notices([])
+        self._items: asyncio.Queue[Item | object] = asyncio.Queue()
+
+    def progress(self, stage: str, done: int, total: int, message: str) -> None:
+        self._items.put_nowait(progress(stage, done, total, message))
+
+    def publish_notices(self) -> None:
+        """Send the notices raised so far (e.g. by the model's fallback) into the stream."""
+        for notice in self.notices.items:
+            self._items.put_nowait(notice)
+        self.notices.items.clear()
+
+    @contextlib.contextmanager
+    def stage(self, name: str, message: str) -> Iterator[None]:
+        """Progress when the stage starts, its milliseconds when it ends, its notices after it."""
+        self.progress(name, self.stages.index(name), len(self.stages), message)
+        started = time.perf_counter()
+        yield
+        self.stages_ms[name] = (time.perf_counter() - started) * 1000
+        self.publish_notices()
+
+    def timing(self) -> common_pb2.Timing:
+        return common_pb2.Timing(stages_ms=self.stages_ms, total_ms=(time.perf_counter() - self.started) * 1000)
+
+
+async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]]) -> AsyncIterator[E]:
+    """The feature's run as the RPC's events: progress and notices as they come, then the result."""
+    run = Run()
+    task = asyncio.ensure_future(work(run))
+    task.add_done_callback(lambda _task: run._items.put_nowait(_DONE))
+    try:
+        while (item := await run._items.get()) is not _DONE:
+            if isinstance(item, common_pb2.Notice):
+                yield event(notice=item)
+            else:
+                yield event(progress=item)
+        result = task.result()
+        run.publish_notices()
+        while not run._items.empty():
+            item = run._items.get_nowait()
+            yield event(notice=item) if isinstance(item, common_pb2.Notice) else event(progress=item)
+        yield event(result=result)
+    finally:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+async def resolve(loader: RouteLoader, route: common_pb2.RouteRef, feature: str) -> catalogue_pb2.ResolveRouteResponse:
+    """The route the catalogue chooses for `feature` (recipe and engine as asked, else advised)."""
+    if route.feature and route.feature != feature:
+        raise invalid_argument(
+            Reason.UNKNOWN_FEATURE, f"this RPC serves {feature}, not {route.feature}", field="route.feature"
+        )
+    return await loader.resolve(common_pb2.RouteRef(feature=feature, recipe=route.recipe, engine=route.engine))
+
+
+async def load(loader: RouteLoader, resolved: catalogue_pb2.ResolveRouteResponse, run: Run) -> LoadedRoute[Any]:
+    """The loaded route; its first load is reported as "load" progress (with the warm-up's steps)."""
+    if loader.is_loaded(resolved):
+        return await loader.get(resolved)
+    r = resolved.route
+    run.progress("load", 0, 1, f"loading {r.recipe} ({r.engine})")
+    started = time.perf_counter()
+    loop = asyncio.get_running_loop()
+
+    def step(message: str) -> None:  # called from the loading thread
+        loop.call_soon_threadsafe(run.progress, "load", 0, 1, message)
+
+    loaded = await loader.get(resolved, step)
+    elapsed = (time.perf_counter() - started) * 1000
+    run.progress("load", 1, 1, f"loaded {r.recipe} on {loaded.device} in {elapsed:.0f} ms")
+    return loaded

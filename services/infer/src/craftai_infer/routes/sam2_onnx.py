@@ -1,0 +1,124 @@
+"""SAM 2 / 2.1 hiera tiny on onnxruntime: the published encoder.onnx and decoder.onnx (samexporter
+contract) run exactly as published, CUDA provider when the GPU is the chosen device, with the
+numpy pre- and post-processing of craftai_infer.pipelines.segment_sam (Meta's predictor's semantics)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.segment_sam import F32, SamMasks, SamPrompt, encode_prompt, postprocess, preprocess
+from craftai_infer.routes import Capabilities, DecodeRequest, ModelRefusedError, RouteFiles, SegmentRoute, Step
+from craftai_models.onnx_sessions import open_session, session_device
+from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+
+
+@dataclass(frozen=True, eq=False)
+class SamEmbedding:
+    """What the encoder computes once per picture (kept in a session so later clicks skip it)."""
+
+    high_res_feats_0: F32  # [1, 32, 256, 256]
+    high_res_feats_1: F32  # [1, 64, 128, 128]
+    image_embed: F32  # [1, 256, 64, 64]
+    picture_height: int
+    picture_width: int
+
+    @property
+    def nbytes(self) -> int:
+        """Memory held, for the session store's budget."""
+        return int(self.high_res_feats_0.nbytes + self.high_res_feats_1.nbytes + self.image_embed.nbytes)
+
+
+class SamOnnxRunner:
+    """Two onnxruntime sessions (encoder.onnx, decoder.onnx) with the samexporter SAM 2 contract.
+
+    Thread-safe as onnxruntime sessions are: run() may be called from several threads at once.
+    """
+
+    def __init__(
+        self, encoder_path: Path | str, decoder_path: Path | str, *, intra_op_threads: int = 0, use_gpu: bool = True
+    ) -> None:
+        device = "cuda" if use_gpu else "cpu"
+        self.encoder = open_session(encoder_path, device, intra_op_threads=intra_op_threads)
+        self.decoder = open_session(decoder_path, device, intra_op_threads=intra_op_threads)
+        _check_contract("encoder", self.encoder, ENCODER_INPUTS, ENCODER_OUTPUTS)
+        _check_contract("decoder", self.decoder, DECODER_INPUTS, DECODER_OUTPUTS)
+
+    @property
+    def providers(self) -> list[str]:
+        """The providers the sessions really use (CUDA may have been refused at load)."""
+        return list(self.encoder.get_providers())
+
+    @property
+    def device(self) -> str:
+        return session_device(self.encoder)
+
+    def encode(self, picture: npt.NDArray[Any]) -> SamEmbedding:
+        """Run the encoder on an RGB uint8 HxWx3 picture (the expensive step, once per picture)."""
+        feed = {"image": preprocess(picture)}
+        feats_0, feats_1, embed = self.encoder.run(list(ENCODER_OUTPUTS), feed)
+        return SamEmbedding(feats_0, feats_1, embed, int(picture.shape[0]), int(picture.shape[1]))
+
+    def decode_raw(self, embedding: SamEmbedding, prompt: SamPrompt) -> tuple[F32, F32]:
+        """The decoder's own outputs for one prompt: low-res logits [3,256,256] and IoUs [3]."""
+        feed = {
+            "image_embed": embedding.image_embed,
+            "high_res_feats_0": embedding.high_res_feats_0,
+            "high_res_feats_1": embedding.high_res_feats_1,
+            **encode_prompt(prompt, embedding.picture_height, embedding.picture_width),
+        }
+        masks, ious = self.decoder.run(list(DECODER_OUTPUTS), feed)
+        return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
+
+    def decode(self, embedding: SamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
+        """Masks at the picture's size, IoUs and low-res logits for one prompt, best first."""
+        low_res, ious = self.decode_raw(embedding, prompt)
+        return postprocess(low_res, ious, embedding.picture_height, embedding.picture_width, all_masks=all_masks)
+
+
+def _check_contract(part: str, session: Any, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+    got_in = tuple(i.name for i in session.get_inputs())
+    got_out = tuple(o.name for o in session.get_outputs())
+    if got_in != inputs or got_out != outputs:
+        raise ValueError(
+            f"the {part} file is not a SAM 2 samexporter {part}: inputs {list(got_in)},"
+            f" outputs {list(got_out)}; expected {list(inputs)} -> {list(outputs)}"
+        )
+
+
+class Sam2Onnx(SegmentRoute):
+    """Both graphs of one route; files by role "encoder" and "decoder" (already hash-checked). The
+    published graphs take one picture and one prompt set: nothing is batched."""
+
+    capabilities = Capabilities()
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        try:
+            self.runner = SamOnnxRunner(
+                files.role("encoder"),
+                files.role("decoder"),
+                intra_op_threads=files.cpu_threads,
+                use_gpu=device.startswith("cuda"),
+            )
+        except ValueError as exc:  # the files load but are not the samexporter contract
+            raise ModelRefusedError(str(exc)) from exc
+        except Exception as exc:  # onnxruntime refuses the bytes (not an ONNX graph it can run)
+            if type(exc).__module__.startswith("onnxruntime"):
+                raise ModelRefusedError(f"onnxruntime cannot load them: {exc}") from exc
+            raise
+        self.device = self.runner.device
+
+    def warm_up(self, step: Step) -> None:
+        """Nothing to capture: onnxruntime plans its graphs when the session is made."""
+
+    def encode(self, pictures: Sequence[Picture]) -> list[Any]:
+        return [self.runner.encode(picture) for picture in pictures]
+
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
+        return [self.runner.decode(r.embedding, r.prompt, all_masks=r.all_masks) for r in requests]

@@ -1,0 +1,209 @@
+"""SAM 2 / 2.1 hiera tiny on torch: the image path written in this project (craftai_models.sam2),
+weights from the prepared folder, the same answers as the onnxruntime route with everything
+after decoding on the device (craftai_infer.pipelines.segment_sam_torch).
+
+The picture is decoded on the CPU and copied once to the device; embeddings stay on the device,
+where a session keeps them. On a GPU the encoder (per batch size) and the decoder (per batch size
+and number of prompt points) replay CUDA graphs captured at load for the common shapes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, check_picture, encode_prompt
+from craftai_infer.pipelines.segment_sam_torch import answer, network_input
+from craftai_infer.routes import DECODE, ENCODE, Capabilities, DecodeRequest, RouteFiles, SegmentRoute, Step
+from craftai_models.sam2.contract import WEIGHTS
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
+
+DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
+# The encoder's autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise; the decoder runs
+# fp32. docs/PERFORMANCE.md has the tolerance kept against the fp32 route and the timings.
+GPU_ENCODER_DEFAULT = "fp16"
+PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+@dataclass(frozen=True, eq=False)
+class TorchSamEmbedding:
+    """The encoder's three outputs for one picture, kept on the device."""
+
+    high_res_feats_0: torch.Tensor  # [1, 32, 256, 256]
+    high_res_feats_1: torch.Tensor  # [1, 64, 128, 128]
+    image_embed: torch.Tensor  # [1, 256, 64, 64]
+    picture_height: int
+    picture_width: int
+
+    def to(self, device: torch.device) -> TorchSamEmbedding:
+        """The same embedding on another device (after a fall back to the CPU, sessions keep working)."""
+        return TorchSamEmbedding(
+            self.high_res_feats_0.to(device),
+            self.high_res_feats_1.to(device),
+            self.image_embed.to(device),
+            self.picture_height,
+            self.picture_width,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.high_res_feats_0, self.high_res_feats_1, self.image_embed)
+        )
+
+
+def load_network(weights: Path, device: str) -> Sam2ImageModel:
+    from safetensors.torch import load_file
+
+    net = build_sam21_tiny(load_file(str(weights)))
+    return net.to(device).eval()
+
+
+class SamTorchRunner:
+    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32.
+
+    On a CUDA device the encoder and the decoder run as CUDA graphs unless `graphs` is False;
+    `warm_up()` captures the common shapes at load.
+    """
+
+    def __init__(
+        self, net: Sam2ImageModel, device: str, *, encoder_autocast: torch.dtype | None = None, graphs: bool = True
+    ) -> None:
+        self.net = net
+        self.device = torch.device(device)
+        self.encoder_autocast = encoder_autocast
+        self._staging = HostStaging(self.device)
+        self._encoder_graphs: GraphCache | None = None
+        self._decoder_graphs: GraphCache | None = None
+        if graphs and self.device.type == "cuda":
+            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=4)
+            self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
+
+    def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        autocast = (
+            torch.autocast(self.device.type, dtype=self.encoder_autocast)
+            if self.encoder_autocast is not None
+            else contextlib.nullcontext()
+        )
+        with autocast:
+            feats_0, feats_1, embed = self.net.encode(x)
+        return feats_0.float(), feats_1.float(), embed.float()
+
+    def warm_up(self, step: Step | None = None) -> None:
+        """Capture the shapes every picture and the first clicks use (no-op without graphs)."""
+        if self._encoder_graphs is None:
+            return
+        say = step or (lambda _message: None)
+        say("capturing the encoder")
+        picture = np.zeros((64, 64, 3), np.uint8)
+        embedding = self.encode(picture)
+        for points in (1, 2, 3, 4):
+            say(f"capturing the decoder for {points} point(s)")
+            self.decode(embedding, SamPrompt(points=[(8.0, 8.0)] * points, labels=[1] * points))
+
+    def preprocess(self, picture: npt.NDArray[Any]) -> torch.Tensor:
+        """RGB uint8 HxWx3 -> [1, 3, 1024, 1024] normalised, on the device (one host-to-device copy)."""
+        return network_input(self._staging.upload(check_picture(picture)))
+
+    def encode_batch(self, pictures: Sequence[npt.NDArray[Any]]) -> list[TorchSamEmbedding]:
+        """The encoder once for several pictures (one batch on the device)."""
+        with torch.inference_mode():
+            x = torch.cat([self.preprocess(p) for p in pictures])
+            if self._encoder_graphs is not None:
+                outputs = self._encoder_graphs.run(len(pictures), [x])
+                feats_0, feats_1, embed = (t.clone() for t in outputs)  # kept by sessions past the next replay
+            else:
+                feats_0, feats_1, embed = self._encode_network(x)
+        return [
+            TorchSamEmbedding(
+                feats_0[i : i + 1], feats_1[i : i + 1], embed[i : i + 1], int(p.shape[0]), int(p.shape[1])
+            )
+            for i, p in enumerate(pictures)
+        ]
+
+    def encode(self, picture: npt.NDArray[Any]) -> TorchSamEmbedding:
+        return self.encode_batch([picture])[0]
+
+    def _decode_network(
+        self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt]]
+    ) -> tuple[list[TorchSamEmbedding], torch.Tensor, torch.Tensor]:
+        """The decoder once for prompts with as many points each (the batcher groups them so), on
+        one picture or several: low-res logits [N, 3, 256, 256] and IoUs [N, 3], on the device."""
+        d = self.device
+        embeddings = [e if e.image_embed.device == d else e.to(d) for e, _ in items]
+        feeds = [
+            encode_prompt(p, e.picture_height, e.picture_width) for e, (_, p) in zip(embeddings, items, strict=True)
+        ]
+
+        def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+            return tensors[0] if len(tensors) == 1 else torch.cat(tensors)  # no copy for one prompt
+
+        with torch.inference_mode():
+            inputs = [
+                stacked([e.image_embed for e in embeddings]),
+                stacked([e.high_res_feats_0 for e in embeddings]),
+                stacked([e.high_res_feats_1 for e in embeddings]),
+                *(
+                    torch.from_numpy(np.concatenate([f[k] for f in feeds])).to(d, non_blocking=True)
+                    for k in DECODER_FEEDS
+                ),
+            ]
+            if self._decoder_graphs is not None:
+                masks, ious = self._decoder_graphs.run((len(items), inputs[3].shape[1]), inputs)
+            else:
+                masks, ious = self.net.decode(*inputs)
+        return embeddings, masks, ious
+
+    def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
+        """low-res logits [3, 256, 256] and IoUs [3], on the device."""
+        _, masks, ious = self._decode_network([(embedding, prompt)])
+        return masks[0], ious[0]
+
+    def decode(self, embedding: TorchSamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
+        return self.decode_batch([(embedding, prompt, all_masks)])[0]
+
+    def decode_batch(self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]]) -> list[SamMasks]:
+        """Prompts on several pictures (or one) in one decoder call; every prompt must have as many
+        points (`prompt_points`)."""
+        embeddings, masks, ious = self._decode_network([(e, p) for e, p, _ in items])
+        return [
+            answer(masks[i], ious[i], e.picture_height, e.picture_width, all_masks=all_masks)
+            for i, (e, (_, _, all_masks)) in enumerate(zip(embeddings, items, strict=True))
+        ]
+
+
+class Sam2Torch(SegmentRoute):
+    """Loads only the prepared weights (the loader checked the manifest), never the ONNX files; the
+    encoder batches pictures and the decoder batches prompts (grouped by their number of points)."""
+
+    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}))
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        assert files.prepared is not None
+        precision = GPU_ENCODER_DEFAULT if files.gpu_precision == "auto" else files.gpu_precision
+        on_gpu = device.startswith("cuda")
+        self.runner = SamTorchRunner(
+            load_network(files.prepared / WEIGHTS, device),
+            device,
+            encoder_autocast=PRECISIONS[precision] if on_gpu else None,
+        )
+        self.device = device
+
+    def warm_up(self, step: Step) -> None:
+        self.runner.warm_up(step)
+
+    def encode(self, pictures: Sequence[Picture]) -> list[Any]:
+        return list(self.runner.encode_batch(pictures))
+
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
+        return self.runner.decode_batch([(r.embedding, r.prompt, r.all_masks) for r in requests])

@@ -1,0 +1,36 @@
+"""u2netp for image.matte on torch: the network written in this project (craftai_models.u2netp),
+weights from the prepared folder (converted once from the published ONNX), the same
+rembg-compatible pipeline as the onnxruntime route."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from safetensors.torch import load_file
+
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, RouteFiles
+from craftai_models.u2netp import WEIGHTS, U2NetP
+
+
+class U2netpTorch(MatteRoute):
+    """Loads only the prepared weights (the loader has checked the manifest); never the ONNX file.
+    Every picture is 320² for the network, so any pictures share a forward."""
+
+    capabilities = Capabilities(batched=frozenset({MATTE}))
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        assert files.prepared is not None
+        self.device = device
+        module = U2NetP()
+        module.load_state_dict(load_file(str(files.prepared / WEIGHTS)), strict=True)
+        self.module = module.eval().to(device)
+
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+        x = torch.from_numpy(np.concatenate([matte_u2netp.preprocess(p) for p in pictures])).to(self.device)
+        with torch.inference_mode():
+            fused = self.module(x)[0].float().cpu().numpy()
+        return [matte_u2netp.postprocess(fused[i : i + 1], (p.shape[1], p.shape[0])) for i, p in enumerate(pictures)]
