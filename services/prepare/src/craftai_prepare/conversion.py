@@ -16,8 +16,6 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -32,21 +30,9 @@ from craftai_common.store import (
     check_prepared,
     fsync_dir,
 )
-from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import ConversionError, Converter
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import catalogue_pb2
-
-Step = Callable[[str], None]  # a converter says what it is doing
-
-
-@dataclass(frozen=True)
-class Converter:
-    """A conversion, named by the revision the catalogue's route carries."""
-
-    revision: str
-    # (source files by role, output folder, step) -> measured differences against the source
-    run: Callable[[dict[str, Path], Path, Step], dict[str, float]]
-    steps: int = 4
 
 
 def converters() -> dict[str, Converter]:

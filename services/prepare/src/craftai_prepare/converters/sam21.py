@@ -51,8 +51,7 @@ from craftai_models import imagenet
 from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS, WEIGHTS
 from craftai_models.sam2.hiera import HieraConfig
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
-from craftai_prepare.conversion import Converter, Step
-from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import ConversionError, Converter, Step
 
 CONVERTER_VERSION = 1
 

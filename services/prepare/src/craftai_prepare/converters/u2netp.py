@@ -35,8 +35,7 @@ from safetensors.torch import save
 
 from craftai_models import imagenet
 from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
-from craftai_prepare.conversion import Converter, Step
-from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import ConversionError, Converter, Step
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
 CONVERTER_VERSION = 1
