@@ -8,9 +8,13 @@ converter imports the step. This module stays light: torch and onnx load only wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 Step = Callable[[str], None]  # a converter says what it is doing
 
@@ -29,4 +33,12 @@ class Converter:
     steps: int = 4
 
 
-__all__ = ["ConversionError", "Converter", "Step"]
+def write_weights(path: Path, state_dict: Mapping[str, torch.Tensor]) -> None:
+    """Write converted weights as safetensors. Serialised in memory and written by Python, so that
+    a full disk is an OSError (ENOSPC) like any other, which the prepare step reports as such."""
+    from safetensors.torch import save
+
+    path.write_bytes(save({k: v.contiguous() for k, v in state_dict.items()}))
+
+
+__all__ = ["ConversionError", "Converter", "Step", "write_weights"]

@@ -30,12 +30,11 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 import torch
-from safetensors.torch import save
 
 from craftai_models import imagenet
 from craftai_models.onnx_sessions import open_session
 from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
-from craftai_prepare.converters import ConversionError, Converter, Step
+from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
 from craftai_prepare.onnx_graph import OnnxGraph, attributes, constant_value, describe
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
@@ -503,8 +502,7 @@ def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]
     found = compare(model, state_dict)
     check(found)
     step("writing the weights")
-    # Serialised in memory and written by Python, so a full disk is an OSError (ENOSPC) like any other.
-    (out / WEIGHTS).write_bytes(save(state_dict))
+    write_weights(out / WEIGHTS, state_dict)
     return {f"max_abs_{d.name}": d.max_abs for d in found}
 
 

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from safetensors.torch import save
-
 from craftai_models.sam2.contract import WEIGHTS
-from craftai_prepare.converters import ConversionError, Converter, Step
+from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
 from craftai_prepare.converters.sam21.assembly import convert, convert_decoder, convert_encoder, load_onnx
 from craftai_prepare.converters.sam21.ops import GraphMismatchError
 from craftai_prepare.converters.sam21.probe import (
@@ -67,8 +65,7 @@ def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]
     if not report.ok:
         raise ConversionError("the converted network differs from the ONNX files: " + "; ".join(report.failures()))
     step("writing the weights")
-    # Serialised in memory and written by Python, so a full disk is an OSError (ENOSPC) like any other.
-    (out / WEIGHTS).write_bytes(save({k: v.contiguous() for k, v in state_dict.items()}))
+    write_weights(out / WEIGHTS, state_dict)
     return {
         "feature_max_abs": report.feature_max,
         "logits_max_abs": report.logits_max_abs,
