@@ -14,9 +14,10 @@ from pathlib import Path
 
 import grpc
 
-from craftai_common.errors import Reason, ServiceError, resource_exhausted
+from craftai_common.errors import Reason, ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
+from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import Source, SourceError, Timeouts
 
@@ -42,15 +43,6 @@ def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, s
 
     digest = sha256_file(path, progress=progress)
     return hashed, digest
-
-
-def _no_space(pin: FilePin, store: Store) -> ServiceError:
-    return resource_exhausted(
-        Reason.NO_SPACE,
-        f"no space left on the store's disk ({store.root}) while writing {pin.name} ({pin.size:,} bytes); "
-        "nothing partial was kept; free some space and run the setup again",
-        file=pin.name,
-    )
 
 
 def ensure_file(
@@ -86,7 +78,7 @@ def ensure_file(
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 partial.unlink(missing_ok=True)
-                raise _no_space(pin, store) from exc
+                raise no_space(store, f"writing {pin.name} ({pin.size:,} bytes)", file=pin.name) from exc
             failures.append(f"{source.describe()}: {exc.strerror or exc}")
             continue
         return outcome
