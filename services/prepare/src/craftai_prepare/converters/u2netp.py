@@ -35,7 +35,7 @@ from craftai_models import imagenet
 from craftai_models.onnx_sessions import open_session
 from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
 from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
-from craftai_prepare.onnx_graph import OnnxGraph, attributes, constant_value, describe
+from craftai_prepare.onnx_graph import OnnxGraph, attribute, attributes, constant_value, describe
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
 CONVERTER_VERSION = 1
@@ -66,7 +66,7 @@ def _show(attrs: dict[str, object]) -> str:
 
 def _number(node: onnx.NodeProto, name: str, default: float) -> float:
     """A scalar attribute (int or float) of ``node``, or ``default`` when absent."""
-    value = attributes(node).get(name, default)
+    value = attribute(node, name, default)
     if not isinstance(value, int | float):
         raise ConversionError(f"{describe(node)}: attribute {name!r} is {value!r}, where a number is expected")
     return value
@@ -145,7 +145,7 @@ class _Walk:
             array = found
         for node in reversed(chain):  # innermost first
             if node.op_type == "Transpose":
-                array = np.transpose(array, _ints(attributes(node).get("perm")) or None)
+                array = np.transpose(array, _ints(attribute(node, "perm")) or None)
         return array
 
     def _store(self, key: str, array: npt.NDArray[np.generic], node: onnx.NodeProto) -> None:
