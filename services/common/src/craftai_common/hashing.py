@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
 CHUNK = 1 << 20
 
 
-def sha256_file(path: Path, chunk: int = CHUNK) -> str:
+def sha256_file(path: Path, chunk: int = CHUNK, progress: Callable[[int], None] | None = None) -> str:
+    """The file's SHA-256; `progress` hears the bytes hashed so far after each chunk (a large model
+    takes seconds to check, and the caller may be streaming progress to a user)."""
     digest = hashlib.sha256()
+    done = 0
     with path.open("rb") as f:
         while block := f.read(chunk):
             digest.update(block)
+            if progress is not None:
+                done += len(block)
+                progress(done)
     return digest.hexdigest()
 
 

@@ -16,37 +16,25 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
 from craftai_common.catalogue_client import pins_of
-from craftai_common.errors import Reason, ServiceError, failed_precondition, resource_exhausted
+from craftai_common.errors import Reason, ServiceError, failed_precondition
 from craftai_common.hashing import sha256_file
 from craftai_common.store import (
+    MANIFEST,
     Manifest,
     OutputRecord,
     Store,
     check_prepared,
     fsync_dir,
 )
-from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import ConversionError, Converter
+from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import catalogue_pb2
-
-Step = Callable[[str], None]  # a converter says what it is doing
-
-
-@dataclass(frozen=True)
-class Converter:
-    """A conversion, named by the revision the catalogue's route carries."""
-
-    revision: str
-    # (source files by role, output folder, step) -> measured differences against the source
-    run: Callable[[dict[str, Path], Path, Step], dict[str, float]]
-    steps: int = 4
 
 
 def converters() -> dict[str, Converter]:
@@ -100,8 +88,7 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
         reporter.progress("convert", converter.steps, converter.steps, "steps", "writing the manifest", force=True)
         outputs = {}
         for path in sorted(work.iterdir()):
-            with path.open("rb") as f:
-                os.fsync(f.fileno())
+            _fsync(path)
             outputs[path.name] = OutputRecord(path.stat().st_size, sha256_file(path))
         manifest = Manifest(
             key=key,
@@ -112,9 +99,8 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
             verification=verification,
             created_at=time.time(),
         )
-        (work / "manifest.json").write_text(manifest.to_json())
-        with (work / "manifest.json").open("rb") as f:
-            os.fsync(f.fileno())
+        (work / MANIFEST).write_text(manifest.to_json())
+        _fsync(work / MANIFEST)
         fsync_dir(work)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(work, target)
@@ -127,15 +113,17 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
         ) from exc
     except OSError as exc:
         if exc.errno == errno.ENOSPC:
-            raise resource_exhausted(
-                Reason.NO_SPACE,
-                f"no space left on the store's disk ({store.root}) while preparing {route.recipe} ({route.engine}); "
-                "nothing partial was kept; free some space and run the setup again",
-            ) from exc
+            raise no_space(store, f"preparing {route.recipe} ({route.engine})") from exc
         raise
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return key
+
+
+def _fsync(path: Path) -> None:
+    """Make a written file durable before the folder that holds it is renamed into place."""
+    with path.open("rb") as f:
+        os.fsync(f.fileno())
 
 
 def _remove(folder: Path, store: Store) -> None:

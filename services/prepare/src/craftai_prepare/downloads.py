@@ -14,13 +14,12 @@ from pathlib import Path
 
 import grpc
 
-from craftai_common.errors import Reason, ServiceError, resource_exhausted
-from craftai_common.hashing import CHUNK, HashingWriter
+from craftai_common.errors import Reason, ServiceError
+from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
+from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import Source, SourceError, Timeouts
-
-DEFAULT_TIMEOUTS = Timeouts()
 
 DEFAULT_TIMEOUTS = Timeouts()
 
@@ -32,26 +31,18 @@ class FetchOutcome:
     source: str
 
 
-def _hash_with_progress(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, str]:
-    import hashlib
+def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, str]:
+    """Size and SHA-256 of the file already in place, with progress for the user. The size is the
+    bytes hashed, so that a mismatch message describes the very bytes it names the hash of."""
+    hashed = 0
 
-    digest = hashlib.sha256()
-    done = 0
-    with path.open("rb") as f:
-        while block := f.read(CHUNK):
-            digest.update(block)
-            done += len(block)
-            reporter.progress("verify", done, pin.size, "bytes", f"checking {pin.name}")
-    return done, digest.hexdigest()
+    def progress(done: int) -> None:
+        nonlocal hashed
+        hashed = done
+        reporter.progress("verify", done, pin.size, "bytes", f"checking {pin.name}")
 
-
-def _no_space(pin: FilePin, store: Store) -> ServiceError:
-    return resource_exhausted(
-        Reason.NO_SPACE,
-        f"no space left on the store's disk ({store.root}) while writing {pin.name} ({pin.size:,} bytes); "
-        "nothing partial was kept; free some space and run the setup again",
-        file=pin.name,
-    )
+    digest = sha256_file(path, progress=progress)
+    return hashed, digest
 
 
 def ensure_file(
@@ -65,7 +56,7 @@ def ensure_file(
     """
     path = store.model_path(pin)
     if path.is_file():
-        size, digest = _hash_with_progress(path, pin, reporter)
+        size, digest = _check_present(path, pin, reporter)
         if size == pin.size and digest == pin.sha256:
             store.write_record(pin)
             return FetchOutcome(pin, downloaded=False, source="present")
@@ -87,7 +78,7 @@ def ensure_file(
         except OSError as exc:
             if exc.errno == errno.ENOSPC:
                 partial.unlink(missing_ok=True)
-                raise _no_space(pin, store) from exc
+                raise no_space(store, f"writing {pin.name} ({pin.size:,} bytes)", file=pin.name) from exc
             failures.append(f"{source.describe()}: {exc.strerror or exc}")
             continue
         return outcome

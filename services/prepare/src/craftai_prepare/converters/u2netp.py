@@ -30,13 +30,12 @@ import numpy as np
 import numpy.typing as npt
 import onnx
 import torch
-from onnx import numpy_helper
-from safetensors.torch import save
 
 from craftai_models import imagenet
+from craftai_models.onnx_sessions import open_session
 from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
-from craftai_prepare.conversion import Converter, Step
-from craftai_prepare.converters import ConversionError
+from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
+from craftai_prepare.onnx_graph import OnnxGraph, attribute, attributes, constant_value, describe
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
 CONVERTER_VERSION = 1
@@ -61,27 +60,15 @@ Array = npt.NDArray[np.float32]
 _SIZE_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Slice", "Cast", "Concat", "Constant", "Identity"})
 
 
-def _describe(node: onnx.NodeProto) -> str:
-    if node.name:
-        return f"node {node.name!r} ({node.op_type})"
-    return f"a {node.op_type} node (unnamed, outputs {list(node.output)})"
-
-
-def _attrs(node: onnx.NodeProto) -> dict[str, object]:
-    """A node's attributes as Python values (strings decoded, so messages read plainly)."""
-    values = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-    return {k: v.decode() if isinstance(v, bytes) else v for k, v in values.items()}
-
-
 def _show(attrs: dict[str, object]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(attrs.items())) or "no attributes"
 
 
 def _number(node: onnx.NodeProto, name: str, default: float) -> float:
     """A scalar attribute (int or float) of ``node``, or ``default`` when absent."""
-    value = _attrs(node).get(name, default)
+    value = attribute(node, name, default)
     if not isinstance(value, int | float):
-        raise ConversionError(f"{_describe(node)}: attribute {name!r} is {value!r}, where a number is expected")
+        raise ConversionError(f"{describe(node)}: attribute {name!r} is {value!r}, where a number is expected")
     return value
 
 
@@ -93,42 +80,30 @@ class _Walk:
     """Matches the module's forward against the graph, one node at a time, and fills the state_dict."""
 
     def __init__(self, model: onnx.ModelProto, module: U2NetP) -> None:
-        graph = model.graph
-        self.graph = graph
+        self.g = OnnxGraph(model)
         self.module = module
-        self.nodes = list(graph.node)
-        self.initializers = {t.name: t for t in graph.initializer}
-        self.producer: dict[str, int] = {}
-        self.consumers: dict[str, list[int]] = {}
-        for index, node in enumerate(self.nodes):
-            for name in node.output:
-                if name:
-                    self.producer[name] = index
-            for name in node.input:
-                if name:
-                    self.consumers.setdefault(name, []).append(index)
-        self.claimed: set[int] = set()
+        self.claimed: set[int] = set()  # positions of the nodes matched so far
         self.state: dict[str, torch.Tensor] = {}
 
     # -- finding nodes -------------------------------------------------------------------------
 
     def _where(self, value: str) -> str:
-        index = self.producer.get(value)
-        return f"value {value!r} (from {_describe(self.nodes[index])})" if index is not None else f"value {value!r}"
+        node = self.g.producers.get(value)
+        return f"value {value!r} (from {describe(node)})" if node is not None else f"value {value!r}"
 
-    def _claim(self, index: int) -> onnx.NodeProto:
-        self.claimed.add(index)
-        return self.nodes[index]
+    def _claim(self, node: onnx.NodeProto) -> onnx.NodeProto:
+        self.claimed.add(self.g.position(node))
+        return node
+
+    def _unclaimed(self, node: onnx.NodeProto) -> bool:
+        return self.g.position(node) not in self.claimed
 
     def _next(self, value: str, op_type: str, purpose: str) -> onnx.NodeProto:
         """The one unmatched ``op_type`` node that takes ``value`` as its first input."""
-        found = [
-            i
-            for i in self.consumers.get(value, [])
-            if i not in self.claimed and self.nodes[i].op_type == op_type and self.nodes[i].input[0] == value
-        ]
+        users = self.g.consumers.get(value, [])
+        found = [n for n in users if self._unclaimed(n) and n.op_type == op_type and n.input[0] == value]
         if len(found) != 1:
-            seen = sorted({self.nodes[i].op_type for i in self.consumers.get(value, [])})
+            seen = sorted({n.op_type for n in users})
             raise ConversionError(
                 f"{self._where(value)} should feed exactly one {op_type} node ({purpose}); "
                 f"found {len(found)} (it feeds: {', '.join(seen) or 'nothing'})"
@@ -137,46 +112,47 @@ class _Walk:
 
     def _only_consumer(self, value: str, op_type: str, purpose: str) -> onnx.NodeProto:
         """Like ``_next``, but ``value`` must feed nothing else (e.g. a conv's pre-activation)."""
-        users = self.consumers.get(value, [])
+        users = self.g.consumers.get(value, [])
         node = self._next(value, op_type, purpose)
         if len(users) != 1:
             raise ConversionError(
                 f"{self._where(value)} should feed only the {op_type} ({purpose}); it feeds "
-                + ", ".join(_describe(self.nodes[i]) for i in users)
+                + ", ".join(describe(n) for n in users)
             )
         return node
 
     def _constant(self, value: str, user: onnx.NodeProto) -> npt.NDArray[np.generic]:
         """A stored tensor: an initializer, a Constant node, or either through Identity/Transpose."""
-        if value in self.initializers:
-            return numpy_helper.to_array(self.initializers[value])
-        index = self.producer.get(value)
-        if index is None:
-            raise ConversionError(f"{_describe(user)}: input {value!r} is neither stored nor computed in the graph")
-        node = self.nodes[index]
-        if node.op_type == "Constant":
-            self._claim(index)
-            attrs = _attrs(node)
-            if "value" not in attrs or not isinstance(attrs["value"], onnx.TensorProto):
-                raise ConversionError(f"{_describe(node)}: only a tensor 'value' constant is understood")
-            return numpy_helper.to_array(attrs["value"])
-        if node.op_type == "Identity":
-            self._claim(index)
-            return self._constant(node.input[0], node)
-        if node.op_type == "Transpose":
-            self._claim(index)
-            perm = _ints(_attrs(node).get("perm"))
-            inner = self._constant(node.input[0], node)
-            return np.transpose(inner, perm or None)
-        raise ConversionError(
-            f"{_describe(user)}: input {value!r} is computed by {_describe(node)}, where u2netp has a stored tensor"
-        )
+        stored, chain = self.g.behind(value, ("Identity", "Transpose"))
+        for node in chain:
+            self._claim(node)
+        user = chain[-1] if chain else user
+        if stored in self.g.initializers:
+            array: npt.NDArray[np.generic] = self.g.initializers[stored]
+        else:
+            producer = self.g.producers.get(stored)
+            if producer is None:
+                raise ConversionError(f"{describe(user)}: input {stored!r} is neither stored nor computed in the graph")
+            if producer.op_type != "Constant":
+                raise ConversionError(
+                    f"{describe(user)}: input {stored!r} is computed by {describe(producer)}, "
+                    "where u2netp has a stored tensor"
+                )
+            self._claim(producer)
+            found = constant_value(producer)
+            if found is None:
+                raise ConversionError(f"{describe(producer)}: only a tensor 'value' constant is understood")
+            array = found
+        for node in reversed(chain):  # innermost first
+            if node.op_type == "Transpose":
+                array = np.transpose(array, _ints(attribute(node, "perm")) or None)
+        return array
 
     def _store(self, key: str, array: npt.NDArray[np.generic], node: onnx.NodeProto) -> None:
         expected = self.module.get_parameter(key)
         if tuple(array.shape) != tuple(expected.shape):
             raise ConversionError(
-                f"{_describe(node)} ({key}): shape {tuple(array.shape)}, where u2netp has {tuple(expected.shape)}"
+                f"{describe(node)} ({key}): shape {tuple(array.shape)}, where u2netp has {tuple(expected.shape)}"
             )
         # A fresh float32 copy per key: shared initializers must not share storage (safetensors refuses it).
         self.state[key] = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
@@ -188,7 +164,7 @@ class _Walk:
         module = self.module.get_submodule(key)
         assert isinstance(module, torch.nn.Conv2d)
         node = self._next(x, "Conv", key)
-        attrs = _attrs(node)
+        attrs = attributes(node)
         weight = self._constant(node.input[1], node).astype(np.float64)
         has_bias = len(node.input) > 2 and node.input[2] != ""
         bias = self._constant(node.input[2], node).astype(np.float64) if has_bias else np.zeros(weight.shape[:1])
@@ -210,9 +186,9 @@ class _Walk:
         if (_ints(attrs.get("pads")) or [0, 0, 0, 0]) != want_pads:
             problems.append(f"pads {attrs.get('pads')} (u2netp: {want_pads})")
         if problems:
-            raise ConversionError(f"{_describe(node)} ({key}): " + ", ".join(problems))
+            raise ConversionError(f"{describe(node)} ({key}): " + ", ".join(problems))
         out = node.output[0]
-        following = [self.nodes[i] for i in self.consumers.get(out, [])]
+        following = self.g.consumers.get(out, [])
         if len(following) == 1 and following[0].op_type == "BatchNormalization":
             bn = self._only_consumer(out, "BatchNormalization", key)
             weight, bias = self._fold(bn, weight, bias)
@@ -228,17 +204,17 @@ class _Walk:
     ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """Fold an inference BatchNormalization into the conv before it (in float64)."""
         if _number(bn, "training_mode", 0) != 0 or len(bn.output) > 1 or len(bn.input) != 5:
-            raise ConversionError(f"{_describe(bn)}: a training-mode BatchNormalization cannot be folded")
+            raise ConversionError(f"{describe(bn)}: a training-mode BatchNormalization cannot be folded")
         scale, shift, mean, var = (self._constant(name, bn).astype(np.float64) for name in bn.input[1:5])
         eps = _number(bn, "epsilon", 1e-5)
         factor = scale / np.sqrt(var + eps)
         if factor.shape != bias.shape:
-            raise ConversionError(f"{_describe(bn)}: {factor.shape[0]} channels after a {bias.shape[0]}-channel conv")
+            raise ConversionError(f"{describe(bn)}: {factor.shape[0]} channels after a {bias.shape[0]}-channel conv")
         return weight * factor[:, None, None, None], (bias - mean) * factor + shift
 
     def pool(self, x: str) -> str:
         node = self._next(x, "MaxPool", "max-pool 2x2")
-        attrs = _attrs(node)
+        attrs = attributes(node)
         ok = (
             _ints(attrs.get("kernel_shape")) == [2, 2]
             and _ints(attrs.get("strides")) == [2, 2]
@@ -249,12 +225,12 @@ class _Walk:
             and len(node.output) == 1
         )
         if not ok:
-            raise ConversionError(f"{_describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
+            raise ConversionError(f"{describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
         return node.output[0]
 
     def upsample_like(self, x: str, like: str) -> str:
         node = self._next(x, "Resize", f"bilinear resize to the size of {like!r}")
-        attrs = _attrs(node)
+        attrs = attributes(node)
         mode = attrs.get("mode", "nearest")
         transform = attrs.get("coordinate_transformation_mode", "half_pixel")
         if (
@@ -264,35 +240,34 @@ class _Walk:
             or "axes" in attrs
         ):
             raise ConversionError(
-                f"{_describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
+                f"{describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
                 f"got {_show(attrs)}"
             )
         inputs = list(node.input) + [""] * (4 - len(node.input))
         for name in inputs[1:3]:  # roi, scales: absent or empty
             if name and self._constant(name, node).size != 0:
                 raise ConversionError(
-                    f"{_describe(node)}: resizes by fixed scales; u2netp resizes to the skip tensor's size"
+                    f"{describe(node)}: resizes by fixed scales; u2netp resizes to the skip tensor's size"
                 )
         if not inputs[3]:
-            raise ConversionError(f"{_describe(node)}: has no sizes input; u2netp resizes to the skip tensor's size")
+            raise ConversionError(f"{describe(node)}: has no sizes input; u2netp resizes to the skip tensor's size")
         sources = self._shape_sources(inputs[3], node)
         if like not in sources or not sources <= {x, like}:
             raise ConversionError(
-                f"{_describe(node)}: its size comes from the shapes of {sorted(sources)}; u2netp takes it from {like!r}"
+                f"{describe(node)}: its size comes from the shapes of {sorted(sources)}; u2netp takes it from {like!r}"
             )
         return node.output[0]
 
     def _shape_sources(self, value: str, user: onnx.NodeProto) -> set[str]:
         """The tensors whose Shape the size computation ending at ``value`` reads (claims its nodes)."""
-        if value in self.initializers:
-            raise ConversionError(f"{_describe(user)}: fixed sizes {value!r}; u2netp resizes to the skip tensor's size")
-        index = self.producer.get(value)
-        if index is None:
-            raise ConversionError(f"{_describe(user)}: input {value!r} is not computed in the graph")
-        node = self.nodes[index]
+        if value in self.g.initializers:
+            raise ConversionError(f"{describe(user)}: fixed sizes {value!r}; u2netp resizes to the skip tensor's size")
+        node = self.g.producers.get(value)
+        if node is None:
+            raise ConversionError(f"{describe(user)}: input {value!r} is not computed in the graph")
         if node.op_type not in _SIZE_OPS:
-            raise ConversionError(f"{_describe(user)}: its size is computed by {_describe(node)}, not from shapes")
-        self._claim(index)
+            raise ConversionError(f"{describe(user)}: its size is computed by {describe(node)}, not from shapes")
+        self._claim(node)
         if node.op_type == "Shape":
             return {node.input[0]}
         sources: set[str] = set()
@@ -303,12 +278,12 @@ class _Walk:
 
     def cat(self, parts: Sequence[str], purpose: str) -> str:
         found = [
-            i
-            for i in self.consumers.get(parts[0], [])
-            if i not in self.claimed
-            and self.nodes[i].op_type == "Concat"
-            and list(self.nodes[i].input) == list(parts)
-            and _number(self.nodes[i], "axis", 0) in (1, -3)
+            n
+            for n in self.g.consumers.get(parts[0], [])
+            if self._unclaimed(n)
+            and n.op_type == "Concat"
+            and list(n.input) == list(parts)
+            and _number(n, "axis", 0) in (1, -3)
         ]
         if len(found) != 1:
             raise ConversionError(
@@ -319,11 +294,9 @@ class _Walk:
 
     def add(self, a: str, b: str, purpose: str) -> str:
         found = [
-            i
-            for i in self.consumers.get(a, [])
-            if i not in self.claimed
-            and self.nodes[i].op_type == "Add"
-            and sorted(self.nodes[i].input) == sorted((a, b))
+            n
+            for n in self.g.consumers.get(a, [])
+            if self._unclaimed(n) and n.op_type == "Add" and sorted(n.input) == sorted((a, b))
         ]
         if len(found) != 1:
             raise ConversionError(f"expected one Add of {a!r} and {b!r} ({purpose}), found {len(found)}")
@@ -374,9 +347,8 @@ class _Walk:
         return [self.sigmoid(value, f"the sigmoid of {name}") for value, name in maps]
 
 
-def _graph_input(graph: onnx.GraphProto) -> str:
-    stored = {t.name for t in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in stored]
+def _graph_input(g: OnnxGraph) -> str:
+    inputs = g.inputs()
     if len(inputs) != 1:
         raise ConversionError(f"u2netp has one input; the graph has {len(inputs)}: {[i.name for i in inputs]}")
     tensor = inputs[0].type.tensor_type
@@ -398,15 +370,15 @@ def convert(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
     """
     module = U2NetP()
     walk = _Walk(model, module)
-    outputs = walk.network(_graph_input(model.graph))
+    outputs = walk.network(_graph_input(walk.g))
     declared = [o.name for o in model.graph.output]
     if declared != outputs:
         raise ConversionError(
             f"the graph's outputs are {declared}; u2netp's are the fused map then side outputs 1..6: {outputs}"
         )
-    left = [walk.nodes[i] for i in range(len(walk.nodes)) if i not in walk.claimed]
+    left = [node for i, node in enumerate(walk.g.nodes) if i not in walk.claimed]
     if left:
-        shown = ", ".join(_describe(n) for n in left[:5])
+        shown = ", ".join(describe(n) for n in left[:5])
         raise ConversionError(f"{len(left)} node(s) are not part of u2netp: {shown}")
     missing = sorted(set(module.state_dict()) - set(walk.state))
     if missing:  # cannot happen while the walk mirrors forward; kept as a guard for later edits
@@ -450,12 +422,7 @@ def probe_input(batch: int = 1) -> Array:
 
 def run_reference(model: onnx.ModelProto, inputs: Array, *, threads: int = 1) -> list[Array]:
     """The source graph through onnxruntime (CPU), one picture at a time (the published batch is 1)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = open_session(model.SerializeToString(), "cpu", intra_op_threads=threads)
     name = session.get_inputs()[0].name
     per_picture = [session.run(None, {name: inputs[i : i + 1]}) for i in range(inputs.shape[0])]
     return [
@@ -535,8 +502,7 @@ def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]
     found = compare(model, state_dict)
     check(found)
     step("writing the weights")
-    # Serialised in memory and written by Python, so a full disk is an OSError (ENOSPC) like any other.
-    (out / WEIGHTS).write_bytes(save(state_dict))
+    write_weights(out / WEIGHTS, state_dict)
     return {f"max_abs_{d.name}": d.max_abs for d in found}
 
 
