@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from craftai import LowResMask, Point, Retries
-from craftai.calls import prompt
+from craftai.calls import prompt, resolve_request, setup_request
 from craftai.errors import CraftAiError
 from craftai.outputs import segment_output
 from craftai.policy import RetryPlan
@@ -72,6 +72,13 @@ def test_a_prompt_from_points_tuples_a_box_and_a_previous_answer() -> None:
     assert prompt([], None, b"\1" * 8, False).mask_input.width == 256  # raw logits: the 256x256 default
     with pytest.raises(ValueError, match="four numbers"):
         prompt([], (1, 2, 3), None, False)
+
+
+def test_setup_and_resolve_carry_no_machine_info() -> None:
+    """Engine advice is the catalogue's: it asks the infer service itself."""
+    assert not setup_request("image.matte").HasField("gpu_available")
+    request = resolve_request("image.matte", "u2netp")
+    assert not request.HasField("machine") and (request.route.recipe, request.route.engine) == ("u2netp", "")
 
 
 def test_a_segment_result_becomes_masks_best_first() -> None:

@@ -99,17 +99,16 @@ def prompt(
 
 
 def resolve_request(
-    feature: str, gpu_available: bool, recipe: str | None = None, engine: str | None = None
+    feature: str, recipe: str | None = None, engine: str | None = None
 ) -> catalogue_pb2.ResolveRouteRequest:
-    return catalogue_pb2.ResolveRouteRequest(
-        route=route_ref(feature, recipe, engine), machine=catalogue_pb2.MachineInfo(gpu_available=gpu_available)
-    )
+    """No machine info: the catalogue asks the infer service what it runs on (engine advice is its
+    to give, DESIGN.md section 2)."""
+    return catalogue_pb2.ResolveRouteRequest(route=route_ref(feature, recipe, engine))
 
 
-def setup_request(
-    feature: str, gpu_available: bool, recipe: str | None = None, engine: str | None = None
-) -> prepare_pb2.SetupRequest:
-    return prepare_pb2.SetupRequest(route=route_ref(feature, recipe, engine), gpu_available=gpu_available)
+def setup_request(feature: str, recipe: str | None = None, engine: str | None = None) -> prepare_pb2.SetupRequest:
+    """No gpu_available: prepare resolves through the catalogue, which asks the infer service."""
+    return prepare_pb2.SetupRequest(route=route_ref(feature, recipe, engine))
 
 
 def matte_request(

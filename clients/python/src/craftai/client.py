@@ -172,9 +172,9 @@ class AiClient:
     def resolve(
         self, feature: str, recipe: str | None = None, engine: str | None = None
     ) -> catalogue_pb2.ResolveRouteResponse:
-        """The route the services would use on the infer service's machine (engine advice)."""
-        gpu = self.runtime().gpu_available
-        return self.transport.unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, gpu, recipe, engine))
+        """The route the services would use on the infer service's machine (engine advice: the
+        catalogue asks the infer service what it runs on; `reason` says what it found)."""
+        return self.transport.unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, recipe, engine))
 
     # -- setup ---------------------------------------------------------------------------
 
@@ -186,8 +186,7 @@ class AiClient:
         Leaving the loop early does not stop the preparation on the server: the next call joins it
         (and so does a retry after the connection was lost: progress then starts again).
         """
-        gpu = self.runtime().gpu_available
-        request = calls.setup_request(feature, gpu, recipe, engine)
+        request = calls.setup_request(feature, recipe, engine)
         events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
         with contextlib.closing(events):
             for event in events:
