@@ -3,18 +3,11 @@
 from craftai import AiClient
 """
 
-from craftai.client import (
-    AiClient,
-    Deadlines,
-    LowResMask,
-    MaskOutput,
-    MatteOutput,
-    Point,
-    Retries,
-    SegmentOutput,
-    SegmentSession,
-)
+from craftai.client import AiClient
 from craftai.errors import CraftAiError
+from craftai.outputs import LowResMask, MaskOutput, MatteOutput, Point, SegmentOutput
+from craftai.policy import Deadlines, Retries
+from craftai.session import SegmentSession
 
 __all__ = [
     "AiClient",

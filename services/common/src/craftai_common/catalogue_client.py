@@ -38,10 +38,13 @@ class CatalogueClient:
             self._stub = catalogue_pb2_grpc.CatalogueServiceStub(self._channel)
         return self._stub
 
-    async def resolve(self, route: common_pb2.RouteRef, *, gpu_available: bool) -> catalogue_pb2.ResolveRouteResponse:
-        request = catalogue_pb2.ResolveRouteRequest(
-            route=route, machine=catalogue_pb2.MachineInfo(gpu_available=gpu_available)
-        )
+    async def resolve(
+        self, route: common_pb2.RouteRef, *, gpu_available: bool | None
+    ) -> catalogue_pb2.ResolveRouteResponse:
+        """The catalogue's advice for this machine; `gpu_available` None: for the infer service's
+        machine, which the catalogue asks itself."""
+        machine = None if gpu_available is None else catalogue_pb2.MachineInfo(gpu_available=gpu_available)
+        request = catalogue_pb2.ResolveRouteRequest(route=route, machine=machine)
         try:
             return await self._get_stub().ResolveRoute(request, timeout=self.timeout, metadata=Peers.metadata())
         except grpc.aio.AioRpcError as exc:

@@ -95,7 +95,8 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
             raise invalid_argument(
                 Reason.UNKNOWN_FEATURE, "name the feature to set up, e.g. image.matte", field="route.feature"
             )
-        resolved = await self.catalogue.resolve(request.route, gpu_available=request.gpu_available)
+        gpu = request.gpu_available if request.HasField("gpu_available") else None  # unset: the catalogue asks infer
+        resolved = await self.catalogue.resolve(request.route, gpu_available=gpu)
         route: common_pb2.RouteRef = resolved.route
         key = f"{route.feature}/{route.recipe}/{route.engine}"
         log.info("setup %s (%s)", key, resolved.reason)

@@ -341,7 +341,13 @@ class ResolveRouteRequest(_message.Message):
         """feature required; recipe/engine optional"""
 
     @_builtins.property
-    def machine(self) -> Global___MachineInfo: ...
+    def machine(self) -> Global___MachineInfo:
+        """Optional. Set (the infer service sets it for itself): the advice is for this machine.
+        Absent: the catalogue asks the infer service (GetRuntime, a short deadline, an answer kept a
+        few seconds); when infer is not configured or does not answer, no GPU is assumed and the
+        reason says so.
+        """
+
     def __init__(
         self,
         *,
@@ -365,7 +371,9 @@ class ResolveRouteResponse(_message.Message):
     CHOSEN_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
-    """plain words: why this route suits the machine"""
+    """Plain words: why this route suits the machine, and, when the request gave no machine info,
+    where the catalogue's came from (the infer service's answer, or "no GPU is assumed" and why).
+    """
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef:
         """fully resolved"""

@@ -29,7 +29,9 @@ class SetupRequest(_message.Message):
     ROUTE_FIELD_NUMBER: _builtins.int
     GPU_AVAILABLE_FIELD_NUMBER: _builtins.int
     gpu_available: _builtins.bool
-    """what the infer service reported, for the advice"""
+    """Optional, for older clients: when set, the advice is for a machine with (or without) a GPU;
+    unset, the catalogue asks the infer service what it runs on.
+    """
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef:
         """feature required; recipe/engine optional (catalogue advice)"""
@@ -38,13 +40,15 @@ class SetupRequest(_message.Message):
         self,
         *,
         route: _common_pb2.RouteRef | None = ...,
-        gpu_available: _builtins.bool = ...,
+        gpu_available: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_gpu_available", b"_gpu_available", "gpu_available", b"gpu_available", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_available", b"gpu_available", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_gpu_available", b"_gpu_available", "gpu_available", b"gpu_available", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__gpu_available: _TypeAlias = _typing.Literal["gpu_available"]  # noqa: Y015
+    _WhichOneofArgType__gpu_available: _TypeAlias = _typing.Literal["_gpu_available", b"_gpu_available"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__gpu_available) -> _WhichOneofReturnType__gpu_available | None: ...
 
 Global___SetupRequest: _TypeAlias = SetupRequest  # noqa: Y015
 
