@@ -228,7 +228,7 @@ class AiClient:
         The session keeps the picture's bytes: if the server has forgotten it (idle time, memory
         budget, restart), the next prompt opens it again transparently.
         """
-        session = SegmentSession(self, calls.read_picture(picture), recipe or "", engine or "")
+        session = SegmentSession(self.transport, calls.read_picture(picture), recipe or "", engine or "")
         session.open(on_progress, request_id=request_id)
         return session
 

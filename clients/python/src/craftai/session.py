@@ -4,18 +4,14 @@ bytes when the server has forgotten it."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
 
 import grpc
 
 from craftai import calls
 from craftai.errors import CraftAiError
 from craftai.outputs import MaskInput, PointLike, SegmentOutput, segment_output
-from craftai.transport import ProgressCallback, new_request_id
+from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
-
-if TYPE_CHECKING:
-    from craftai.client import AiClient
 
 
 def forgotten(error: CraftAiError) -> bool:
@@ -70,9 +66,9 @@ class SegmentSession(SessionState):
     thread prompts one session at a time.
     """
 
-    def __init__(self, client: AiClient, picture: bytes, recipe: str, engine: str) -> None:
+    def __init__(self, transport: Transport, picture: bytes, recipe: str, engine: str) -> None:
         super().__init__(picture, recipe, engine)
-        self._transport = client.transport
+        self._transport = transport
 
     def open(self, on_progress: ProgressCallback | None = None, *, request_id: str | None = None) -> None:
         """(Re)open on the server with the kept picture bytes; the route answered first is kept."""
