@@ -1,0 +1,85 @@
+"""BiRefNet_lite for image.matte on torch: the network written in this project
+(craftai_models.birefnet), weights read from the pinned safetensors file as downloaded (no
+preparation; the loader has hashed it), the pipeline shared with the onnxruntime route
+(craftai_infer.pipelines.matte_birefnet)."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+import torch
+
+from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.precision import autocast_dtype
+from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture_convert import over_white
+from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_models.birefnet import fold_batchnorm, load_birefnet
+from craftai_models.checkpoints import CheckpointRefusedError
+
+# Autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise (docs/PERFORMANCE.md, BiRefNet_lite).
+GPU_DEFAULT = torch.bfloat16
+
+
+class BirefnetTorch(MatteRoute):
+    """On a GPU: BatchNorm folded into the convs, channels-last, autocast, one CUDA graph per batch
+    size (every picture is a 1024² input, so any pictures batch together). On the CPU: the network
+    as loaded, fp32, one picture per call (a 1024² forward holds about a gigabyte of activations; a
+    batch would hold as many)."""
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        try:
+            self.network = load_birefnet(files.role("weights"), device=device)
+        except CheckpointRefusedError as exc:
+            raise ModelRefusedError(str(exc)) from exc
+        self.device = device
+        self.settings = BirefnetSettings()
+        self._staging = HostStaging(torch.device(device))
+        self._graphs: GraphCache | None = None
+        self.autocast: torch.dtype | None = None
+        if device.startswith("cuda"):
+            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
+            fold_batchnorm(self.network)
+            self.network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+            self._graphs = GraphCache(self._network_forward, torch.device(device), capacity=8)
+            self.capabilities = Capabilities(batched=frozenset({MATTE}))
+
+    def _network_forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self.network(x.contiguous(memory_format=torch.channels_last)),)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits of a normalised (N, 3, 1024, 1024) input, replayed from a CUDA graph on a GPU."""
+        if self._graphs is None:
+            out: torch.Tensor = self.network(x)
+            return out
+        return self._graphs.run(tuple(x.shape), [x])[0]
+
+    def warm_up(self, step: Step) -> None:
+        """Capture the graph of one picture (no-op on the CPU)."""
+        if self._graphs is not None:
+            step(f"capturing the network's CUDA graph at {self.settings.size}²")
+            self.matte([np.zeros((64, 64, 3), np.uint8)])
+
+    def batch_key(self, picture: Picture) -> Hashable:
+        return self.settings.size
+
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+        # On the CPU one forward per picture even when handed several (e.g. a batch formed on the
+        # GPU before a fallback to the CPU): memory stays that of one 1024² forward.
+        groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
+        with torch.inference_mode():
+            return [
+                matte
+                for group in groups
+                for matte in matte_birefnet_batch(
+                    [over_white(p) for p in group],
+                    self.forward,
+                    device=self.device,
+                    autocast=self.autocast,
+                    settings=self.settings,
+                    upload=self._staging.upload,
+                )
+            ]
