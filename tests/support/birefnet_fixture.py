@@ -114,10 +114,16 @@ def calibrate_batchnorm(model: BiRefNet, x: Tensor, seed: int = SEED) -> dict[st
     return state
 
 
+def random_network(seed: int = SEED, order: PatchOrder = TRAINED_ORDER) -> BiRefNet:
+    """The network with `randomised_state_dict` (built on the meta device: no initialisation to pay for)."""
+    with torch.device("meta"):
+        model = birefnet_lite(order)
+    model.load_state_dict(randomised_state_dict(model, seed), strict=True, assign=True)
+    return model.eval()
+
+
 def calibrated_state(seed: int = SEED, order: PatchOrder = TRAINED_ORDER) -> dict[str, Tensor]:
-    model = birefnet_lite(order).eval()
-    model.load_state_dict(randomised_state_dict(model, seed), strict=True)
-    return calibrate_batchnorm(model, photo_input(CALIBRATION_SIDE), seed)
+    return calibrate_batchnorm(random_network(seed, order), photo_input(CALIBRATION_SIDE), seed)
 
 
 def _folder() -> Path:

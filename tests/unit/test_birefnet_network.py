@@ -19,7 +19,7 @@ from craftai_models.birefnet import (
 )
 from craftai_models.checkpoints import expected_tensors
 from craftai_models.deform_conv import deform_conv2d
-from tests.support.birefnet_fixture import METADATA, randomised_state_dict
+from tests.support.birefnet_fixture import METADATA, random_network
 from tests.support.deform_conv_reference import deform_conv2d as deform_conv2d_formula
 
 PINNED_SIZE = 177_634_392  # model.safetensors of ZhengPeng7/BiRefNet_lite (PINS.md)
@@ -133,18 +133,15 @@ def _permute_patch_inputs(state: dict[str, Tensor]) -> dict[str, Tensor]:
 def test_the_patch_order_only_reorders_the_injection_inputs() -> None:
     """The patch-major network equals the channel-major one with the injection blocks' inputs
     reordered: the order is all that differs between the two code revisions."""
-    torch.manual_seed(0)
-    trained = birefnet_lite(PatchOrder.PATCH_MAJOR).eval()
-    state = randomised_state_dict(trained, seed=1)
-    trained.load_state_dict(state)
-    current = birefnet_lite(PatchOrder.CHANNEL_MAJOR).eval()
-    current.load_state_dict(_permute_patch_inputs(state))
+    trained = random_network(1, PatchOrder.PATCH_MAJOR)
+    state = trained.state_dict()
+    with torch.device("meta"):
+        current = birefnet_lite(PatchOrder.CHANNEL_MAJOR)
+    current.load_state_dict(_permute_patch_inputs(state), assign=True)
+    unpermuted = random_network(1, PatchOrder.CHANNEL_MAJOR)
     x = torch.randn(1, 3, 64, 64, generator=torch.Generator().manual_seed(2))
     with torch.inference_mode():
-        a, b = trained(x), current(x)
-        unpermuted = birefnet_lite(PatchOrder.CHANNEL_MAJOR).eval()
-        unpermuted.load_state_dict(state)
-        c = unpermuted(x)
+        a, b, c = trained(x), current.eval()(x), unpermuted(x)
     assert torch.allclose(a, b, rtol=1e-4, atol=1e-4 * float(a.abs().max()))
     assert float((a - c).abs().max()) > 1e-2 * float(a.abs().max())  # the order matters
 
@@ -176,8 +173,7 @@ def test_the_key_layout_is_the_pinned_files() -> None:
 
 
 def test_folded_batchnorm_computes_the_same_logits() -> None:
-    model = birefnet_lite().eval()
-    model.load_state_dict(randomised_state_dict(model, seed=2))
+    model = random_network(2)
     x = torch.randn(1, 3, 64, 96, generator=torch.Generator().manual_seed(4))
     with torch.inference_mode():
         before = model(x)
@@ -188,6 +184,6 @@ def test_folded_batchnorm_computes_the_same_logits() -> None:
 
 
 def test_sides_must_be_multiples_of_32() -> None:
-    model = birefnet_lite().eval()
+    model = random_network(3)
     with pytest.raises(ValueError, match="multiples of 32"):
         model(torch.zeros(1, 3, 64, 80))

@@ -124,15 +124,16 @@ class ASPPModuleDeformable(nn.Module):
 
 class GlobalPool(nn.Sequential):
     """The image-level ASPP branch: average over the picture, 1×1 conv, BatchNorm, ReLU (keys
-    `global_avg_pool.1.*`, `.2.*`), broadcast back to the feature size."""
+    `global_avg_pool.1.*`, `.2.*`). Its (B, 256, 1, 1) output is the same at every pixel: the
+    original resizes it to the feature size (bilinear from 1×1 repeats the value); here it stays
+    1×1 and is broadcast where it is used."""
 
     def __init__(self, cin: int, planes: int) -> None:
         super().__init__(nn.AdaptiveAvgPool2d((1, 1)), nn.Conv2d(cin, planes, 1, bias=False), nn.BatchNorm2d(planes))
 
     def forward(self, x: Tensor) -> Tensor:
-        pooled = F.relu(self[2](self[1](self[0](x))))  # (B, 256, 1, 1)
-        # Bilinear resizing of a 1×1 map (align_corners=True) repeats its value: a broadcast.
-        return pooled.expand(-1, -1, x.shape[2], x.shape[3])
+        out: Tensor = F.relu(self[2](self[1](self[0](x))))
+        return out
 
 
 class ASPPDeformable(nn.Module):
@@ -149,8 +150,15 @@ class ASPPDeformable(nn.Module):
         self.bn1: nn.Module = nn.BatchNorm2d(cout)
 
     def forward(self, x: Tensor) -> Tensor:
-        branches = [self.aspp1(x), *(branch(x) for branch in self.aspp_deforms), self.global_avg_pool(x)]
-        return F.relu(self.bn1(self.conv1(torch.cat(branches, dim=1))))
+        # conv1 over the 1280-channel concatenation [aspp1, aspp_deforms, image level], computed as
+        # the sum of its five 256-channel slices: no 1280-channel map is ever held (over 300 MB at
+        # /4 of a 1024² input), and the image-level slice runs on its 1×1 map, then broadcasts.
+        slices = torch.split(self.conv1.weight, self.conv1.weight.shape[1] // 5, dim=1)
+        out = F.conv2d(self.aspp1(x), slices[0], self.conv1.bias)
+        for branch, weight in zip(self.aspp_deforms, slices[1:4], strict=True):
+            out = out + F.conv2d(branch(x), weight)
+        out = out + F.conv2d(self.global_avg_pool(x), slices[4])  # (B, cout, 1, 1), broadcast
+        return F.relu(self.bn1(out))
 
 
 class BasicDecBlk(nn.Module):

@@ -80,8 +80,10 @@ def deform_conv2d(
         sampled = F.grid_sample(source, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
         del grid
         sampled = sampled.view(b, c, kw, ho * wo).mul_(mask[:, first : first + kw].reshape(b, 1, kw, ho * wo))
-        # (O, C·kw) @ (B, C·kw, HoWo): column index c·kw + tap on both sides.
-        out.add_(torch.matmul(weight[:, :, row, :].reshape(o, c * kw), sampled.view(b, c * kw, ho * wo)))
+        # (O, C·kw) @ (C·kw, HoWo) per picture: column index c·kw + tap on both sides.
+        taps_weight = weight[:, :, row, :].reshape(o, c * kw)
+        for n in range(b):
+            out[n].add_(torch.mm(taps_weight, sampled[n].view(c * kw, ho * wo)))
         del sampled
     result = out.view(b, o, ho, wo)
     return result if bias is None else result + bias.view(1, o, 1, 1)
