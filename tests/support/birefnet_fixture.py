@@ -27,6 +27,7 @@ from craftai_common.store import FilePin
 from craftai_models import imagenet
 from craftai_models.birefnet import TRAINED_ORDER, BiRefNet, GlobalPool, PatchOrder, birefnet_lite
 from craftai_models.swin import relative_position_index
+from tests.support import calibration
 from tests.support.files import CACHE, sample_photo, sha256_of
 
 SEED = 16
@@ -90,28 +91,9 @@ def randomised_state_dict(model: nn.Module, seed: int = SEED) -> dict[str, Tenso
 
 def calibrate_batchnorm(model: BiRefNet, x: Tensor, seed: int = SEED) -> dict[str, Tensor]:
     """Every BatchNorm's running statistics set to those of one forward pass of `x`, but the
-    image-level ASPP branch's (one value per channel and picture: it keeps its random statistics);
-    the state dict (num_batches_tracked random again)."""
-    pooled = {id(m[2]) for m in model.modules() if isinstance(m, GlobalPool)}
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d) and id(m) not in pooled]
-    for bn in bns:
-        bn.reset_running_stats()
-        bn.momentum = None  # cumulative average: one batch -> exactly its statistics
-        bn.train()
-    with torch.no_grad():
-        model(x)
-    for bn in bns:
-        bn.momentum = 0.1
-        bn.eval()
-        var = bn.running_var
-        assert var is not None
-        var.clamp_(min=0.05 * float(var.mean()))  # a near-constant channel would amplify rounding
-    gen = torch.Generator().manual_seed(seed + 1)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    for key in state:
-        if key.endswith("num_batches_tracked"):
-            state[key] = torch.randint(0, 10_000, (), generator=gen, dtype=torch.int64)
-    return state
+    image-level ASPP branch's (one value per channel and picture: it keeps its random statistics)."""
+    pooled = [m[2] for m in model.modules() if isinstance(m, GlobalPool)]
+    return calibration.calibrate_batchnorm(model, lambda: model(x), skip=pooled, seed=seed)
 
 
 def random_network(seed: int = SEED, order: PatchOrder = TRAINED_ORDER) -> BiRefNet:

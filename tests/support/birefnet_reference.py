@@ -33,16 +33,9 @@ import torch
 from torch import nn
 
 from tests.support import deform_conv_reference
+from tests.support.bare_import import bare_package
 
 LITE = {"embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "window_size": 7, "num_layers": 4}
-
-
-def _bare_package(name: str, search_path: list[str]) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__path__ = search_path
-    module.__file__ = None
-    sys.modules[name] = module
-    return module
 
 
 def _ensure_image_processing() -> None:
@@ -94,8 +87,8 @@ def modeling() -> types.ModuleType:
     if spec is None or spec.submodule_search_locations is None:
         raise ModuleNotFoundError("nobg is not installed (tools/install_references.sh installs it)")
     root = list(spec.submodule_search_locations)
-    _bare_package("nobg", root)
-    _bare_package("nobg.birefnet", [str(Path(root[0]) / "birefnet")])
+    bare_package("nobg", root)
+    bare_package("nobg.birefnet", [str(Path(root[0]) / "birefnet")])
     importlib.import_module("transformers.models.swin.modeling_swin")  # before any stand-in is in place
     _ensure_image_processing()
     with _torchvision_ops() as stood_in:
@@ -124,6 +117,21 @@ def remap(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """nobg's own remapping of the original key layout (what from_origin applies)."""
     remapper: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = modeling()._remap_legacy_state_dict
     return remapper(state)
+
+
+def get_patches_batch(image: torch.Tensor, patch_ref: torch.Tensor) -> torch.Tensor:
+    """The original code's split before ZhengPeng7/BiRefNet 5198d3f (the lite weights' revision),
+    restated: columns of patch_ref's width, each cut into its height, the patches concatenated
+    along the channels (nobg's `image2patches(image, patch_ref=...)` signature, so that it can
+    stand in for it)."""
+    size_h, size_w = patch_ref.shape[2:]
+    batch = []
+    for sample in image:
+        patches = []
+        for column in torch.split(sample, size_w, dim=-1):
+            patches += [patch.unsqueeze(0) for patch in torch.split(column, size_h, dim=-2)]
+        batch.append(torch.cat(patches, dim=1))
+    return torch.cat(batch, dim=0)
 
 
 def use_patch_order(split: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:

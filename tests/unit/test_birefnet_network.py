@@ -20,6 +20,7 @@ from craftai_models.birefnet import (
 from craftai_models.checkpoints import expected_tensors
 from craftai_models.deform_conv import deform_conv2d
 from tests.support.birefnet_fixture import METADATA, random_network
+from tests.support.birefnet_reference import get_patches_batch
 from tests.support.deform_conv_reference import deform_conv2d as deform_conv2d_formula
 
 PINNED_SIZE = 177_634_392  # model.safetensors of ZhengPeng7/BiRefNet_lite (PINS.md)
@@ -73,19 +74,6 @@ def test_deformable_convolution_refuses_what_birefnet_does_not_use() -> None:
         deform_conv2d(x, torch.zeros(1, 18, 5, 5), torch.zeros(1, 9, 5, 5), torch.zeros(2, 2, 3, 3), padding=(1, 1))
     with pytest.raises(ValueError, match="one offset group"):
         deform_conv2d(x, torch.zeros(1, 36, 5, 5), torch.zeros(1, 9, 5, 5), torch.zeros(2, 4, 3, 3), padding=(1, 1))
-
-
-def get_patches_batch(x: Tensor, p: Tensor) -> Tensor:
-    """The original code's split before ZhengPeng7/BiRefNet 5198d3f, restated: columns of p's
-    width, each cut into p's height, the patches concatenated along the channels."""
-    size_h, size_w = p.shape[2:]
-    batch = []
-    for sample in x:
-        patches = []
-        for column in torch.split(sample, size_w, dim=-1):
-            patches += [patch.unsqueeze(0) for patch in torch.split(column, size_h, dim=-2)]
-        batch.append(torch.cat(patches, dim=1))
-    return torch.cat(batch, dim=0)
 
 
 def einops_split(x: Tensor, gh: int, gw: int) -> Tensor:

@@ -4,12 +4,13 @@
 #   bash tools/gpu/run_all.sh            # there: python3 3.12, torch with CUDA, no network
 #
 # Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there, see
-# docs/PERFORMANCE.md), .cache/models/u2netp.onnx and .cache/photos/. Results go to $OUT (or out/gpu).
+# docs/PERFORMANCE.md; the birefnet step needs nobg's: pip download nobg==0.3.1 --no-deps -d .whl),
+# .cache/models/u2netp.onnx and .cache/photos/. Results go to $OUT (or out/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte,birefnet,bench}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -37,5 +38,6 @@ run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.j
 run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
+run birefnet 480 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 echo "== done"

@@ -268,27 +268,23 @@ class Decoder(nn.Module):
         return gated
 
     def levels(self, image: Tensor, features: Sequence[Tensor], *, side: bool = False) -> DecoderLevels:
-        """image (B, 3, H, W) normalised; features x1..x4 the encoder levels /4../32 (x4 squeezed)."""
+        """image (B, 3, H, W) normalised; features x1..x4 the encoder levels /4../32 (x4 squeezed).
+
+        Level by level, deep to shallow (the original code writes the four out one after the other):
+        level 4 at /32 (1728 -> 768 channels), 3 at /16 (960 -> 384), 2 at /8 (480 -> 192) with their
+        gates, then level 1 at /4 (240 -> 96) without one."""
         x1, x2, x3, x4 = features
         blocks: list[Tensor] = []
         gates: list[Tensor] = []
         sides: list[Tensor] | None = [] if side else None
-        p = self._inject(image, x4, self.ipt_blk5, tuple(x4.shape[2:]))  # (B, 1728, /32)
-        p = self.decoder_block4(p)  # (B, 768, /32)
-        blocks.append(p)
-        p = self._gate(p, 4, gates, sides)
-        p = _resize(p, x3.shape[2:]) + self.lateral_block4(x3)  # (B, 768, /16)
-        p = self._inject(image, p, self.ipt_blk4, tuple(p.shape[2:]))
-        p = self.decoder_block3(p)  # (B, 384, /16)
-        blocks.append(p)
-        p = self._gate(p, 3, gates, sides)
-        p = _resize(p, x2.shape[2:]) + self.lateral_block3(x2)  # (B, 384, /8)
-        p = self._inject(image, p, self.ipt_blk3, tuple(p.shape[2:]))
-        p = self.decoder_block2(p)  # (B, 192, /8)
-        blocks.append(p)
-        p = self._gate(p, 2, gates, sides)
-        p = _resize(p, x1.shape[2:]) + self.lateral_block2(x1)  # (B, 192, /4)
-        p = self._inject(image, p, self.ipt_blk2, tuple(p.shape[2:]))
+        p = x4
+        for level, skip in ((4, x3), (3, x2), (2, x1)):
+            p = self._inject(image, p, getattr(self, f"ipt_blk{level + 1}"), tuple(p.shape[2:]))
+            p = getattr(self, f"decoder_block{level}")(p)
+            blocks.append(p)
+            p = self._gate(p, level, gates, sides)
+            p = _resize(p, skip.shape[2:]) + getattr(self, f"lateral_block{level}")(skip)  # up to the next level
+        p = self._inject(image, p, self.ipt_blk2, tuple(p.shape[2:]))  # (B, 240, /4)
         p = self.decoder_block1(p)  # (B, 96, /4)
         blocks.append(p)
         p = _resize(p, image.shape[2:])  # (B, 96, H, W)

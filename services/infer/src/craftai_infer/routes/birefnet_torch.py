@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
@@ -38,24 +38,20 @@ class BirefnetTorch(MatteRoute):
         self.device = device
         self.settings = BirefnetSettings()
         self._staging = HostStaging(torch.device(device))
-        self._graphs: GraphCache | None = None
+        self._graphs: ChannelsLastGraphs | None = None
         self.autocast: torch.dtype | None = None
         if device.startswith("cuda"):
             self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
             fold_batchnorm(self.network)
-            self.network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-            self._graphs = GraphCache(self._network_forward, torch.device(device), capacity=8)
+            self._graphs = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
             self.capabilities = Capabilities(batched=frozenset({MATTE}))
-
-    def _network_forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self.network(x.contiguous(memory_format=torch.channels_last)),)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logits of a normalised (N, 3, 1024, 1024) input, replayed from a CUDA graph on a GPU."""
         if self._graphs is None:
             out: torch.Tensor = self.network(x)
             return out
-        return self._graphs.run(tuple(x.shape), [x])[0]
+        return self._graphs(x)
 
     def warm_up(self, step: Step) -> None:
         """Capture the graph of one picture (no-op on the CPU)."""
