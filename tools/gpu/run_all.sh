@@ -3,7 +3,8 @@
 #
 #   bash tools/gpu/run_all.sh            # there: python3 3.12, torch with CUDA, no network
 #
-# Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there, see
+# Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there: made here by
+# tools/gpu/wheels.sh; see
 # docs/PERFORMANCE.md), .cache/models/u2netp.onnx and .cache/photos/. Results go to $OUT (or out/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
