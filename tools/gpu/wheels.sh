@@ -21,6 +21,9 @@ noise="is ignored: it is neither a file nor a directory"
 # Test tools and test-only references.
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 kornia==0.9.0 kornia-rs==0.2.0 \
     hydra-core==1.3.8 omegaconf==2.3.1 tomli-w 2> >(grep -v "$noise" >&2)
+# rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.
+"${pip[@]}" rembg==2.0.86 pymatting pooch platformdirs jsonschema jsonschema-specifications referencing rpds-py \
+    2> >(grep -v "$noise" >&2)
 # Published as sdists only: built here as pure-Python wheels (Meta's sam2 without its CUDA extension).
 for sdist in sam2==1.1.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10; do
     name=${sdist%%==*}
