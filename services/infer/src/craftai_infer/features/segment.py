@@ -126,10 +126,11 @@ class SegmentFeature:
         loaded = session.route
         found: list[Candidates] = []
         with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
+            done = 0
             for chunk in mask_generator.batches(points, settings.points_per_batch):
                 grid = GridRequest(session.embedding, chunk, settings)
                 found.append(await loaded.submit(GRID, grid, run.notices))
-                done = sum(len(c) for c in found)
+                done += len(chunk)
                 run.progress("points", done, len(points), f"{done} of {len(points)} points decoded", unit="points")
         candidates = Candidates.concat(found)
         with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
