@@ -16,10 +16,11 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import numpy as np
-import pycocotools.mask as coco
+import pycocotools.mask as coco  # type: ignore[import-untyped]
 import pytest
 from PIL import Image
 
@@ -43,8 +44,13 @@ WIDTH, HEIGHT = 451, 300  # chelsea.png
 BOXES = [(10.0, 10.0, 200.0, 150.0), (220.0, 40.0, 440.0, 290.0), (120.5, 40.0, 380.0, 290.0)]
 # The random-weight decoder's masks are specks over the whole picture (boxes of the full picture):
 # SMALL keeps those that pass the filters (NMS at 1 drops none), DEDUP lets NMS and the clean-up work.
-SMALL = {"points_per_side": 4, "pred_iou_thresh": 0.3, "stability_score_thresh": 0.5, "box_nms_thresh": 1.0}
-DEDUP = {
+SMALL: dict[str, Any] = {
+    "points_per_side": 4,
+    "pred_iou_thresh": 0.3,
+    "stability_score_thresh": 0.5,
+    "box_nms_thresh": 1.0,
+}
+DEDUP: dict[str, Any] = {
     "points_per_side": 4,
     "pred_iou_thresh": 0.0,
     "stability_score_thresh": 0.0,
@@ -189,11 +195,11 @@ def test_clean_up_is_meta_s_on_the_low_res_logits(
 
 
 def _expected(
-    local: tuple[SamOnnxRunner, SamEmbedding], options: dict[str, float], batch: int
+    local: tuple[SamOnnxRunner, SamEmbedding], options: dict[str, Any], batch: int
 ) -> tuple[mask_generator.Candidates, mask_generator.Candidates]:
     """The candidates and the answer of the pipeline in this process, on the same embedding."""
     runner, embedding = local
-    settings = Everything(points_per_batch=batch, **options)  # type: ignore[arg-type]
+    settings = Everything(points_per_batch=batch, **options)
     points = mask_generator.grid_points(settings.points_per_side, HEIGHT, WIDTH)
     candidates = mask_generator.Candidates.concat(
         [runner.grid(embedding, chunk, settings) for chunk in mask_generator.batches(points, batch)]
@@ -203,7 +209,7 @@ def _expected(
 
 @pytest.mark.parametrize("options", [SMALL, DEDUP], ids=["filters", "nms-and-clean-up"])
 def test_segment_everything_answers_the_pipeline_s_masks(
-    options: dict[str, float], session: SegmentSession, local: tuple[SamOnnxRunner, SamEmbedding]
+    options: dict[str, Any], session: SegmentSession, local: tuple[SamOnnxRunner, SamEmbedding]
 ) -> None:
     progress: list[common_pb2.Progress] = []
     found = session.segment_everything(points_per_batch=5, on_progress=progress.append, **options)
@@ -278,7 +284,7 @@ def test_bad_segment_requests_are_refused(session: SegmentSession, stub: infer_p
         (dict(prompts=[one] * 65), "TOO_MANY_PROMPTS", "prompts", "65 prompts; at most 64"),
         (dict(prompts=[one, box]), "BAD_PROMPT", "prompts[1].box", "goes outside the 451x300 picture"),
         (
-            dict(prompt=one, output=infer_pb2.MaskOutput(formats=[0])),
+            dict(prompt=one, output=infer_pb2.MaskOutput(formats=[infer_pb2.MASK_FORMAT_UNSPECIFIED])),
             "BAD_OPTIONS",
             "output.formats[0]",
             "MASK_FORMAT_UNSPECIFIED",

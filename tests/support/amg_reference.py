@@ -18,6 +18,7 @@ Everything else (grid, batching, filters, stability score, boxes, RLE) is Meta's
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import types
 from typing import Any
@@ -64,7 +65,7 @@ def box_area(boxes: torch.Tensor) -> torch.Tensor:
 
 def connected_components(mask: torch.Tensor) -> list[torch.Tensor]:
     """sam2._C.get_connected_componnets: [N, 1, H, W] uint8 -> labels and each pixel's region area."""
-    from scipy import ndimage
+    from scipy import ndimage  # type: ignore[import-untyped]
 
     x = mask.cpu().numpy()
     labels = np.zeros(x.shape, np.int32)
@@ -78,10 +79,21 @@ def connected_components(mask: torch.Tensor) -> list[torch.Tensor]:
     return [torch.from_numpy(labels), torch.from_numpy(areas)]
 
 
+def _real_torchvision_ops() -> bool:
+    """A torchvision that imports (the GPU machine may have one) is used as it is."""
+    if not hasattr(sys.modules.get("torchvision"), "__file__"):
+        return False
+    try:
+        import torchvision.ops.boxes  # noqa: F401
+    except (ImportError, RuntimeError):
+        return False
+    return True
+
+
 def install_standins() -> None:
     """torchvision.ops.boxes and sam2._C as above (and sam_fixture's torchvision transforms)."""
     sam_fixture._install_torchvision_standin()
-    if "torchvision.ops.boxes" not in sys.modules:
+    if "torchvision.ops.boxes" not in sys.modules and not _real_torchvision_ops():
         ops = types.ModuleType("torchvision.ops")
         boxes = types.ModuleType("torchvision.ops.boxes")
         boxes.batched_nms = batched_nms  # type: ignore[attr-defined]
@@ -92,11 +104,13 @@ def install_standins() -> None:
         sys.modules["torchvision"].ops = ops  # type: ignore[attr-defined]
     import sam2
 
+    with contextlib.suppress(ImportError):
+        from sam2 import _C  # noqa: F401  (Meta's kernel, where it was built: the GPU machine)
     if "sam2._C" not in sys.modules:
         kernel = types.ModuleType("sam2._C")
         kernel.get_connected_componnets = connected_components  # type: ignore[attr-defined]
         sys.modules["sam2._C"] = kernel
-        sam2._C = kernel  # type: ignore[attr-defined]
+        sam2._C = kernel
 
 
 def generator(model: Any, **parameters: Any) -> Any:
