@@ -260,41 +260,35 @@ def mask_output(m: infer_pb2.Mask) -> MaskOutput:
     )
 
 
+def _common(result: infer_pb2.SegmentResult | infer_pb2.SegmentEverythingResult) -> dict[str, Any]:
+    """What every segmentation answer says besides its masks."""
+    return {
+        "masks": [mask_output(m) for m in result.masks],
+        "width": result.width,
+        "height": result.height,
+        "recipe": result.route.recipe,
+        "engine": result.route.engine,
+        "device": result.device,
+        "session_id": result.session_id,
+        "timing_ms": dict(result.timing.stages_ms),
+        "server_ms": result.timing.total_ms,
+    }
+
+
 def segment_output(
     result: infer_pb2.SegmentResult, notices: list[str], reopened: bool = False, request_id: str = ""
 ) -> SegmentOutput:
     """A SegmentResult as the app sees it: masks per prompt, best first, each with its low-res logits."""
-    return SegmentOutput(
-        masks=[mask_output(m) for m in result.masks],
-        width=result.width,
-        height=result.height,
-        recipe=result.route.recipe,
-        engine=result.route.engine,
-        device=result.device,
-        session_id=result.session_id,
-        timing_ms=dict(result.timing.stages_ms),
-        server_ms=result.timing.total_ms,
-        notices=notices,
-        reopened=reopened,
-        request_id=request_id,
-    )
+    return SegmentOutput(**_common(result), notices=notices, reopened=reopened, request_id=request_id)
 
 
 def everything_output(
     result: infer_pb2.SegmentEverythingResult, notices: list[str], request_id: str = ""
 ) -> EverythingOutput:
     return EverythingOutput(
-        masks=[mask_output(m) for m in result.masks],
-        width=result.width,
-        height=result.height,
-        recipe=result.route.recipe,
-        engine=result.route.engine,
-        device=result.device,
-        session_id=result.session_id,
+        **_common(result),
         points=result.points,
         candidates=result.candidates,
-        timing_ms=dict(result.timing.stages_ms),
-        server_ms=result.timing.total_ms,
         notices=notices,
         request_id=request_id,
     )
