@@ -22,7 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
-from craftai import AiClient
+from craftai import AiClient, Prompt
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
 from tests.support import catalogues, segment, servers
@@ -94,6 +94,46 @@ def test_sam_torch_route_on_cuda_agrees_with_onnxruntime(
                 smallest = min(smallest, _iou(segment.mask_of(x.png) > 0, segment.mask_of(y.png) > 0))
         print(f"SAM torch on cuda, CRAFTAI_GPU_PRECISION={precision}: smallest per-mask IoU {smallest:.5f}")
         assert smallest >= SAM_MIN_IOU[precision]
+
+
+EVERYTHING: dict[str, Any] = {
+    "points_per_side": 16,
+    "pred_iou_thresh": 0.3,
+    "stability_score_thresh": 0.5,
+    "box_nms_thresh": 1.0,
+}
+
+
+def test_sam_several_objects_and_segment_everything_on_cuda(
+    sam_cuda_server: tuple[str, servers.Process], photos: dict[str, Path]
+) -> None:
+    """Several boxes in one call (one decoder call, the embedding shared, the batch padded for its
+    CUDA graph) answer what each box answers alone; segment everything on cuda (the filters on the
+    device) finds the onnxruntime route's masks: each matched with IoU >= 0.9 for >= 95% of them,
+    counts within 5%."""
+    precision, process = sam_cuda_server
+    picture = segment.png(Image.open(photos["chelsea.png"]).convert("RGB"))
+    boxes = [(10, 10, 200, 150), (220, 40, 440, 290), (120, 40, 380, 290)]
+    with AiClient(app_id="tests", target=process.address) as ai:
+        list(ai.setup("image.segment", SAM, "torch"))
+        ours = ai.open_session(picture, SAM, "torch")
+        reference = ai.open_session(picture, SAM, "onnxruntime")
+        together = ours.segment(prompts=[Prompt(box=b) for b in boxes])
+        for box, mask in zip(boxes, together.masks, strict=True):
+            alone = ours.segment(box=box).best
+            assert _iou(segment.mask_of(mask.png) > 0, segment.mask_of(alone.png) > 0) >= 0.999
+            assert abs(mask.predicted_iou - alone.predicted_iou) <= 1e-4
+        a = ours.segment_everything(**EVERYTHING)
+        b = reference.segment_everything(**EVERYTHING)
+        assert a.device.startswith("cuda") and len(b.masks) > 10
+        mine = [m.array() for m in a.masks]
+        matched = sum(1 for m in b.masks if max(_iou(m.array(), x) for x in mine) >= 0.9)
+        print(
+            f"segment everything on cuda ({precision}): {len(a.masks)} masks, onnxruntime {len(b.masks)}, "
+            f"{matched} matched; server {a.server_ms:.0f} ms against {b.server_ms:.0f} ms"
+        )
+        assert abs(len(a.masks) - len(b.masks)) <= 0.05 * len(b.masks)
+        assert matched >= 0.95 * len(b.masks)
 
 
 def _stages(network: Any, x: torch.Tensor, autocast: torch.dtype | None) -> list[torch.Tensor]:

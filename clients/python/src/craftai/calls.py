@@ -12,7 +12,7 @@ from typing import Generic, Literal, TypeVar
 
 from google.protobuf.message import Message
 
-from craftai.outputs import LowResMask, MaskInput, Point, PointLike
+from craftai.outputs import LowResMask, MaskInput, Point, PointLike, Prompt, format_codes
 from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
 
 Picture = bytes | str | os.PathLike[str]
@@ -61,6 +61,11 @@ MATTE = Stream("infer", "Matte", infer_pb2.MatteRequest, infer_pb2.MatteResult, 
 OPEN_SESSION = Stream("infer", "OpenSession", infer_pb2.OpenSessionRequest, infer_pb2.OpenSessionResult, "inference")
 SEGMENT = Stream("infer", "Segment", infer_pb2.SegmentRequest, infer_pb2.SegmentResult, "inference")
 SEGMENT_ONCE = Stream("infer", "SegmentOnce", infer_pb2.SegmentOnceRequest, infer_pb2.SegmentResult, "inference")
+SEGMENT_EVERYTHING = Stream(
+    "infer", "SegmentEverything", infer_pb2.SegmentEverythingRequest, infer_pb2.SegmentEverythingResult, "inference"
+)
+# SegmentEverything's parameters: Meta's SAM2AutomaticMaskGenerator's names (docs/API.md).
+EVERYTHING_OPTIONS = frozenset(infer_pb2.EverythingOptions.DESCRIPTOR.fields_by_name)
 CLOSE_SESSION = Unary("infer", "CloseSession", infer_pb2.CloseSessionRequest, infer_pb2.CloseSessionResponse)
 
 
@@ -98,6 +103,66 @@ def prompt(
     return built
 
 
+def prompts(
+    points: Iterable[PointLike],
+    box: Sequence[float] | None,
+    mask_input: MaskInput,
+    all_masks: bool,
+    several: Sequence[Prompt] | None = None,
+) -> tuple[infer_pb2.Prompt | None, list[infer_pb2.Prompt]]:
+    """A call's prompt (`prompt`) or its several objects' prompts (`prompts`), not both."""
+    points = list(points)
+    if several is None:
+        return prompt(points, box, mask_input, all_masks), []
+    if points or box is not None or mask_input is not None:
+        raise ValueError("give points/box/mask_input for one object, or prompts=[...] for several, not both")
+    if not several:
+        raise ValueError("prompts is empty: give at least one Prompt")
+    return None, [prompt(list(p.points), p.box, p.mask_input, p.all_masks or all_masks) for p in several]
+
+
+def mask_output(
+    formats: Iterable[str] | str | None,
+    polygon_tolerance: float | None = None,
+    max_hole_area: int = 0,
+    max_sprinkle_area: int = 0,
+) -> infer_pb2.MaskOutput:
+    """What the call asks of its masks: formats by name ("png", "rle", "polygons"; None: the RPC's
+    default), the polygons' tolerance in pixels, Meta's clean-up areas (low-res pixels)."""
+    names = [formats] if isinstance(formats, str) else list(formats or ())
+    built = infer_pb2.MaskOutput(
+        formats=format_codes(names), max_hole_area=max_hole_area, max_sprinkle_area=max_sprinkle_area
+    )
+    if polygon_tolerance is not None:
+        built.polygon_tolerance = polygon_tolerance
+    return built
+
+
+def segment_request(
+    session_id: str, asked: tuple[infer_pb2.Prompt | None, list[infer_pb2.Prompt]], output: infer_pb2.MaskOutput
+) -> infer_pb2.SegmentRequest:
+    single, several = asked
+    request = infer_pb2.SegmentRequest(session_id=session_id, prompts=several, output=output)
+    if single is not None:
+        request.prompt.CopyFrom(single)
+    return request
+
+
+def everything_request(
+    session_id: str, options: dict[str, float | int | bool], output: infer_pb2.MaskOutput
+) -> infer_pb2.SegmentEverythingRequest:
+    """Options by Meta's parameter names; an unknown name is refused here (a typo would otherwise
+    silently run with the default)."""
+    unknown = sorted(set(options) - EVERYTHING_OPTIONS)
+    if unknown:
+        known = ", ".join(sorted(EVERYTHING_OPTIONS))
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; the options are {known}")
+    request = infer_pb2.SegmentEverythingRequest(session_id=session_id, output=output)
+    for name, value in options.items():
+        setattr(request.options, name, value)
+    return request
+
+
 def resolve_request(
     feature: str, recipe: str | None = None, engine: str | None = None
 ) -> catalogue_pb2.ResolveRouteRequest:
@@ -128,8 +193,19 @@ def open_session_request(picture: bytes, recipe: str = "", engine: str = "") -> 
 
 
 def segment_once_request(
-    picture: bytes, asked: infer_pb2.Prompt, recipe: str | None = None, engine: str | None = None
+    picture: bytes,
+    asked: infer_pb2.Prompt | tuple[infer_pb2.Prompt | None, list[infer_pb2.Prompt]],
+    recipe: str | None = None,
+    engine: str | None = None,
+    output: infer_pb2.MaskOutput | None = None,
 ) -> infer_pb2.SegmentOnceRequest:
-    return infer_pb2.SegmentOnceRequest(
-        route=route_ref(SEGMENT_FEATURE, recipe, engine), picture=common_pb2.Picture(data=picture), prompt=asked
+    single, several = (asked, []) if isinstance(asked, infer_pb2.Prompt) else asked
+    request = infer_pb2.SegmentOnceRequest(
+        route=route_ref(SEGMENT_FEATURE, recipe, engine),
+        picture=common_pb2.Picture(data=picture),
+        prompts=several,
+        output=output,
     )
+    if single is not None:
+        request.prompt.CopyFrom(single)
+    return request

@@ -4,12 +4,15 @@ craftai serve                                  # all three services on 127.0.0.1
 craftai setup image.matte --recipe u2netp      # download and verify (progress bars)
 craftai remove-background a.jpg b.png -o out/  # mattes and cutouts, with timings
 craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
+craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
+craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
 craftai keys add my-editor                     # a new key for an app: its hash into the keys file
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -18,7 +21,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from craftai.client import AiClient, Point
+from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
 from craftai_wire import keys
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
@@ -153,53 +156,152 @@ def _box(text: str) -> tuple[float, float, float, float]:
     return (x0, y0, x1, y1)
 
 
+class _Bar:
+    """One progress bar for a segmentation call: its stages, then the decoder's points."""
+
+    def __init__(self, desc: str, quiet: bool) -> None:
+        self.bar = tqdm(total=None, desc=desc, leave=False, disable=quiet)
+
+    def __call__(self, event: common_pb2.Progress) -> None:
+        if event.total and self.bar.total != event.total:
+            self.bar.reset(total=event.total)
+        self.bar.n = event.done
+        self.bar.set_postfix_str(f"{event.stage}: {event.message}"[-70:], refresh=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _record(mask: MaskOutput, *, everything: bool = False) -> dict[str, object]:
+    """A mask as a COCO / SA-1B style annotation: COCO RLE (or polygons), area, bbox [x, y, w, h]."""
+    x0, y0, x1, y1 = mask.box
+    record: dict[str, object] = {
+        "area": mask.area,
+        "bbox": [x0, y0, x1 - x0, y1 - y0],
+        "predicted_iou": round(mask.predicted_iou, 6),
+    }
+    if mask.rle is not None:
+        record["segmentation"] = mask.rle.to_coco()
+    if mask.polygons:
+        rings = [[v for xy in p.outer for v in xy] for p in mask.polygons]
+        record.setdefault("segmentation", rings)
+        record["polygons"] = [
+            {"outer": [v for xy in p.outer for v in xy], "holes": [[v for xy in h for v in xy] for h in p.holes]}
+            for p in mask.polygons
+        ]
+    if everything:
+        record["stability_score"] = round(mask.stability_score, 6)
+        if mask.point is not None:
+            record["point_coords"] = [[mask.point.x, mask.point.y]]
+    else:
+        record["prompt"] = mask.prompt_index
+    return record
+
+
+def _write_json(out: Path, picture: Path, width: int, height: int, records: list[dict[str, object]]) -> None:
+    if out.parent != Path(""):
+        out.parent.mkdir(parents=True, exist_ok=True)
+    document = {"image": {"file_name": picture.name, "width": width, "height": height}, "annotations": records}
+    out.write_text(json.dumps(document, indent=1) + "\n")
+
+
 def cmd_segment(options: argparse.Namespace) -> int:
-    if not options.point and options.box is None:
+    if not options.point and not options.box:
         print("craftai: give at least one --point or a --box", file=sys.stderr)
         return 2
+    if len(options.box) > 1 and options.point:
+        print(
+            "craftai: several --box are several objects, one box each; clicks go with a single --box",
+            file=sys.stderr,
+        )
+        return 2
+    several = [Prompt(box=b) for b in options.box] if len(options.box) > 1 else None
     out = Path(options.output)
-    bars: dict[str, tqdm] = {}  # type: ignore[type-arg]
-
-    def progress(event: common_pb2.Progress) -> None:
-        bar = bars.get("steps")
-        if bar is None:
-            bar = bars["steps"] = tqdm(total=event.total or None, desc="segment", leave=False, disable=options.quiet)
-        if event.total and bar.total != event.total:
-            bar.reset(total=event.total)
-        bar.n = event.done
-        bar.set_postfix_str(f"{event.stage}: {event.message}"[-70:], refresh=True)
-
+    bar = _Bar("segment", options.quiet)
     started = time.perf_counter()
     with _client(options) as ai:
         try:
             result = ai.segment_once(
                 Path(options.input),
-                points=options.point,
-                box=options.box,
+                points=[] if several else options.point,
+                box=None if several else (options.box[0] if options.box else None),
                 all_masks=options.all_masks,
+                prompts=several,
+                formats=options.format,
+                polygon_tolerance=options.polygon_tolerance,
                 recipe=options.recipe,
                 engine=options.engine,
-                on_progress=progress,
+                on_progress=bar,
             )
         finally:
-            for bar in bars.values():
-                bar.close()
+            bar.close()
     round_trip = (time.perf_counter() - started) * 1000
-    if options.all_masks:
-        stem, suffix = out.stem, out.suffix or ".png"
-        paths = [out.with_name(f"{stem}-{k}{suffix}") for k in range(len(result.masks))]
-    else:
-        paths = [out]
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
-    for path, mask in zip(paths, result.masks, strict=True):
-        path.write_bytes(mask.png)
-        what = "empty (nothing selected)" if mask.empty else f"{mask.selected_fraction:.1%} of the picture"
-        print(f"{path}: predicted IoU {mask.predicted_iou:.3f}, {what}")
+    if options.format == "png":
+        objects = result.objects
+        stem, suffix = out.stem, out.suffix or ".png"
+        for index, masks in enumerate(objects):
+            for k, mask in enumerate(masks):
+                name = stem + (f"-{index}" if len(objects) > 1 else "") + (f"-{k}" if options.all_masks else "")
+                path = out.with_name(name + suffix) if len(result.masks) > 1 else out
+                path.write_bytes(mask.png)
+                what = "empty (nothing selected)" if mask.empty else f"{mask.selected_fraction:.1%} of the picture"
+                print(f"{path}: predicted IoU {mask.predicted_iou:.3f}, {what}")
+    else:
+        _write_json(out, Path(options.input), result.width, result.height, [_record(m) for m in result.masks])
+        print(f"{out}: {len(result.masks)} mask(s) as {options.format}")
     stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
     print(
         f"{Path(options.input).name}: {result.width}x{result.height} {result.recipe}/{result.engine} on "
         f"{result.device}: {round_trip:.0f} ms round trip (server {result.server_ms:.0f} ms: {stages})"
+    )
+    for notice in result.notices:
+        print(f"  note: {notice}")
+    return 0
+
+
+EVERYTHING_FLAGS = (
+    ("points_per_side", int),
+    ("points_per_batch", int),
+    ("pred_iou_thresh", float),
+    ("stability_score_thresh", float),
+    ("stability_score_offset", float),
+    ("box_nms_thresh", float),
+    ("min_mask_region_area", int),
+)
+
+
+def cmd_segment_all(options: argparse.Namespace) -> int:
+    out = Path(options.output)
+    picture = Path(options.input)
+    chosen = {name: getattr(options, name) for name, _ in EVERYTHING_FLAGS if getattr(options, name) is not None}
+    formats: list[MaskFormat] = ["rle", "png"] if options.format == "png" else [options.format]
+    bar = _Bar("segment-all", options.quiet)
+    started = time.perf_counter()
+    with _client(options) as ai:
+        try:
+            with ai.open_session(picture, options.recipe, options.engine, on_progress=bar) as session:
+                result = session.segment_everything(
+                    formats=formats, polygon_tolerance=options.polygon_tolerance, on_progress=bar, **chosen
+                )
+        finally:
+            bar.close()
+    round_trip = (time.perf_counter() - started) * 1000
+    records = [_record(m, everything=True) for m in result.masks]
+    if options.format == "png":
+        for k, (mask, record) in enumerate(zip(result.masks, records, strict=True)):
+            path = out.with_name(f"{out.stem}-{k:03d}.png")
+            if out.parent != Path(""):
+                out.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(mask.png)
+            record["png"] = path.name
+    _write_json(out, picture, result.width, result.height, records)
+    stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
+    print(
+        f"{out}: {len(result.masks)} masks from {result.points} points ({result.candidates} passed the filters); "
+        f"{picture.name} {result.width}x{result.height} {result.recipe}/{result.engine} on {result.device}: "
+        f"{round_trip / 1000:.1f} s round trip (server {result.server_ms:.0f} ms: {stages})"
     )
     for notice in result.notices:
         print(f"  note: {notice}")
@@ -237,6 +339,18 @@ def cmd_keys_hash(options: argparse.Namespace) -> int:
         return 2
     print(keys.key_line(options.app, key), end="")
     return 0
+
+
+def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
+    s.add_argument(
+        "--format",
+        choices=["png", "rle", "polygons"],
+        default=default,
+        help=f"how the masks are written (default {default}); rle: COCO run-length encoding",
+    )
+    s.add_argument(
+        "--polygon-tolerance", type=float, default=None, metavar="PIXELS", help="polygons: simplification (default 1)"
+    )
 
 
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -288,7 +402,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_remove_background)
 
-    s = sub.add_parser("segment", help="write the mask selected by clicks and/or a box (image.segment)")
+    s = sub.add_parser("segment", help="write the mask(s) selected by clicks and/or boxes (image.segment)")
     s.add_argument("input", metavar="IN", help="a PNG, JPEG or WebP picture")
     s.add_argument(
         "--point",
@@ -298,14 +412,46 @@ def parser() -> argparse.ArgumentParser:
         metavar="X,Y[:fg|:bg]",
         help="a click in picture pixels (origin top-left); foreground unless :bg; repeat for more",
     )
-    s.add_argument("--box", type=_box, default=None, metavar="X0,Y0,X1,Y1", help="a box: top-left, bottom-right")
-    s.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the mask PNG (1-bit grayscale) to write")
+    s.add_argument(
+        "--box",
+        action="append",
+        type=_box,
+        default=[],
+        metavar="X0,Y0,X1,Y1",
+        help="a box: top-left, bottom-right; repeat for several objects (one call, one mask each)",
+    )
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="png: the mask PNG (1-bit grayscale; OUT-1.png, ... for several); rle, polygons: a JSON file",
+    )
     s.add_argument(
         "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
     )
+    _format_flags(s, "png")
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_segment)
+
+    s = sub.add_parser(
+        "segment-all", help="every object of a picture as COCO annotations (Meta's automatic mask generator)"
+    )
+    s.add_argument("input", metavar="IN", help="a PNG, JPEG or WebP picture")
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.json",
+        help="the masks as JSON ({image, annotations}: COCO RLE, area, bbox, predicted_iou, ...)",
+    )
+    for name, kind in EVERYTHING_FLAGS:
+        s.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help="Meta's parameter (docs/API.md)")
+    _format_flags(s, "rle")
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.set_defaults(func=cmd_segment_all)
 
     k = sub.add_parser("keys", help="app keys (only their hashes are kept by the servers)")
     ksub = k.add_subparsers(dest="keys_command", required=True)

@@ -33,12 +33,17 @@ import grpc
 from craftai import calls
 from craftai.calls import Picture
 from craftai.outputs import (
+    EverythingOutput,
     LowResMask,
+    MaskFormat,
     MaskInput,
     MaskOutput,
     MatteOutput,
     Point,
     PointLike,
+    Polygon,
+    Prompt,
+    Rle,
     SegmentOutput,
     matte_output,
     segment_output,
@@ -60,7 +65,9 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "AiClient",
     "Deadlines",
+    "EverythingOutput",
     "LowResMask",
+    "MaskFormat",
     "MaskInput",
     "MaskOutput",
     "MatteOutput",
@@ -68,8 +75,11 @@ __all__ = [
     "Picture",
     "Point",
     "PointLike",
+    "Polygon",
     "ProgressCallback",
+    "Prompt",
     "Retries",
+    "Rle",
     "SegmentOutput",
     "SegmentSession",
 ]
@@ -240,14 +250,24 @@ class AiClient:
         mask_input: MaskInput = None,
         all_masks: bool = False,
         *,
+        prompts: Sequence[Prompt] | None = None,
+        formats: Iterable[MaskFormat] | MaskFormat | None = None,
+        polygon_tolerance: float | None = None,
+        max_hole_area: int = 0,
+        max_sprinkle_area: int = 0,
         recipe: str | None = None,
         engine: str | None = None,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> SegmentOutput:
-        """Picture and prompt in one call; nothing is kept on the server (the encoder runs each time)."""
+        """Picture and prompt(s) in one call; nothing is kept on the server (the encoder runs each
+        time). The prompt and output arguments are SegmentSession.segment's."""
         request = calls.segment_once_request(
-            calls.read_picture(picture), calls.prompt(points, box, mask_input, all_masks), recipe, engine
+            calls.read_picture(picture),
+            calls.prompts(points, box, mask_input, all_masks, prompts),
+            recipe,
+            engine,
+            calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),
         )
         notices: list[str] = []
         request_id = request_id or new_request_id()

@@ -7,6 +7,10 @@ its operations take several requests in one call and how many calls may overlap.
 batcher call its operations through the `Operation` objects below, never by looking a name up: every
 operation takes a list of requests and answers one result per request, in order (a route that does
 not batch an operation gets lists of one).
+
+image.segment's operations: ENCODE (pictures -> embeddings), DECODE (a call's prompts on one
+embedding -> their masks; prompts with as many points share a decoder call), GRID (a batch of
+the automatic mask generator's points -> the masks that pass its filters).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from craftai_common.store import FilePin
 from craftai_infer.pictures import Picture
 
 if TYPE_CHECKING:
+    from craftai_infer.pipelines.mask_cleanup import Cleanup
+    from craftai_infer.pipelines.mask_generator import Candidates, Everything
     from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
@@ -98,30 +104,58 @@ class MatteRoute(Route, Protocol):
 
 
 class SegmentRoute(Route, Protocol):
-    """image.segment: the image encoder once per picture, the mask decoder once per prompt."""
+    """image.segment: the image encoder once per picture, the mask decoder once per prompt (or
+    once for several prompts, where the route batches)."""
 
     def encode(self, pictures: Sequence[Picture]) -> list[Any]:
         """Each RGB picture's embedding; it has `nbytes`, and a session keeps it."""
         ...
 
-    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
-        """Masks at the picture's size for each prompt on an embedding this route made, best first."""
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[list[SamMasks]]:
+        """Per request, per prompt in its order: masks at the picture's size, best first."""
+        ...
+
+    def grid(self, requests: Sequence[GridRequest]) -> list[Candidates]:
+        """Per request, the masks of its points that pass the automatic mask generator's filters
+        (craftai_infer.pipelines.mask_generator, steps 2-3)."""
         ...
 
 
 @dataclass(frozen=True, eq=False)
 class DecodeRequest:
-    """One prompt on one embedding; `all_masks` asks for the three candidates rather than the best."""
+    """Prompts on one embedding (one call of Segment: one object or several); `all_masks[i]` asks
+    prompt i's three candidates rather than its best; `cleanup` is Meta's optional clean-up of
+    small holes and islands (None: off)."""
 
     embedding: Any
-    prompt: SamPrompt
-    all_masks: bool = False
+    prompts: tuple[SamPrompt, ...]
+    all_masks: tuple[bool, ...]
+    cleanup: Cleanup | None = None
+
+    def __post_init__(self) -> None:
+        if len(self.prompts) != len(self.all_masks) or not self.prompts:
+            raise ValueError("a decode request has one or more prompts, and one all_masks flag per prompt")
+
+    @classmethod
+    def one(cls, embedding: Any, prompt: SamPrompt, all_masks: bool = False) -> DecodeRequest:
+        return cls(embedding, (prompt,), (all_masks,))
+
+
+@dataclass(frozen=True, eq=False)
+class GridRequest:
+    """One batch of the automatic mask generator: single foreground clicks at `points` [N, 2]
+    (picture pixels, float32) on one embedding, with the generator's parameters."""
+
+    embedding: Any
+    points: npt.NDArray[np.float32]
+    settings: Everything
 
 
 MATTE: Operation[MatteRoute, Picture, Matte] = Operation("matte", lambda route, pictures: route.matte(pictures))
 ENCODE: Operation[SegmentRoute, Picture, Any] = Operation("encode", lambda route, pictures: route.encode(pictures))
-DECODE: Operation[SegmentRoute, DecodeRequest, SamMasks] = Operation(
+DECODE: Operation[SegmentRoute, DecodeRequest, list[SamMasks]] = Operation(
     "decode", lambda route, requests: route.decode(requests)
 )
+GRID: Operation[SegmentRoute, GridRequest, Candidates] = Operation("grid", lambda route, requests: route.grid(requests))
 
 Factory = Callable[[RouteFiles, str], Route]  # (verified files, device) -> the built route
