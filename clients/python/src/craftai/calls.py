@@ -78,11 +78,16 @@ def route_ref(feature: str, recipe: str | None = None, engine: str | None = None
 
 
 def prompt(
-    points: Iterable[PointLike], box: Sequence[float] | None, mask_input: MaskInput, all_masks: bool
+    points: Iterable[PointLike],
+    box: Sequence[float] | None,
+    mask_input: MaskInput,
+    all_masks: bool,
+    *,
+    single_mask_like_meta: bool = False,
 ) -> infer_pb2.Prompt:
     """A segmentation prompt from points (Point or (x, y[, foreground])), a box (x0, y0, x1, y1)
     and a previous answer's low-res logits; a box that is not four numbers is refused here."""
-    built = infer_pb2.Prompt(all_masks=all_masks)
+    built = infer_pb2.Prompt(all_masks=all_masks, single_mask_like_meta=single_mask_like_meta)
     for point in points:
         p = point if isinstance(point, Point) else Point(*point)
         label = infer_pb2.POINT_LABEL_FOREGROUND if p.foreground else infer_pb2.POINT_LABEL_BACKGROUND

@@ -177,6 +177,7 @@ def cmd_segment(options: argparse.Namespace) -> int:
                 points=options.point,
                 box=options.box,
                 all_masks=options.all_masks,
+                single_mask_like_meta=options.like_meta,
                 recipe=options.recipe,
                 engine=options.engine,
                 on_progress=progress,
@@ -302,6 +303,11 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", required=True, metavar="OUT.png", help="the mask PNG (1-bit grayscale) to write")
     s.add_argument(
         "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
+    )
+    s.add_argument(
+        "--like-meta",
+        action="store_true",
+        help="the one mask Meta's predictor answers (multimask_output=False); needs --engine torch",
     )
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])

@@ -240,15 +240,15 @@ class AiClient:
         mask_input: MaskInput = None,
         all_masks: bool = False,
         *,
+        single_mask_like_meta: bool = False,
         recipe: str | None = None,
         engine: str | None = None,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> SegmentOutput:
         """Picture and prompt in one call; nothing is kept on the server (the encoder runs each time)."""
-        request = calls.segment_once_request(
-            calls.read_picture(picture), calls.prompt(points, box, mask_input, all_masks), recipe, engine
-        )
+        prompt = calls.prompt(points, box, mask_input, all_masks, single_mask_like_meta=single_mask_like_meta)
+        request = calls.segment_once_request(calls.read_picture(picture), prompt, recipe, engine)
         notices: list[str] = []
         request_id = request_id or new_request_id()
         result = self.transport.result(calls.SEGMENT_ONCE, request, on_progress, notices, request_id)

@@ -85,15 +85,17 @@ class SegmentSession(SessionState):
         mask_input: MaskInput = None,
         all_masks: bool = False,
         *,
+        single_mask_like_meta: bool = False,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> SegmentOutput:
         """Masks for a prompt: points (x, y, foreground?) and/or a box (x0, y0, x1, y1) in picture
         pixels, optionally a previous answer's `low_res` to refine; best mask first.
+        `single_mask_like_meta`: the one mask Meta's predictor answers (torch engine; docs/API.md).
 
         A session the server no longer has (evicted, idle too long, or the server restarted: the
         SDK waits for it to come back) is opened again with the kept picture, then prompted."""
-        prompt = calls.prompt(list(points), box, mask_input, all_masks)
+        prompt = calls.prompt(list(points), box, mask_input, all_masks, single_mask_like_meta=single_mask_like_meta)
         request_id = request_id or new_request_id()
         reopened = False
         if not self.session_id:

@@ -51,6 +51,12 @@ class _Answer:
         )
 
 
+def _answerable(loaded: LoadedRoute[SegmentRoute], checked: prompts.Checked) -> None:
+    """A prompt the route cannot answer is refused before any model work."""
+    if checked.single_mask_like_meta and not loaded.route.capabilities.single_mask_like_meta:
+        raise prompts.like_meta_refused(loaded.ref.engine)
+
+
 class SegmentFeature:
     def __init__(self, context: FeatureContext, sessions: SessionStore) -> None:
         self.context = context
@@ -87,6 +93,7 @@ class SegmentFeature:
         run.stages = PROMPT_STAGES
         checked = prompts.check(request.prompt, self.context.settings.max_points)
         session = self._session(app, request.session_id)
+        _answerable(session.route, checked)
         prompt = checked.within(session.width, session.height)
         answered = await self._answer(session.route, session.embedding, prompt, checked.all_masks, run)
         return answered.result(run, session.width, session.height, session.id)
@@ -95,6 +102,7 @@ class SegmentFeature:
         run.stages = ONCE_STAGES
         checked = prompts.check(request.prompt, self.context.settings.max_points)
         loaded = await self._load(request.route, run)
+        _answerable(loaded, checked)
         rgb = await self._decode(request.picture.data, run)
         height, width = rgb.shape[:2]
         prompt = checked.within(width, height)
