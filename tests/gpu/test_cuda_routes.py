@@ -27,6 +27,7 @@ from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
 from tests.support import catalogues, segment, servers
 from tests.support.inspyrenet_fixture import checkpoints
+from tests.support.sam_fixture import Sam21Fixture
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 SAM = "sam2-hiera-tiny"
@@ -134,6 +135,47 @@ def test_sam_several_objects_and_segment_everything_on_cuda(
         )
         assert abs(len(a.masks) - len(b.masks)) <= 0.05 * len(b.masks)
         assert matched >= 0.95 * len(b.masks)
+
+
+def test_sam_single_mask_like_meta_on_cuda_graphs_equals_the_cpu(
+    sam21_files: Sam21Fixture, photos: dict[str, Path]
+) -> None:
+    """Meta's single-mask answer (decode_single, its own CUDA graphs) on the GPU, fp32, against the same
+    runner on the CPU: astronaut.png takes token 0 on this fixture, chelsea.png falls back (the
+    parity with Meta's predictor is tests/parity/test_sam_single_mask.py); a batch mixing both kinds
+    of prompt answers what each gets alone."""
+    from craftai_infer.pipelines.segment_sam import SamPrompt
+    from craftai_infer.routes.sam2_torch import SamTorchRunner
+    from craftai_models.sam2.model import build_sam21_tiny
+    from craftai_prepare.converters import sam21
+
+    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+    cpu = SamTorchRunner(build_sam21_tiny(state), "cpu")
+    gpu = SamTorchRunner(build_sam21_tiny(state).to("cuda"), "cuda")  # fp32 encoder, CUDA graphs
+    smallest, largest_iou_diff = 1.0, 0.0
+    for name in ("astronaut.png", "chelsea.png"):
+        picture = np.asarray(Image.open(photos[name]).convert("RGB"))
+        h, w = picture.shape[:2]
+        with torch.inference_mode():
+            on_cpu, on_gpu = cpu.encode(picture), gpu.encode(picture)
+        prompts = [
+            SamPrompt([(0.55 * w, 0.45 * h)], [1], single_mask_like_meta=True),
+            SamPrompt([(0.3 * w, 0.6 * h), (0.9 * w, 0.1 * h)], [1, 0], single_mask_like_meta=True),
+            SamPrompt(box=(0.2 * w, 0.15 * h, 0.8 * w, 0.9 * h), single_mask_like_meta=True),
+        ]
+        for prompt in prompts:
+            for _ in range(2):  # the capture, then a replay
+                a, b = gpu.decode(on_gpu, prompt), cpu.decode(on_cpu, prompt)
+                smallest = min(smallest, _iou(a.masks[0], b.masks[0]))
+                largest_iou_diff = max(largest_iou_diff, abs(float(a.ious[0]) - float(b.ious[0])))
+        mixed = [(on_gpu, prompts[0], False), (on_gpu, SamPrompt([(0.55 * w, 0.45 * h)], [1]), False)]
+        together = gpu.decode_batch(mixed)
+        for (embedding, prompt, _), answer in zip(mixed, together, strict=True):
+            assert np.array_equal(answer.masks, gpu.decode(embedding, prompt).masks)
+    print(
+        f"SAM single mask like Meta, CUDA graphs vs CPU: smallest IoU {smallest:.5f}, max |dIoU| {largest_iou_diff:.1e}"
+    )
+    assert smallest >= 0.999 and largest_iou_diff <= 1e-4
 
 
 def _stages(network: Any, x: torch.Tensor, autocast: torch.dtype | None) -> list[torch.Tensor]:

@@ -83,11 +83,16 @@ def route_ref(feature: str, recipe: str | None = None, engine: str | None = None
 
 
 def prompt(
-    points: Iterable[PointLike], box: Sequence[float] | None, mask_input: MaskInput, all_masks: bool
+    points: Iterable[PointLike],
+    box: Sequence[float] | None,
+    mask_input: MaskInput,
+    all_masks: bool,
+    *,
+    single_mask_like_meta: bool = False,
 ) -> infer_pb2.Prompt:
     """A segmentation prompt from points (Point or (x, y[, foreground])), a box (x0, y0, x1, y1)
     and a previous answer's low-res logits; a box that is not four numbers is refused here."""
-    built = infer_pb2.Prompt(all_masks=all_masks)
+    built = infer_pb2.Prompt(all_masks=all_masks, single_mask_like_meta=single_mask_like_meta)
     for point in points:
         p = point if isinstance(point, Point) else Point(*point)
         label = infer_pb2.POINT_LABEL_FOREGROUND if p.foreground else infer_pb2.POINT_LABEL_BACKGROUND
@@ -109,16 +114,28 @@ def prompts(
     mask_input: MaskInput,
     all_masks: bool,
     several: Sequence[Prompt] | None = None,
+    *,
+    single_mask_like_meta: bool = False,
 ) -> tuple[infer_pb2.Prompt | None, list[infer_pb2.Prompt]]:
-    """A call's prompt (`prompt`) or its several objects' prompts (`prompts`), not both."""
+    """A call's prompt (`prompt`) or its several objects' prompts (`prompts`), not both;
+    `single_mask_like_meta` applies to every prompt of the call."""
     points = list(points)
     if several is None:
-        return prompt(points, box, mask_input, all_masks), []
+        return prompt(points, box, mask_input, all_masks, single_mask_like_meta=single_mask_like_meta), []
     if points or box is not None or mask_input is not None:
         raise ValueError("give points/box/mask_input for one object, or prompts=[...] for several, not both")
     if not several:
         raise ValueError("prompts is empty: give at least one Prompt")
-    return None, [prompt(list(p.points), p.box, p.mask_input, p.all_masks or all_masks) for p in several]
+    return None, [
+        prompt(
+            list(p.points),
+            p.box,
+            p.mask_input,
+            p.all_masks or all_masks,
+            single_mask_like_meta=p.single_mask_like_meta or single_mask_like_meta,
+        )
+        for p in several
+    ]
 
 
 def mask_output(

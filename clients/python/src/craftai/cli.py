@@ -229,6 +229,7 @@ def cmd_segment(options: argparse.Namespace) -> int:
                 prompts=several,
                 formats=options.format,
                 polygon_tolerance=options.polygon_tolerance,
+                single_mask_like_meta=options.like_meta,
                 recipe=options.recipe,
                 engine=options.engine,
                 on_progress=bar,
@@ -431,6 +432,11 @@ def parser() -> argparse.ArgumentParser:
         "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
     )
     _format_flags(s, "png")
+    s.add_argument(
+        "--like-meta",
+        action="store_true",
+        help="the one mask Meta's predictor answers (multimask_output=False); needs --engine torch",
+    )
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_segment)

@@ -255,6 +255,7 @@ class AiClient:
         polygon_tolerance: float | None = None,
         max_hole_area: int = 0,
         max_sprinkle_area: int = 0,
+        single_mask_like_meta: bool = False,
         recipe: str | None = None,
         engine: str | None = None,
         on_progress: ProgressCallback | None = None,
@@ -264,7 +265,7 @@ class AiClient:
         time). The prompt and output arguments are SegmentSession.segment's."""
         request = calls.segment_once_request(
             calls.read_picture(picture),
-            calls.prompts(points, box, mask_input, all_masks, prompts),
+            calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
             recipe,
             engine,
             calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),

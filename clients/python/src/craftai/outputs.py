@@ -154,12 +154,14 @@ class MaskOutput:
 @dataclass(frozen=True)
 class Prompt:
     """One object's prompt, for calls with several: clicks (Point or (x, y[, foreground])), a box
-    (x0, y0, x1, y1), a previous answer's low-res logits, all three candidates or the best."""
+    (x0, y0, x1, y1), a previous answer's low-res logits, all three candidates or the best (or the
+    one Meta's predictor answers: `single_mask_like_meta`, torch engine)."""
 
     points: Sequence[PointLike] = ()
     box: Sequence[float] | None = None
     mask_input: MaskInput = None
     all_masks: bool = False
+    single_mask_like_meta: bool = False
 
 
 @dataclass(frozen=True)

@@ -103,13 +103,15 @@ class SegmentSession(SessionState):
         polygon_tolerance: float | None = None,
         max_hole_area: int = 0,
         max_sprinkle_area: int = 0,
+        single_mask_like_meta: bool = False,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> SegmentOutput:
         """Masks for a prompt: points (x, y, foreground?) and/or a box (x0, y0, x1, y1) in picture
         pixels, optionally a previous answer's `low_res` to refine; best mask first. Several
         objects in one call: `prompts=[Prompt(box=...), Prompt(points=...)]` (decoded as one
-        batch; `SegmentOutput.objects` has each one's masks).
+        batch; `SegmentOutput.objects` has each one's masks). `single_mask_like_meta`: the one mask
+        Meta's predictor answers (torch engine; docs/API.md).
 
         `formats`: "png" (the default), "rle", "polygons", or several; `polygon_tolerance` in
         pixels (default 1); `max_hole_area` / `max_sprinkle_area`: Meta's clean-up of small holes
@@ -117,7 +119,7 @@ class SegmentSession(SessionState):
 
         A session the server no longer has (evicted, idle too long, or the server restarted: the
         SDK waits for it to come back) is opened again with the kept picture, then prompted."""
-        asked = calls.prompts(points, box, mask_input, all_masks, prompts)
+        asked = calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta)
         output = calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area)
         request_id = request_id or new_request_id()
         result, notices, reopened = self._call(

@@ -51,6 +51,7 @@ class Checked:
     mask_input: npt.NDArray[np.float32] | None  # [256, 256]
     all_masks: bool
     where: str = "prompt"  # the prompt's field in the request, for refusals
+    single_mask_like_meta: bool = False
 
     def within(self, width: int, height: int) -> SamPrompt:
         """The pipeline's prompt; INVALID_ARGUMENT naming the first point or box outside the picture."""
@@ -69,7 +70,13 @@ class Checked:
                     f"the box ({_number(x0)}, {_number(y0)}, {_number(x1)}, {_number(y1)}) goes outside the "
                     f"{width}x{height} picture; corners must be in [0, {width}] x [0, {height}]",
                 )
-        return SamPrompt(points=self.points, labels=self.labels, box=self.box, mask_input=self.mask_input)
+        return SamPrompt(
+            points=self.points,
+            labels=self.labels,
+            box=self.box,
+            mask_input=self.mask_input,
+            single_mask_like_meta=self.single_mask_like_meta,
+        )
 
 
 def check(prompt: infer_pb2.Prompt, max_points: int, where: str = "prompt") -> Checked:
@@ -108,7 +115,12 @@ def check(prompt: infer_pb2.Prompt, max_points: int, where: str = "prompt") -> C
             else ""
         )
         raise _bad(where, f"the prompt has nothing to segment: give at least one point or a box{extra}")
-    return Checked(points, labels, box, mask, prompt.all_masks, where)
+    if prompt.single_mask_like_meta and prompt.all_masks:
+        raise _bad(
+            f"{where}.single_mask_like_meta",
+            "the prompt asks for one mask as Meta's predictor picks it and for all three masks; ask for one of the two",
+        )
+    return Checked(points, labels, box, mask, prompt.all_masks, where, prompt.single_mask_like_meta)
 
 
 def check_call(
@@ -158,6 +170,18 @@ def _mask(mask: infer_pb2.LowResMask, where: str = "prompt") -> npt.NDArray[np.f
     if not np.isfinite(values).all():
         raise _bad(f"{where}.mask_input", "mask_input holds numbers that are not finite (NaN or infinity)")
     return values
+
+
+def like_meta_refused(engine: str, where: str = "prompt") -> ServiceError:
+    """single_mask_like_meta on a route that cannot answer it (the published decoder graph answers
+    only the three multimask outputs): refused before any model work, saying which route can."""
+    return _bad(
+        f"{where}.single_mask_like_meta",
+        f"Meta's single-mask answer needs the single-mask output (token 0), which the {engine} route cannot "
+        "give: it runs the published decoder graph, whose outputs are the three multimask masks only; "
+        "open the session on engine torch (set up with: craftai setup image.segment --engine torch), "
+        "or leave single_mask_like_meta unset for the best of the three",
+    )
 
 
 def low_res_message(logits: npt.NDArray[np.float32]) -> infer_pb2.LowResMask:

@@ -481,8 +481,14 @@ class Prompt(_message.Message):
     BOX_FIELD_NUMBER: _builtins.int
     MASK_INPUT_FIELD_NUMBER: _builtins.int
     ALL_MASKS_FIELD_NUMBER: _builtins.int
+    SINGLE_MASK_LIKE_META_FIELD_NUMBER: _builtins.int
     all_masks: _builtins.bool
     """return the three candidate masks, best first"""
+    single_mask_like_meta: _builtins.bool
+    """One mask as Meta's SAM2ImagePredictor.predict(multimask_output=False) answers it: the
+    single-mask output (token 0) when it is stable, else the best of the three (docs/API.md,
+    "Which mask is the best"). The torch engine only; refused with all_masks and on onnxruntime.
+    """
     @_builtins.property
     def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___Point]: ...
     @_builtins.property
@@ -500,10 +506,11 @@ class Prompt(_message.Message):
         box: Global___Box | None = ...,
         mask_input: Global___LowResMask | None = ...,
         all_masks: _builtins.bool = ...,
+        single_mask_like_meta: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["box", b"box", "mask_input", b"mask_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_masks", b"all_masks", "box", b"box", "mask_input", b"mask_input", "points", b"points"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_masks", b"all_masks", "box", b"box", "mask_input", b"mask_input", "points", b"points", "single_mask_like_meta", b"single_mask_like_meta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

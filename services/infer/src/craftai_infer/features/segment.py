@@ -14,6 +14,7 @@ everything: the automatic mask generator on a session (craftai_infer.pipelines.m
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,13 @@ class _Answer:
         )
 
 
+def _answerable(loaded: LoadedRoute[SegmentRoute], checked: Sequence[prompts.Checked]) -> None:
+    """A prompt the route cannot answer is refused before any model work."""
+    for c in checked:
+        if c.single_mask_like_meta and not loaded.route.capabilities.single_mask_like_meta:
+            raise prompts.like_meta_refused(loaded.ref.engine, c.where)
+
+
 class SegmentFeature:
     def __init__(self, context: FeatureContext, sessions: SessionStore) -> None:
         self.context = context
@@ -98,6 +106,7 @@ class SegmentFeature:
         checked, output = self._check(request)
         run.stages = ("model", output.stage)
         session = self._session(app, request.session_id)
+        _answerable(session.route, checked)
         asked = [(c.within(session.width, session.height), c.all_masks) for c in checked]
         answered = await self._answer(session.route, session.embedding, asked, output, run)
         return answered.result(run, session.width, session.height, session.id)
@@ -106,6 +115,7 @@ class SegmentFeature:
         checked, output = self._check(request)
         run.stages = ("decode", "encode", "model", output.stage)
         loaded = await self._load(request.route, run)
+        _answerable(loaded, checked)
         rgb = await self._decode(request.picture.data, run)
         height, width = rgb.shape[:2]
         asked = [(c.within(width, height), c.all_masks) for c in checked]

@@ -127,13 +127,16 @@ class SamPrompt:
     mask_input: a previous answer's low-res logits (256x256, any of 256x256 / 1x256x256 /
     1x1x256x256) to refine. At least one point or the box is needed: the samexporter decoder always
     appends a padding point, which Meta's predictor does not do for a mask-only prompt, so a
-    mask-only prompt would not mean the same thing on both.
+    mask-only prompt would not mean the same thing on both. single_mask_like_meta: answer the one
+    mask Meta's predictor answers with multimask_output=False (a route that has the single-mask
+    token only: the torch route; the feature refuses it elsewhere).
     """
 
     points: Sequence[Sequence[float]] | npt.NDArray[Any] = ()
     labels: Sequence[int] | npt.NDArray[Any] = ()
     box: Sequence[float] | npt.NDArray[Any] | None = None
     mask_input: npt.NDArray[Any] | None = None
+    single_mask_like_meta: bool = False
 
 
 def prompt_points(prompt: SamPrompt) -> int:

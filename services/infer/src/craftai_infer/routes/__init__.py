@@ -76,10 +76,12 @@ class Operation(Generic[R_contra, I, O]):
 class Capabilities:
     """What the loader may do with a route's calls: batch some operations (requests that arrive
     together run as one call, grouped by the operation's batch key), and overlap `concurrent_runs`
-    calls (1 for a GPU model, which runs one batch at a time)."""
+    calls (1 for a GPU model, which runs one batch at a time); and what the feature may ask of it:
+    `single_mask_like_meta`, a segment route that answers Meta's single-mask output (token 0)."""
 
     batched: frozenset[Operation[Any, Any, Any]] = frozenset()
     concurrent_runs: int = 1
+    single_mask_like_meta: bool = False
 
 
 class Route(Protocol):

@@ -9,6 +9,10 @@ batch is padded to the next power of two there (prompts of a batch never see eac
 a few graphs serve every number of prompts. Prompts on one picture share its embedding (batch 1,
 broadcast by the decoder) rather than a copy each: the automatic mask generator's batches of
 points (GRID) and a call's several objects cost one embedding, not one per prompt.
+
+A prompt with `single_mask_like_meta` is answered by the network's `decode_single` (Meta's
+single-mask rule, on the device) instead of the three multimask outputs; its graphs are captured
+on first use.
 """
 
 from __future__ import annotations
@@ -102,9 +106,11 @@ class SamTorchRunner:
         self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
         self._decoder_graphs: GraphCache | None = None
+        self._single_graphs: GraphCache | None = None  # decode_single: Meta's one-mask answer
         if graphs and self.device.type == "cuda":
             self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=4)
             self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
+            self._single_graphs = GraphCache(self.net.decode_single, self.device, capacity=16)
 
     def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         autocast = (
@@ -152,10 +158,11 @@ class SamTorchRunner:
         return self.encode_batch([picture])[0]
 
     def _decode_network(
-        self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt]]
+        self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt]], *, single: bool = False
     ) -> tuple[list[TorchSamEmbedding], torch.Tensor, torch.Tensor]:
         """The decoder once for prompts with as many points each (the route groups them so), on
-        one picture or several: low-res logits [N, 3, 256, 256] and IoUs [N, 3], on the device."""
+        one picture or several: low-res logits [N, 3, 256, 256] and IoUs [N, 3], on the device
+        ([N, 1, ...] and [N, 1], Meta's single-mask answer, when `single`)."""
         d = self.device
         n = len(items)
         embeddings = [e if e.image_embed.device == d else e.to(d) for e, _ in items]
@@ -184,11 +191,12 @@ class SamTorchRunner:
                     for k in DECODER_FEEDS
                 ),
             ]
-            if self._decoder_graphs is not None:
+            graphs = self._single_graphs if single else self._decoder_graphs
+            if graphs is not None:
                 key = (size, inputs[3].shape[1], shared and size > 1)
-                masks, ious = self._decoder_graphs.run(key, inputs)
+                masks, ious = graphs.run(key, inputs)
             else:
-                masks, ious = self.net.decode(*inputs)
+                masks, ious = (self.net.decode_single if single else self.net.decode)(*inputs)
         return embeddings, masks[:n], ious[:n]
 
     def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,14 +219,21 @@ class SamTorchRunner:
         items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]],
         cleanups: Sequence[Cleanup] | None = None,
     ) -> list[SamMasks]:
-        """Prompts on several pictures (or one) in one decoder call; every prompt must have as many
-        points (`prompt_points`). `cleanups`: Meta's clean-up per item (default: none)."""
-        embeddings, masks, ious = self._decode_network([(e, p) for e, p, _ in items])
+        """Prompts on several pictures (or one) in one decoder call (two when some ask for Meta's
+        single mask and some do not); every prompt must have as many points (`prompt_points`).
+        `cleanups`: Meta's clean-up per item (default: none)."""
         cleanups = cleanups or [NO_CLEANUP] * len(items)
-        return [
-            answer(masks[i], ious[i], e.picture_height, e.picture_width, all_masks=all_masks, cleanup=cleanup)
-            for i, (e, (_, _, all_masks), cleanup) in enumerate(zip(embeddings, items, cleanups, strict=True))
-        ]
+        answers: dict[int, SamMasks] = {}
+        for single in (False, True):
+            part = [i for i, (_, p, _) in enumerate(items) if p.single_mask_like_meta == single]
+            if not part:
+                continue
+            embeddings, masks, ious = self._decode_network([items[i][:2] for i in part], single=single)
+            for k, (i, e) in enumerate(zip(part, embeddings, strict=True)):
+                answers[i] = answer(
+                    masks[k], ious[k], e.picture_height, e.picture_width, all_masks=items[i][2], cleanup=cleanups[i]
+                )
+        return [answers[i] for i in range(len(items))]
 
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
         """One batch of the automatic mask generator: every point in one decoder call, the filters on the device."""
@@ -240,7 +255,7 @@ class Sam2Torch(SegmentRoute):
     """Loads only the prepared weights (the loader checked the manifest), never the ONNX files; the
     encoder batches pictures and the decoder batches prompts (grouped by their number of points)."""
 
-    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}))
+    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}), single_mask_like_meta=True)
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
