@@ -43,6 +43,7 @@ class Reason(StrEnum):
     PICTURE_TOO_LARGE = "PICTURE_TOO_LARGE"
     BAD_PROMPT = "BAD_PROMPT"
     TOO_MANY_POINTS = "TOO_MANY_POINTS"
+    BAD_OUTPUT = "BAD_OUTPUT"  # image.matte: an output that cannot be made as asked
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
     SOURCES_FAILED = "SOURCES_FAILED"
     FILE_MISMATCH = "FILE_MISMATCH"
