@@ -5,7 +5,7 @@ from craftai import AiClient
 
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import LowResMask, MaskOutput, MatteOutput, Point, SegmentOutput
+from craftai.outputs import EncodedImage, LowResMask, MaskOutput, MatteOutput, Point, SegmentOutput
 from craftai.policy import Deadlines, Retries
 from craftai.session import SegmentSession
 
@@ -13,6 +13,7 @@ __all__ = [
     "AiClient",
     "CraftAiError",
     "Deadlines",
+    "EncodedImage",
     "LowResMask",
     "MaskOutput",
     "MatteOutput",
