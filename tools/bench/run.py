@@ -12,6 +12,9 @@ Sections (each writes into --out; bench.json and bench.md gather them):
 - matte_inprocess: InSPyReNet at 1024 and 1280 against transparent-background's network, and the
   whole pipeline at 1280x960 and 4000x3000 (tools/bench/matte_gpu.py).
 - matte_grpc: InSPyReNet through `craftai serve`: the Matte round trip at 1280x960 and 4000x3000.
+- matte_outputs: what each output costs over the plain matte at 4000x3000 (tools/bench/matte_outputs.py):
+  foreground estimation against pymatting's, each output made on the device, each encoder, and
+  InSPyReNet through `craftai serve` with each set of outputs.
 - u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible)
   against rembg's own `remove(only_mask=True)` on the same photos: pictures per second with 1 and
   2 concurrent clients, and a check that both give the same matte.
@@ -56,7 +59,7 @@ for src in (
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
 
-SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "u2netp_cpu")
+SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "matte_outputs", "u2netp_cpu")
 
 
 def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
@@ -356,6 +359,10 @@ def report(results: dict[str, Any]) -> str:
             for k, v in results["matte_grpc"].items()
         ]
         lines.append("")
+    if "matte_outputs" in results:
+        from tools.bench import matte_outputs
+
+        lines += [matte_outputs.gpu_report(results["matte_outputs"])]
     if "u2netp_cpu" in results:
         r = results["u2netp_cpu"]
         lines += [
@@ -416,6 +423,10 @@ def main(argv: list[str] | None = None) -> int:
             results[section] = json.loads((options.out / "matte_gpu.json").read_text())
         elif section == "matte_grpc":
             results[section] = matte_grpc(options.out, options.device, options.tiny)
+        elif section == "matte_outputs":
+            from tools.bench import matte_outputs
+
+            results[section] = matte_outputs.gpu(options.out, options.device, options.tiny)
         elif section == "u2netp_cpu":
             results[section] = u2netp_cpu(options.out, options.tiny)
         else:
