@@ -9,7 +9,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte,outputs,bench}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -37,5 +37,6 @@ run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.j
 run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
+run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 echo "== done"
