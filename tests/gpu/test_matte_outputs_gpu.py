@@ -12,8 +12,6 @@ bound how far its 8-bit colours may move.
 from __future__ import annotations
 
 import io
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,16 +22,15 @@ from PIL import Image
 from craftai import AiClient
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.foreground import estimate_foreground
-from craftai_infer.pipelines.matte_spec import Blur, Cover, OutputsSpec, Solid
+from craftai_infer.pipelines.matte_spec import Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
-from tests.support import catalogues, servers
-from tests.support.inspyrenet_fixture import checkpoints
+from tests.support import servers
 
 pytestmark = [pytest.mark.gpu]
 FG_MEAN = 0.05  # mean |F_gpu - F_cpu| over the visible pixels, 8-bit levels
 FG_MAX = 3  # and the largest
-ALL = frozenset({"matte", "cutout", "composite", "mask"})
+ALL: frozenset[Kind] = frozenset(("matte", "cutout", "composite", "mask"))
 
 
 def _png(data: bytes) -> np.ndarray:
@@ -71,6 +68,7 @@ def test_every_output_on_cuda_is_the_cpus(
             spec = OutputsSpec(ALL, naive, background, 0.4)
             cpu = matte_outputs.render(picture, matte, spec, "cpu")
             cuda = matte_outputs.render(picture, torch.from_numpy(matte).cuda(), spec, "cuda:0")
+            assert cpu.matte is not None and cuda.matte is not None and cpu.mask is not None and cuda.mask is not None
             assert np.array_equal(cpu.matte, cuda.matte) and np.array_equal(cpu.mask, cuda.mask)
             assert cpu.cutout is not None and cuda.cutout is not None
             assert np.array_equal(cpu.cutout[:, :, 3], cuda.cutout[:, :, 3])
@@ -103,7 +101,7 @@ def test_u2netp_torch_route_makes_every_output_on_cuda(matte_server: servers.Pro
     matte = _png(result.matte_png)
     spec = OutputsSpec(ALL, False, Solid((0x20, 0x60, 0xF0, 255)), 0.5)
     cpu = matte_outputs.render(picture, matte, spec, "cpu")
-    assert cpu.cutout is not None
+    assert cpu.cutout is not None and cpu.mask is not None
     cutout = _png(result.cutout.data)
     colours = np.abs(cutout.astype(int) - cpu.cutout)[matte > 0]
     found = f"max |d| {colours.max()}, mean {colours.mean():.4f}"
@@ -116,34 +114,14 @@ def test_u2netp_torch_route_makes_every_output_on_cuda(matte_server: servers.Pro
     )
 
 
-@pytest.fixture(scope="module")
-def inspyrenet_cuda(tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
-    made = checkpoints()["random"]
-    root = tmp_path_factory.mktemp("inspyrenet-outputs-cuda")
-    (root / "files").mkdir()
-    shutil.copyfile(made.path, root / "files" / "inspyrenet.safetensors")
-    with servers.FileServer(root / "files") as files:
-        data = catalogues.real_data()
-        (pinned,) = catalogues.recipe(data, "inspyrenet-swinb")["files"]
-        pinned.update(
-            size=made.pin.size, sha256=made.pin.sha256, sources=[{"url": f"{files.url}/inspyrenet.safetensors"}]
-        )
-        recipes = catalogues.write(root / "recipes.toml", data)
-        process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes)})
-        with servers.running(process):
-            with AiClient(app_id="tests", target=process.address) as ai:
-                list(ai.setup("image.matte", "inspyrenet-swinb"))
-            yield process
-
-
 def test_inspyrenet_hands_its_matte_over_on_cuda_at_4000x3000(
-    inspyrenet_cuda: servers.Process, photos: dict[str, Path]
+    inspyrenet_servers: dict[str, servers.Process], photos: dict[str, Path]
 ) -> None:
     """The matte stays on the GPU for the outputs; a 12 MP picture (the reduced-and-refined path)."""
     big = Image.open(photos["astronaut.png"]).convert("RGB").resize((4000, 3000), Image.Resampling.BICUBIC)
     out = io.BytesIO()
     big.save(out, format="JPEG", quality=92)
-    with AiClient(app_id="tests", target=inspyrenet_cuda.address) as ai:
+    with AiClient(app_id="tests", target=inspyrenet_servers["auto"].address) as ai:
         result = ai.remove_background(
             out.getvalue(), recipe="inspyrenet-swinb", outputs="matte,cutout,composite,mask", bg_blur=12.0
         )

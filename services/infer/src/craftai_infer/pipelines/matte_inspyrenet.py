@@ -35,7 +35,6 @@ __all__ = [
     "fringe_shrink",
     "matte_inspyrenet",
     "matte_inspyrenet_batch",
-    "matte_inspyrenet_batch_on_device",
     "matte_inspyrenet_float",
     "network_shape",
     "refine_radius",
@@ -217,26 +216,11 @@ def matte_inspyrenet_batch(
     autocast: torch.dtype | None = None,
     settings: MatteSettings = MatteSettings(),
     upload: Callable[[np.ndarray], Tensor] | None = None,
-) -> list[np.ndarray]:
-    """Several pictures whose network inputs have the same shape (`network_shape`): one forward for
-    all, each picture's matte the same as alone (the min-max normalisation is per picture)."""
-    mattes = matte_inspyrenet_batch_on_device(
-        pictures, network, device=device, autocast=autocast, settings=settings, upload=upload
-    )
-    return [matte.cpu().numpy() for matte in mattes]
-
-
-def matte_inspyrenet_batch_on_device(
-    pictures: Sequence[np.ndarray],
-    network: MatteNetwork,
-    *,
-    device: torch.device | str = "cpu",
-    autocast: torch.dtype | None = None,
-    settings: MatteSettings = MatteSettings(),
-    upload: Callable[[np.ndarray], Tensor] | None = None,
 ) -> list[Tensor]:
-    """`matte_inspyrenet_batch`, each matte left on `device` as an (H, W) uint8 tensor (for the
-    outputs made there: craftai_infer.pipelines.matte_outputs)."""
+    """Several pictures whose network inputs have the same shape (`network_shape`): one forward for
+    all, each picture's matte the same as alone (the min-max normalisation is per picture). Each
+    matte is left on `device`, an (H, W) uint8 tensor: the outputs are made there
+    (craftai_infer.pipelines.matte_outputs)."""
     prepared = [network_input(rgb, torch.device(device), settings, upload) for rgb in pictures]
     out = _run(network, torch.cat([p.x for p in prepared]), autocast)
     return [_to_uint8_tensor(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]

@@ -13,7 +13,7 @@ import torch
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch_on_device, network_shape
+from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch, network_shape
 from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_models.checkpoints import CheckpointRefusedError
@@ -69,7 +69,7 @@ class InspyrenetTorch(MatteRoute):
     def matte(self, pictures: Sequence[Picture]) -> Sequence[Matte]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
         with torch.inference_mode():
-            return matte_inspyrenet_batch_on_device(
+            return matte_inspyrenet_batch(
                 [over_white(p) for p in pictures],
                 self.forward,
                 device=self.device,
