@@ -73,7 +73,15 @@ class _SubLattice:
     padded (1, 6, h + 2, w + 2) buffer of [F, B] at their own place and at their four neighbours'."""
 
     def __init__(
-        self, padded: Tensor, alpha_padded: Tensor, image: Tensor, *, a: int, b: int, method: MultiLevel
+        self,
+        padded: Tensor,
+        alpha_padded: Tensor,
+        image: Tensor,
+        scratch: Tensor,
+        *,
+        a: int,
+        b: int,
+        method: MultiLevel,
     ) -> None:
         h, w = image.shape[-2:]
         rows, cols = (h - a + 1) // 2, (w - b + 1) // 2
@@ -93,25 +101,23 @@ class _SubLattice:
         a1 = 1.0 - a0
         m00, m01, m11 = a0 * a0 + total, a0 * a1, a1 * a1 + total
         det = m00 * m11 - m01 * m01  # >= (Σd)² > 0
-        # The inverse [[m11, −m01], [−m01, m00]] / det, as (1, 2, 2, 1, rows, cols): [F; B] = inverse @ b.
-        self.inverse = (
-            torch.stack([torch.cat([m11, -m01], 1), torch.cat([-m01, m00], 1)], 1)[:, :, :, None] / det[:, None, None]
-        )
+        # The inverse [[m11, −m01], [−m01, m00]] / det: F = i00 b₀ + i01 b₁, B = i01 b₀ + i11 b₁.
+        self.i00, self.i01, self.i11 = m11 / det, -m01 / det, m00 / det
         pixels = image[:, :, a::2, b::2]
         self.data = torch.cat([a0 * pixels, a1 * pixels], 1)  # the α I and (1 − α) I terms, (1, 6, rows, cols)
-        self.b = torch.empty_like(self.data)
-        self.products = torch.empty((1, 2, 2, 3, rows, cols), dtype=image.dtype, device=image.device)
-        self.solved = torch.empty((1, 2, 3, rows, cols), dtype=image.dtype, device=image.device)
+        self.b = scratch[:, :, :rows, :cols]  # one buffer per level, shared by the sub-lattices
 
     def update(self) -> None:
+        """[F, B] of these pixels from their neighbours' newest values, written in place."""
         left, right, up, down = self.neighbours
         d_left, d_right, d_up, d_down = self.weights
         b = torch.addcmul(self.data, d_left, left, out=self.b)
         b.addcmul_(d_right, right).addcmul_(d_up, up).addcmul_(d_down, down)
-        rows, cols = b.shape[-2:]
-        torch.mul(self.inverse, b.view(1, 1, 2, 3, rows, cols), out=self.products)
-        torch.sum(self.products, dim=2, out=self.solved)
-        self.own.copy_(self.solved.clamp_(0.0, 1.0).view(1, 6, rows, cols))
+        b0, b1 = b[:, :3], b[:, 3:]
+        fg, bg = self.own[:, :3], self.own[:, 3:]  # the neighbours are of the other colour: not read here
+        torch.mul(self.i00, b0, out=fg).addcmul_(self.i01, b1)
+        torch.mul(self.i11, b1, out=bg).addcmul_(self.i01, b0)
+        self.own.clamp_(0.0, 1.0)
 
 
 def _level(image: Tensor, alpha: Tensor, start: Tensor, iterations: int, method: MultiLevel) -> Tensor:
@@ -119,10 +125,11 @@ def _level(image: Tensor, alpha: Tensor, start: Tensor, iterations: int, method:
     h, w = alpha.shape[-2:]
     padded = F.pad(start, (1, 1, 1, 1), mode="replicate").contiguous()
     alpha_padded = F.pad(alpha, (1, 1, 1, 1), mode="replicate")
+    scratch = torch.empty((1, 6, (h + 1) // 2, (w + 1) // 2), dtype=image.dtype, device=image.device)
 
     def lattices(*offsets: tuple[int, int]) -> list[_SubLattice]:
         present = [(a, b) for a, b in offsets if h > a and w > b]  # a one-pixel side has one parity only
-        return [_SubLattice(padded, alpha_padded, image, a=a, b=b, method=method) for a, b in present]
+        return [_SubLattice(padded, alpha_padded, image, scratch, a=a, b=b, method=method) for a, b in present]
 
     red, black = lattices((0, 0), (1, 1)), lattices((0, 1), (1, 0))
     for _ in range(iterations):
