@@ -21,13 +21,13 @@ from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_wire.v1 import infer_pb2
 
-KINDS: dict[int, Kind] = {
+KIND_OF: dict[int, Kind] = {  # the wire's enum -> the pipeline's name
     infer_pb2.MATTE_OUTPUT_KIND_MATTE: "matte",
     infer_pb2.MATTE_OUTPUT_KIND_CUTOUT: "cutout",
     infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE: "composite",
     infer_pb2.MATTE_OUTPUT_KIND_MASK: "mask",
 }
-FORMATS: dict[int, Format] = {
+FORMAT_OF: dict[int, Format] = {
     infer_pb2.MATTE_FORMAT_UNSPECIFIED: "png",
     infer_pb2.MATTE_FORMAT_PNG: "png",
     infer_pb2.MATTE_FORMAT_WEBP: "webp",
@@ -116,7 +116,7 @@ def check(request: infer_pb2.MatteRequest, png_level: int) -> Checked:
             "want_cutout is for requests without outputs; with outputs, ask for MATTE_OUTPUT_KIND_CUTOUT there",
         )
     for index, spec in enumerate(request.outputs):
-        kind = KINDS.get(spec.kind)
+        kind = KIND_OF.get(spec.kind)
         if kind is None:
             name = infer_pb2.MatteOutputKind.Name(spec.kind) if spec.kind in infer_pb2.MatteOutputKind.values() else ""
             raise _bad(
@@ -128,7 +128,7 @@ def check(request: infer_pb2.MatteRequest, png_level: int) -> Checked:
             raise _bad(
                 f"outputs[{index}].kind", f"outputs[{index}] asks for the {kind} again; ask for each output once"
             )
-        fmt = FORMATS.get(spec.format)
+        fmt = FORMAT_OF.get(spec.format)
         if fmt is None:
             raise _bad(
                 f"outputs[{index}].format",

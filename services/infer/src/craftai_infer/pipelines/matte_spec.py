@@ -10,11 +10,10 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["KINDS", "WHITE", "Background", "Blur", "Cover", "Kind", "OutputsSpec", "Rendered", "Solid"]
+__all__ = ["WHITE", "Background", "Blur", "Cover", "Kind", "OutputsSpec", "Rendered", "Solid"]
 
 U8 = npt.NDArray[np.uint8]
 Kind = Literal["matte", "cutout", "composite", "mask"]
-KINDS: tuple[Kind, ...] = ("matte", "cutout", "composite", "mask")
 WHITE = (255, 255, 255, 255)
 
 
