@@ -20,10 +20,8 @@ load of a shared machine falls on every set alike; ratios of medians only.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -265,20 +263,9 @@ def cpu_ratios(width: int, height: int, reps: int, names: tuple[str, ...] = tupl
     from tests.support.files import u2netp_onnx
 
     work = Path(tempfile.mkdtemp(prefix="bench-outputs-cpu-"))
-    (work / "files").mkdir()
-    model = u2netp_onnx()
-    shutil.copyfile(model, work / "files" / "u2netp.onnx")
-    with harness.files_on_loopback(work / "files") as url:
-        pin = {
-            "size": model.stat().st_size,
-            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
-            "url": f"{url}/u2netp.onnx",
-        }
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": pin}})
-        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}
-        with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-            list(ai.setup("image.matte", "u2netp", "onnxruntime"))
-            found = round_trips(ai, _picture(width, height), names, reps, "u2netp")
+    with harness.serve_u2netp_cpu(work, u2netp_onnx()) as address, AiClient(app_id="bench", target=address) as ai:
+        list(ai.setup("image.matte", "u2netp", "onnxruntime"))
+        found = round_trips(ai, _picture(width, height), names, reps, "u2netp")
     return {
         "picture": f"{width}x{height} JPEG",
         "recipe": "u2netp",

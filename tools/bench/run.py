@@ -267,38 +267,29 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
         return call
 
     result["ours_in_process_1"] = throughput(in_process, 1, seconds)
-    with harness.files_on_loopback(work / "files") as url:
-        import hashlib
+    with harness.serve_u2netp_cpu(work, model) as address:
+        clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
+        try:
+            list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
+            ours_masks = [
+                np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
+                for p in pictures
+            ]
 
-        pin = {
-            "size": model.stat().st_size,
-            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
-            "url": f"{url}/u2netp.onnx",
-        }
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": pin}})
-        with harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
-            clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
-            try:
-                list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
-                ours_masks = [
-                    np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
-                    for p in pictures
-                ]
+            def ours_call(i: int) -> Callable[[], Any]:
+                counter = [i]
 
-                def ours_call(i: int) -> Callable[[], Any]:
-                    counter = [i]
+                def call() -> Any:
+                    counter[0] += 1
+                    return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
 
-                    def call() -> Any:
-                        counter[0] += 1
-                        return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
+                return call
 
-                    return call
-
-                for concurrency in (1, 2):
-                    result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
-            finally:
-                for client in clients:
-                    client.close()
+            for concurrency in (1, 2):
+                result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
+        finally:
+            for client in clients:
+                client.close()
     result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
     result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
     (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
