@@ -105,11 +105,13 @@ def test_the_route_on_cuda_agrees_with_the_cpu_route(photos: dict[str, Path]) ->
 
     assert device.detect("auto").gpu_available  # and fp32 made strict, as in the service
     picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
-    reference = _route("cpu", "auto").matte([picture])[0].astype(int)
+    reference = _route("cpu", "auto").matte([picture])[0].numpy().astype(int)
     for precision in ("fp32", "auto", "fp16"):
         route = _route("cuda", precision)
         route.warm_up(lambda _message: None)
-        found = route.matte([picture, picture])  # a batch of two through the graph
+        on_device = route.matte([picture, picture])  # a batch of two through the graph
+        assert all(m.device.type == "cuda" and m.dtype == torch.uint8 for m in on_device)  # kept there (routes.MATTE)
+        found = [m.cpu().numpy() for m in on_device]
         assert np.array_equal(found[0], found[1])
         matte = found[0].astype(int)
         a, b = matte > 127, reference > 127

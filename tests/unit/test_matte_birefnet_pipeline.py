@@ -100,11 +100,12 @@ def test_refinement_from_2048_px_only(monkeypatch: pytest.MonkeyPatch) -> None:
     assert BirefnetSettings().refine_from == 2048 and BirefnetSettings().size == 1024
 
 
-def test_a_batch_answers_what_single_calls_answer() -> None:
+def test_a_batch_answers_what_single_calls_answer_as_tensors_on_the_device() -> None:
     pictures = [disc_picture(40, 70), disc_picture(64, 64), disc_picture(100, 20)]
     batch = matte_birefnet_batch(pictures, RedLogits(), settings=SMALL)
     for picture, matte in zip(pictures, batch, strict=True):
-        assert np.array_equal(matte, matte_birefnet(picture, RedLogits(), settings=SMALL))
+        assert isinstance(matte, torch.Tensor) and matte.dtype == torch.uint8 and matte.device.type == "cpu"
+        assert np.array_equal(matte.numpy(), matte_birefnet(picture, RedLogits(), settings=SMALL))
 
 
 def test_pictures_of_another_type_are_refused() -> None:

@@ -3,23 +3,31 @@
 Nothing is visible under models/ until it is complete and verified: bytes go to a partial file
 under tmp/ and are renamed into place only when they match the pin. A file already in place is
 only checked (every byte hashed); a file that does not match is replaced by the pinned one.
+
+A member of a pinned archive: the archive is downloaded like any pinned file (resumable, hashed
+while written, into tmp/downloads/<sha256>.part) and renamed to tmp/archives/<sha256>.zip, never
+under models/; its members are then streamed out one by one, each checked against its own pin
+while written. The archive stays there for the other files it holds (one download for all of
+them) and is deleted when the setup that needed it has every file (`forget_archives`).
 """
 
 from __future__ import annotations
 
 import errno
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from filelock import FileLock, Timeout
 
 from craftai_common.errors import Reason, ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
-from craftai_prepare.sources import Source, SourceError, Timeouts
+from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, SourceError, Timeouts
 
 DEFAULT_TIMEOUTS = Timeouts()
 
@@ -31,7 +39,7 @@ class FetchOutcome:
     source: str
 
 
-def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, str]:
+def _check_present(path: Path, pin: FilePin, reporter: Reporter, what: str = "") -> tuple[int, str]:
     """Size and SHA-256 of the file already in place, with progress for the user. The size is the
     bytes hashed, so that a mismatch message describes the very bytes it names the hash of."""
     hashed = 0
@@ -39,7 +47,7 @@ def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, s
     def progress(done: int) -> None:
         nonlocal hashed
         hashed = done
-        reporter.progress("verify", done, pin.size, "bytes", f"checking {pin.name}")
+        reporter.progress("verify", done, pin.size, "bytes", f"checking {what}{pin.name}")
 
     digest = sha256_file(path, progress=progress)
     return hashed, digest
@@ -71,7 +79,10 @@ def ensure_file(
         if failures:
             reporter.notice("SOURCE_FAILED", f"{failures[-1]}; trying the next source")
         try:
-            outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
+            if isinstance(source, ArchiveMemberSource):
+                outcome = _from_archive(source, store, pin, partial, reporter, timeouts)
+            else:
+                outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
         except _RefusedError as refused:
             failures.append(f"{source.describe()}: {refused}")
             continue
@@ -98,27 +109,13 @@ class _RefusedError(Exception):
     """This source did not deliver the pinned bytes (the message says what it gave)."""
 
 
-def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
-    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
-) -> FetchOutcome:
+def _write_checked(pin: FilePin, partial: Path, fill: Callable[[HashingWriter], None]) -> None:
+    """`fill` writes into the partial file (resumed where a source can resume), hashed and cut off
+    at the pinned size; `_RefusedError` unless it then holds exactly the pinned bytes."""
     with partial.open("a+b") as f:
         writer = HashingWriter.resume(f, limit=pin.size)
-        resumed_from = writer.size
-        where = f" (resuming at {resumed_from:,} bytes)" if resumed_from else ""
-        reporter.progress(
-            "download",
-            writer.size,
-            pin.size,
-            "bytes",
-            f"fetching {pin.name} from {source.describe()}{where}",
-            force=True,
-        )
-
-        def progress(done: int) -> None:
-            reporter.progress("download", done, pin.size, "bytes", f"fetching {pin.name}")
-
         try:
-            source.fetch(writer, progress, timeouts)
+            fill(writer)
             f.flush()
             os.fsync(f.fileno())
         except OverflowError as exc:
@@ -130,10 +127,143 @@ def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
             found = mismatch_message(pin, writer.size, writer.hexdigest())
             writer.restart()
             raise _RefusedError(f"refused: {found}")
+
+
+def _publish(store: Store, pin: FilePin, partial: Path, reporter: Reporter, source: str) -> FetchOutcome:
     path = store.model_path(pin)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, path)
     fsync_dir(path.parent)
     store.write_record(pin)
     reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
-    return FetchOutcome(pin, downloaded=True, source=source.describe())
+    return FetchOutcome(pin, downloaded=True, source=source)
+
+
+def _download(  # noqa: PLR0917 - private helper of ensure_file
+    source: Source, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts, what: str
+) -> None:
+    """One URL or wheel source into the partial file, with download progress (`what` qualifies the name)."""
+
+    def fill(writer: HashingWriter) -> None:
+        where = f" (resuming at {writer.size:,} bytes)" if writer.size else ""
+        reporter.progress(
+            "download",
+            writer.size,
+            pin.size,
+            "bytes",
+            f"fetching {what}{pin.name} from {source.describe()}{where}",
+            force=True,
+        )
+
+        def progress(done: int) -> None:
+            reporter.progress("download", done, pin.size, "bytes", f"fetching {what}{pin.name}")
+
+        assert not isinstance(source, ArchiveMemberSource)
+        source.fetch(writer, progress, timeouts)
+
+    _write_checked(pin, partial, fill)
+
+
+def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
+    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
+) -> FetchOutcome:
+    _download(source, pin, partial, reporter, timeouts, "")
+    return _publish(store, pin, partial, reporter, source.describe())
+
+
+# ---- members of archives ---------------------------------------------------------------------
+
+
+def archive_path(store: Store, archive: FilePin) -> Path:
+    """Where a verified archive is kept while the files it holds are taken out of it."""
+    return store.tmp / "archives" / f"{archive.sha256}.zip"
+
+
+def _archive_lock(store: Store, archive: FilePin) -> FileLock:
+    return FileLock(store.lock_path(f"archive-{archive.sha256}"))
+
+
+def _from_archive(  # noqa: PLR0917 - private helper of ensure_file
+    source: ArchiveMemberSource, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
+) -> FetchOutcome:
+    """The pinned file out of its archive: under the archive's lock (another job may be taking
+    another file out of it), the archive checked or fetched, then the member streamed out."""
+    lock = _archive_lock(store, source.archive)
+    try:
+        lock.acquire(timeout=timeouts.lock)
+    except Timeout as exc:
+        raise _RefusedError(
+            f"another job held the archive {source.archive.name} for more than {timeouts.lock:.0f} s"
+        ) from exc
+    try:
+        archive = _ensure_archive(source, store, reporter, timeouts)
+        label = source.archive.name
+        used = ""
+
+        def fill(writer: HashingWriter) -> None:
+            nonlocal used
+            reporter.progress("extract", 0, pin.size, "bytes", f"unpacking {pin.name} from {label}", force=True)
+
+            def progress(done: int) -> None:
+                reporter.progress("extract", done, pin.size, "bytes", f"unpacking {pin.name} from {label}")
+
+            used = source.extract(archive, writer, progress)
+
+        _write_checked(pin, partial, fill)
+        reporter.progress("extract", pin.size, pin.size, "bytes", f"{pin.name} unpacked from {label}", force=True)
+        return _publish(store, pin, partial, reporter, f"member {used} of the archive {source.url}")
+    finally:
+        lock.release()
+
+
+def _ensure_archive(source: ArchiveMemberSource, store: Store, reporter: Reporter, timeouts: Timeouts) -> Path:
+    """The verified archive under tmp/archives/ (hashed again when it is already there)."""
+    archive = source.archive
+    path = archive_path(store, archive)
+    if path.is_file():
+        size, digest = _check_present(path, archive, reporter, "the archive ")
+        if size == archive.size and digest == archive.sha256:
+            return path
+        path.unlink()
+        reporter.notice(
+            "FILE_MISMATCH", f"refused the kept archive: {mismatch_message(archive, size, digest)}; fetching it again"
+        )
+    partial = store.partial_path(archive)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _download(HttpSource(source.url), archive, partial, reporter, timeouts, "the archive ")
+    except _RefusedError as refused:
+        if partial.exists() and partial.stat().st_size == 0:
+            partial.unlink()  # a non-empty partial archive stays, for the next attempt to resume
+        raise _RefusedError(f"the archive {archive.name}: {refused}") from refused
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            partial.unlink(missing_ok=True)
+            raise no_space(
+                store, f"writing the archive {archive.name} ({archive.size:,} bytes)", file=archive.name
+            ) from exc
+        raise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def forget_archives(store: Store, sources: Iterable[Source]) -> None:
+    """Delete the kept archives of these sources (their setup has every file now); an archive
+    another job is reading (its lock held) is left to that job."""
+    for source in sources:
+        if not isinstance(source, ArchiveMemberSource):
+            continue
+        path = archive_path(store, source.archive)
+        if not path.exists():
+            continue
+        lock = _archive_lock(store, source.archive)
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            continue
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            lock.release()

@@ -18,7 +18,7 @@ from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store, prepared_key
 from craftai_prepare.conversion import ensure_prepared
-from craftai_prepare.downloads import ensure_file
+from craftai_prepare.downloads import ensure_file, forget_archives
 from craftai_prepare.jobs import JobRegistry
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
@@ -51,10 +51,12 @@ def run_setup(
                 f"another process held the lock on {key} for more than {lock_wait:.0f} s",
             ) from exc
     try:
+        sources = [sources_of(spec) for spec in resolved.recipe.files]
         outcomes = [
-            ensure_file(store, pin, sources_of(spec), reporter, timeouts)
-            for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True)
+            ensure_file(store, pin, own, reporter, timeouts)
+            for pin, own in zip(pins_of(resolved.recipe), sources, strict=True)
         ]
+        forget_archives(store, [source for own in sources for source in own])  # every file is in place
         prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
     finally:
         lock.release()
@@ -86,7 +88,10 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
         self.catalogue = catalogue
         self.jobs = JobRegistry()
         self.timeouts = Timeouts(
-            settings.download_connect_timeout, settings.download_read_timeout, settings.pip_timeout
+            settings.download_connect_timeout,
+            settings.download_read_timeout,
+            settings.pip_timeout,
+            settings.lock_wait_seconds,
         )
 
     @handle_stream_errors

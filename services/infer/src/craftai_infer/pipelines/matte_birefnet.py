@@ -103,9 +103,9 @@ def matte_birefnet_float(
     return matte_from_logits(pixels, _run(network, network_input(pixels, settings), autocast), settings)
 
 
-def _to_uint8(alpha: Tensor) -> np.ndarray:
-    out: np.ndarray = torch.floor(alpha * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
-    return out
+def _to_uint8(alpha: Tensor) -> Tensor:
+    """⌊255·α + 0.5⌋ on alpha's device."""
+    return torch.floor(alpha * 255.0 + 0.5).to(torch.uint8)
 
 
 def matte_birefnet(
@@ -117,9 +117,10 @@ def matte_birefnet(
     settings: BirefnetSettings = BirefnetSettings(),
     upload: Upload | None = None,
 ) -> np.ndarray:
-    """The picture's matte: (H, W) uint8, white = subject, exactly the picture's size."""
+    """The picture's matte as a host array: (H, W) uint8, white = subject, exactly the picture's size."""
     alpha = matte_birefnet_float(rgb, network, device=device, autocast=autocast, settings=settings, upload=upload)
-    return _to_uint8(alpha)
+    out: np.ndarray = _to_uint8(alpha).cpu().numpy()
+    return out
 
 
 def matte_birefnet_batch(
@@ -130,9 +131,10 @@ def matte_birefnet_batch(
     autocast: torch.dtype | None = None,
     settings: BirefnetSettings = BirefnetSettings(),
     upload: Upload | None = None,
-) -> list[np.ndarray]:
+) -> list[Tensor]:
     """Several pictures of any sizes in one forward (every picture becomes an S×S input); each
-    matte the same as alone."""
+    matte the same as alone. Each matte is left on `device`, an (H, W) uint8 tensor: the outputs
+    are made there (craftai_infer.pipelines.matte_outputs)."""
     pixels = [_pixels(rgb, torch.device(device), upload) for rgb in pictures]
     logits = _run(network, torch.cat([network_input(p, settings) for p in pixels]), autocast)
     return [_to_uint8(matte_from_logits(p, logits[i : i + 1], settings)) for i, p in enumerate(pixels)]

@@ -7,13 +7,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
 from craftai_infer.engines.onnxruntime import OnnxModel
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet
+from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture_convert import over_white
-from craftai_infer.routes import Matte, MatteRoute, ModelRefusedError, RouteFiles
+from craftai_infer.routes import MatteRoute, ModelRefusedError, RouteFiles
 
 
 def _square_side(shape: Sequence[object]) -> int:
@@ -40,5 +41,11 @@ class BirefnetOnnx(MatteRoute):
         (logits, *_rest) = self.model.run({self.input_name: np.ascontiguousarray(x.numpy(), dtype=np.float32)})
         return torch.from_numpy(logits)
 
-    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
-        return [matte_birefnet(over_white(p), self._network, settings=self.settings) for p in pictures]
+    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
+        """Host arrays (views of the CPU tensors the pipeline made around the session, no copy): the
+        outputs are made from them on the route's device (routes.MATTE)."""
+        return [self._matte(p).numpy() for p in pictures]
+
+    def _matte(self, picture: Picture) -> torch.Tensor:
+        (matte,) = matte_birefnet_batch([over_white(picture)], self._network, settings=self.settings)
+        return matte

@@ -16,7 +16,7 @@ from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture_convert import over_white
-from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_models.birefnet import fold_batchnorm, load_birefnet
 from craftai_models.checkpoints import CheckpointRefusedError
 
@@ -62,7 +62,8 @@ class BirefnetTorch(MatteRoute):
     def batch_key(self, picture: Picture) -> Hashable:
         return self.settings.size
 
-    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+    def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
+        """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
         # On the CPU one forward per picture even when handed several (e.g. a batch formed on the
         # GPU before a fallback to the CPU): memory stays that of one 1024² forward.
         groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
