@@ -123,3 +123,33 @@ def test_the_route_on_cuda_agrees_with_the_cpu_route(photos: dict[str, Path]) ->
             assert diff.max() <= 1
         else:
             assert iou >= 0.99
+
+
+def test_the_route_hands_its_matte_over_on_cuda_for_every_output_at_4000x3000(photos: dict[str, Path]) -> None:
+    """routes.MATTE on the torch route: its matte stays on the GPU (a tensor there) and every output
+    of issue 17 is made from it there, on the reduced-and-refined path of a 12 MP picture; the
+    integer outputs equal the CPU pipeline's from the same matte, the estimated colours within the
+    foreground's bounds (tests/gpu/test_matte_outputs_gpu.py)."""
+    from craftai_infer.pipelines import matte_outputs
+    from craftai_infer.pipelines.matte_spec import Kind, OutputsSpec, Solid
+    from craftai_infer.routes import MATTE, MatteJob
+
+    big = np.asarray(Image.open(photos["astronaut.png"]).convert("RGB").resize((4000, 3000), Image.Resampling.BICUBIC))
+    route = _route("cuda", "auto")
+    (on_device,) = route.matte([big])
+    assert on_device.device.type == "cuda" and tuple(on_device.shape) == (3000, 4000)
+    kinds: frozenset[Kind] = frozenset(("matte", "cutout", "composite", "mask"))
+    spec = OutputsSpec(kinds, background=Solid((32, 96, 240, 255)), threshold=0.4)
+    (rendered,) = MATTE.call(route, [MatteJob(big, spec)])
+    assert rendered.matte is not None and rendered.cutout is not None and rendered.composite is not None
+    assert rendered.mask is not None
+    cpu = matte_outputs.render(big, rendered.matte, spec, "cpu")
+    assert cpu.cutout is not None and cpu.mask is not None
+    assert np.array_equal(rendered.matte, on_device.cpu().numpy())
+    assert np.array_equal(rendered.mask, cpu.mask) and np.array_equal(rendered.cutout[:, :, 3], rendered.matte)
+    colours = np.abs(rendered.cutout[:, :, :3].astype(int) - cpu.cutout[:, :, :3])[rendered.matte > 0]
+    print(f"BiRefNet route cuda 4000x3000, every output: cutout colours vs the CPU pipeline max {colours.max()}")
+    assert colours.mean() <= 0.05 and colours.max() <= 3
+    blue = torch.tensor((32, 96, 240, 255), dtype=torch.uint8).expand(3000, 4000, 4)
+    exact = matte_outputs.composite(torch.from_numpy(rendered.cutout.copy()), blue, opaque=True).numpy()
+    assert np.array_equal(rendered.composite, exact)

@@ -1,8 +1,10 @@
 """BiRefNet_lite through the services, with the calibrated random checkpoint and its ONNX export
 (the published contract) pinned by a test catalogue and served on loopback: each engine's setup
 fetches that engine's file only; both engines answer a matte at the picture's size and agree
-within one grey level; files that do not fit are refused naming the keys; the `craftai` command
-sets the recipe up and removes a background (the CPU advice's route, torch)."""
+within one grey level; every output of image.matte (cutout, composite, mask; PNG and WebP) is what
+the outputs' pipeline makes from the answered matte on both engines (the torch route's matte is a
+tensor, the onnxruntime route's a host array); files that do not fit are refused naming the keys;
+the `craftai` command sets the recipe up and removes a background (the CPU advice's route, torch)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError
+from craftai_infer.pipelines import matte_outputs
+from craftai_infer.pipelines.matte_spec import Blur, OutputsSpec, Solid
 from craftai_wire.v1 import catalogue_pb2
 from tests.support import catalogues, servers
 from tests.support.birefnet_fixture import Checkpoint, checkpoints, onnx_file
@@ -85,33 +89,55 @@ def test_both_engines_matte_at_the_pictures_size_and_agree(
     served: tuple[servers.Process, servers.FileServer], photos: dict[str, Path], tmp_path: Path
 ) -> None:
     """`craftai setup image.matte --recipe birefnet-lite` (the CPU advice: torch) and
-    `craftai remove-background --recipe birefnet-lite`, then the same picture through the SDK on
-    onnxruntime (the network exported with the published contract): the same matte within one grey
-    level (the pipeline is shared), at the picture's size."""
+    `craftai remove-background --recipe birefnet-lite` with every output, then the same picture
+    through the SDK on onnxruntime (the network exported with the published contract): the same
+    matte within one grey level (the pipeline is shared), at the picture's size; on each engine the
+    cutout, composite and mask are exactly what the outputs' pipeline makes from that matte."""
     process, _ = served
     env = {**os.environ, "CRAFTAI_ADDRESS": process.address}
+    picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
 
     def craftai(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(servers.BIN / "craftai"), *args], check=False, env=env, capture_output=True, text=True, timeout=600
         )
 
+    def made_from(matte: np.ndarray, spec: OutputsSpec) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The cutout, composite and mask that the outputs' pipeline makes from `matte`."""
+        made = matte_outputs.render(picture, matte.astype(np.uint8), spec, "cpu")
+        assert made.cutout is not None and made.composite is not None and made.mask is not None
+        return made.cutout, made.composite, made.mask
+
     setup = craftai("setup", "image.matte", "--recipe", RECIPE)
     assert setup.returncode == 0, setup.stderr
     assert f"image.matte {RECIPE} (torch)" in setup.stdout
     assert f"{RECIPE}/{WEIGHTS}" in setup.stdout and NETWORK not in setup.stdout
     out = tmp_path / "out"
-    run = craftai("remove-background", str(photos["chelsea.png"]), "--recipe", RECIPE, "-o", str(out))
+    outputs = ("--outputs", "matte,cutout,composite,mask", "--bg-color", "#2060f0")
+    run = craftai("remove-background", str(photos["chelsea.png"]), "--recipe", RECIPE, *outputs, "-o", str(out))
     assert run.returncode == 0, run.stderr
     assert f"chelsea.png: 451x300 {RECIPE}/torch on cpu:" in run.stdout
     matte = Image.open(out / "chelsea.matte.png")
     assert (matte.mode, matte.size) == ("L", (451, 300))
     assert Image.open(out / "chelsea.cutout.png").size == (451, 300)
     torch_matte = np.asarray(matte).astype(int)
+    expected = made_from(
+        torch_matte, OutputsSpec(frozenset({"cutout", "composite", "mask"}), background=Solid((0x20, 0x60, 0xF0, 255)))
+    )
+    for name, made in zip(("cutout", "composite", "mask"), expected, strict=True):
+        assert np.array_equal(np.asarray(Image.open(out / f"chelsea.{name}.png")), made), name
 
     with AiClient(app_id="tests", target=process.address) as ai:
         list(ai.setup("image.matte", RECIPE, "onnxruntime"))
-        answer = ai.remove_background(_png(photos["chelsea.png"]), recipe=RECIPE, engine="onnxruntime")
+        answer = ai.remove_background(
+            _png(photos["chelsea.png"]),
+            outputs="matte,cutout,composite,mask",
+            bg_blur=6.0,
+            threshold=0.3,
+            format={"cutout": "webp"},
+            recipe=RECIPE,
+            engine="onnxruntime",
+        )
     assert (answer.recipe, answer.engine, answer.device) == (RECIPE, "onnxruntime", "cpu")
     onnx_matte = np.asarray(Image.open(io.BytesIO(answer.matte_png))).astype(int)
     assert onnx_matte.shape == (300, 451)
@@ -120,6 +146,15 @@ def test_both_engines_matte_at_the_pictures_size_and_agree(
     a, b = torch_matte > 127, onnx_matte > 127
     assert 0.05 < a.mean() < 0.95
     assert (a & b).sum() / (a | b).sum() >= 0.999
+    assert answer.cutout is not None and answer.composite is not None and answer.mask is not None
+    assert answer.cutout.format == "webp"
+    expected = made_from(
+        onnx_matte, OutputsSpec(frozenset({"cutout", "composite", "mask"}), background=Blur(6.0), threshold=0.3)
+    )
+    for name, image, made in zip(
+        ("cutout", "composite", "mask"), (answer.cutout, answer.composite, answer.mask), expected, strict=True
+    ):
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(image.data))), made), name
 
 
 @pytest.mark.parametrize(

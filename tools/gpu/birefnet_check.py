@@ -22,7 +22,8 @@ tests/support/birefnet_reference.py does, with torchvision's real deform_conv2d 
 4. the pipeline in-process (host uint8 picture in, host uint8 matte out), the route's default
    precision: 1024x768 and 4000x3000;
 5. through gRPC (`craftai serve` on loopback, the fixture pinned by a catalogue): the Matte round
-   trip of a 1024x768 and a 4000x3000 JPEG, p50/p90, and the server's stage timings.
+   trip of a 1024x768 and a 4000x3000 JPEG, p50/p90, and the server's stage timings; the matte
+   alone, then the matte and the cutout (foreground colours estimated on the GPU beside the matte).
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import functools
 import io
 import json
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,29 +118,32 @@ def grpc_round_trips(sizes: list[tuple[int, int]], reps: int) -> dict[str, Any]:
     from craftai import AiClient
 
     made = checkpoints()["random"]
-    work = Path(tempfile.mkdtemp(prefix="birefnet-grpc-"))
-    files = work / "files"
-    files.mkdir()
-    (files / "model.safetensors").symlink_to(made.path)
     result: dict[str, Any] = {}
-    with harness.files_on_loopback(files) as url:
-        pin = {"size": made.pin.size, "sha256": made.pin.sha256, "url": f"{url}/model.safetensors"}
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"birefnet-lite": {"weights": pin}})
-        with (
-            harness.serve(work, {"CRAFTAI_RECIPES": str(recipes)}) as address,
-            AiClient(app_id="bench", target=address) as ai,
-        ):
-            list(ai.setup("image.matte", "birefnet-lite", "torch"))
-            for size in sizes:
-                picture = jpeg(size)
-                call = functools.partial(ai.remove_background, picture, recipe="birefnet-lite", engine="torch")
-                samples = harness.timed_ms(call, reps, 3)
-                answer = call()
-                result[f"{size[0]}x{size[1]}"] = {
-                    "round_trip_ms": harness.percentiles(samples),
-                    "server_stages_ms": dict(answer.timing_ms),
-                    "device": answer.device,
-                }
+    with harness.scratch("birefnet-grpc-") as work:
+        files = work / "files"
+        files.mkdir()
+        (files / "model.safetensors").symlink_to(made.path)
+        with harness.files_on_loopback(files) as url:
+            pin = {"size": made.pin.size, "sha256": made.pin.sha256, "url": f"{url}/model.safetensors"}
+            recipes = harness.pinned_catalogue(work / "recipes.toml", {"birefnet-lite": {"weights": pin}})
+            with (
+                harness.serve(work, {"CRAFTAI_RECIPES": str(recipes)}) as address,
+                AiClient(app_id="bench", target=address) as ai,
+            ):
+                list(ai.setup("image.matte", "birefnet-lite", "torch"))
+                for size in sizes:
+                    picture = jpeg(size)
+                    for outputs in ("matte", "matte,cutout"):
+                        call = functools.partial(
+                            ai.remove_background, picture, outputs=outputs, recipe="birefnet-lite", engine="torch"
+                        )
+                        samples = harness.timed_ms(call, reps, 3)
+                        answer = call()
+                        result[f"{size[0]}x{size[1]} {outputs}"] = {
+                            "round_trip_ms": harness.percentiles(samples),
+                            "server_stages_ms": dict(answer.timing_ms),
+                            "device": answer.device,
+                        }
     return result
 
 
@@ -166,9 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         report["gpu"] = torch.cuda.get_device_name(device)
 
     made = checkpoints()["random"]
-    origin = Path(tempfile.mkdtemp(prefix="nobg-origin-"))
-    (origin / "model.safetensors").symlink_to(made.path)
-    reference = birefnet_reference.reference_from_origin(origin).to(device)
+    with harness.scratch("nobg-origin-") as origin:
+        (origin / "model.safetensors").symlink_to(made.path)
+        reference = birefnet_reference.reference_from_origin(origin).to(device)
     report["nobg_deform_conv"] = (
         "stand-in (tests/support)" if birefnet_reference.deform_conv_is_stood_in() else "torchvision"
     )

@@ -40,7 +40,7 @@ run amg 420 python3 tools/bench/amg_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
 run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
-run birefnet 480 python3 tools/gpu/birefnet_check.py --out "$out"
+run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
