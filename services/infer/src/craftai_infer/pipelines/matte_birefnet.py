@@ -31,7 +31,7 @@ from torch import Tensor
 
 from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, normalise_imagenet, refine_edges, refine_radius
 
-__all__ = ["BirefnetSettings", "matte_birefnet", "matte_birefnet_batch", "matte_birefnet_float"]
+__all__ = ["BirefnetSettings", "matte_birefnet_batch", "matte_birefnet_float"]
 
 Network = Callable[[Tensor], Tensor]
 Upload = Callable[[np.ndarray], Tensor]
@@ -106,21 +106,6 @@ def matte_birefnet_float(
 def _to_uint8(alpha: Tensor) -> Tensor:
     """⌊255·α + 0.5⌋ on alpha's device."""
     return torch.floor(alpha * 255.0 + 0.5).to(torch.uint8)
-
-
-def matte_birefnet(
-    rgb: np.ndarray,
-    network: Network,
-    *,
-    device: torch.device | str = "cpu",
-    autocast: torch.dtype | None = None,
-    settings: BirefnetSettings = BirefnetSettings(),
-    upload: Upload | None = None,
-) -> np.ndarray:
-    """The picture's matte as a host array: (H, W) uint8, white = subject, exactly the picture's size."""
-    alpha = matte_birefnet_float(rgb, network, device=device, autocast=autocast, settings=settings, upload=upload)
-    out: np.ndarray = _to_uint8(alpha).cpu().numpy()
-    return out
 
 
 def matte_birefnet_batch(

@@ -5,7 +5,7 @@ preparation; the loader has hashed it), the pipeline shared with the onnxruntime
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import torch
@@ -40,18 +40,13 @@ class BirefnetTorch(MatteRoute):
         self._staging = HostStaging(torch.device(device))
         self._graphs: ChannelsLastGraphs | None = None
         self.autocast: torch.dtype | None = None
+        # Logits of a normalised (N, 3, 1024, 1024) input: the network, or on a GPU its CUDA graphs.
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = self.network
         if device.startswith("cuda"):
             self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
             fold_batchnorm(self.network)
-            self._graphs = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
+            self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
             self.capabilities = Capabilities(batched=frozenset({MATTE}))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logits of a normalised (N, 3, 1024, 1024) input, replayed from a CUDA graph on a GPU."""
-        if self._graphs is None:
-            out: torch.Tensor = self.network(x)
-            return out
-        return self._graphs(x)
 
     def warm_up(self, step: Step) -> None:
         """Capture the graph of one picture (no-op on the CPU)."""
