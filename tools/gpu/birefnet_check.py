@@ -38,18 +38,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/catalogue/src",
-    "services/prepare/src",
-    "services/infer/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+if str(REPO) not in sys.path:  # tests.support, tools.bench; the packages: the venv, or run_all.sh's PYTHONPATH
+    sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
