@@ -17,9 +17,19 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constrain
 noise="is ignored: it is neither a file nor a directory"
 quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
 echo "== installing the craft-ai packages"
-quiet "${pip[@]}" -e clients/wire -e clients/python -e services/common -e services/models -e services/catalogue \
+quiet "${pip[@]}" -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
 if [ "$dev" = 1 ]; then
+    # The page's tests drive Debian's chromium (tests/web); Playwright's own browser is never downloaded.
+    if ! command -v chromium >/dev/null; then
+        echo "== installing chromium (the browser of the page's tests)"
+        if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
+            echo "chromium is missing: install Debian's chromium (apt-get install chromium) for tests/web" >&2
+            exit 1
+        fi
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
+    fi
     echo "== installing the test tools"
     quiet "${pip[@]}" -r requirements-dev.txt
     echo "== installing the test-only reference implementations"
