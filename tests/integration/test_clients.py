@@ -49,7 +49,10 @@ def _raw_matte(address: str, picture: bytes) -> infer_pb2.MatteResult:
     request = infer_pb2.MatteRequest(
         route=common_pb2.RouteRef(feature="image.matte", recipe="u2netp"),
         picture=common_pb2.Picture(data=picture),
-        want_cutout=True,
+        outputs=[
+            infer_pb2.MatteOutputSpec(kind=infer_pb2.MATTE_OUTPUT_KIND_MATTE, format=infer_pb2.MATTE_FORMAT_PNG),
+            infer_pb2.MatteOutputSpec(kind=infer_pb2.MATTE_OUTPUT_KIND_CUTOUT, format=infer_pb2.MATTE_FORMAT_PNG),
+        ],
     )
     with grpc.insecure_channel(address) as channel:
         events = list(infer_pb2_grpc.InferServiceStub(channel).Matte(request, metadata=servers.app_metadata()))
@@ -79,7 +82,7 @@ def test_remove_background_answers_the_services_own_bytes(
         photos["chelsea.png"], cutout=True, recipe="u2netp", on_progress=lambda p: stages.append(p.stage)
     )
     raw = _raw_matte(matte_server.address, photos["chelsea.png"].read_bytes())
-    assert result.matte_png == raw.matte_png and result.cutout_png == raw.cutout_png
+    assert result.matte_png == raw.matte.data and result.cutout_png == raw.cutout.data
     assert (result.width, result.height, result.recipe, result.device) == (raw.width, raw.height, "u2netp", "cpu")
     assert {"decode", "model", "encode"} <= set(stages) and result.request_id
     assert Image.open(io.BytesIO(result.cutout_png)).mode == "RGBA"

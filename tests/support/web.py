@@ -8,43 +8,11 @@ import os
 import shutil
 import tomllib
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from tests.support import catalogues, servers
+from tools.browser import chromium, launch
 
-if TYPE_CHECKING:
-    from playwright.sync_api import BrowserContext, Playwright
-
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-def chromium() -> str | None:
-    """Debian's chromium (tools/bootstrap.sh --dev installs it), or CRAFTAI_TEST_CHROMIUM."""
-    return os.environ.get("CRAFTAI_TEST_CHROMIUM") or shutil.which("chromium")
-
-
-def launch(playwright: Playwright, profile: Path, **options: object) -> BrowserContext:
-    """One headless chromium on a fresh profile folder (Playwright passes it as --user-data-dir)."""
-    executable = chromium()
-    assert executable, "chromium is not installed: run tools/bootstrap.sh --dev (it apt-get installs it)"
-    profile.mkdir(parents=True, exist_ok=True)
-    assert not any(profile.iterdir()), f"{profile} is not a fresh profile"
-    return playwright.chromium.launch_persistent_context(
-        str(profile),
-        executable_path=executable,
-        args=CHROMIUM_FLAGS,
-        headless=True,
-        **options,  # type: ignore[arg-type]
-    )
+__all__ = ["both_features_store", "chromium", "gateway", "launch"]
 
 
 def gateway(services: str, workdir: Path, env: dict[str, str] | None = None) -> servers.Process:

@@ -93,6 +93,32 @@ def test_remove_background_raw_body_and_multipart(http: httpx.Client, sdk: AiCli
     assert base64.b64decode(matte.json()["outputs"]["matte"]["data"]) == expected.matte_png
 
 
+def test_remove_background_takes_the_sdks_options(http: httpx.Client, sdk: AiClient, photo: Path) -> None:
+    expected = sdk.remove_background(
+        photo, outputs="composite,mask", bg_color="#2a6df4", threshold=0.3, format={"composite": "jpeg"}
+    )
+    answer = http.post(
+        "/api/v1/remove-background?outputs=composite,mask&bg_color=%232a6df4&threshold=0.3&format=composite:jpeg",
+        content=photo.read_bytes(),
+    ).json()["outputs"]
+    assert answer["composite"]["media_type"] == "image/jpeg" and answer["mask"]["format"] == "png"
+    assert expected.composite is not None and expected.mask is not None
+    assert base64.b64decode(answer["composite"]["data"]) == expected.composite.data
+    assert base64.b64decode(answer["mask"]["data"]) == expected.mask.data
+
+    background = _png(64, 48)
+    over = sdk.remove_background(photo, outputs="composite", bg_image=background, format="webp")
+    files = {"picture": ("c.png", photo.read_bytes(), "image/png"), "background": ("b.png", background, "image/png")}
+    one = http.post("/api/v1/remove-background", files=files, data={"outputs": "composite", "format": "webp"})
+    assert one.headers["content-type"] == "image/webp" and over.composite is not None
+    assert one.content == over.composite.data and 'filename="composite.webp"' in one.headers["content-disposition"]
+
+    refused = http.post("/api/v1/remove-background?outputs=matte&bg_color=%232a6df4", content=photo.read_bytes())
+    with pytest.raises(ValueError) as raised:
+        sdk.remove_background(photo, outputs="matte", bg_color="#2a6df4")
+    assert refused.status_code == 400 and _error(refused)["message"] == str(raised.value)  # the SDK's own words
+
+
 @pytest.fixture(scope="module")
 def opened(http: httpx.Client, photo: Path) -> Iterator[httpx.Response]:
     """The module's one session (one encoder run): prompted, then counted against the limit, then closed."""

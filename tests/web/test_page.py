@@ -118,6 +118,20 @@ def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, phot
     assert "u2netp / onnxruntime on cpu" in page.locator("#cutout-caption").inner_text()
 
 
+def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sdk: AiClient) -> None:
+    page.select_option("#background", "color")
+    page.fill("#bg-color", "#2a6df4")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    expected = sdk.remove_background(photo, outputs="composite", bg_color="#2a6df4", recipe="u2netp").composite
+    assert expected is not None
+    composite = np.asarray(Image.open(io.BytesIO(expected.data)).convert("RGB"))
+    np.testing.assert_array_equal(_pixels(page, "composite")[..., :3], composite)  # opaque: exact
+    assert (page.get_attribute("#download-composite", "download") or "").endswith(".composite.png")
+    page.select_option("#background", "none")
+
+
 def _covering_click(session: SegmentSession) -> tuple[tuple[float, float], tuple[float, float]]:
     """A click whose mask (random-weight SAM fixture) covers it, and a background click that
     changes that mask: found on the service itself (the page's session), then clicked in the page."""

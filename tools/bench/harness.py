@@ -112,6 +112,22 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
         yield served.address
 
 
+@contextlib.contextmanager
+def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
+    """`craftai serve` on the CPU with u2netp pinned to `model` (a copy served on loopback from
+    work/files, as its prepare service downloads it); yields the address (set it up first)."""
+    import hashlib
+    import shutil
+
+    (work / "files").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, work / "files" / "u2netp.onnx")
+    with files_on_loopback(work / "files") as url:
+        pin = {"size": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
+        recipes = pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": {**pin, "url": f"{url}/u2netp.onnx"}}})
+        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+            yield address
+
+
 def percentiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
 

@@ -12,6 +12,9 @@ Sections (each writes into --out; bench.json and bench.md gather them):
 - matte_inprocess: InSPyReNet at 1024 and 1280 against transparent-background's network, and the
   whole pipeline at 1280x960 and 4000x3000 (tools/bench/matte_gpu.py).
 - matte_grpc: InSPyReNet through `craftai serve`: the Matte round trip at 1280x960 and 4000x3000.
+- matte_outputs: what each output costs over the plain matte at 4000x3000 (tools/bench/matte_outputs.py):
+  foreground estimation against pymatting's, each output made on the device, each encoder, and
+  InSPyReNet through `craftai serve` with each set of outputs.
 - u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible)
   against rembg's own `remove(only_mask=True)` on the same photos: pictures per second with 1 and
   2 concurrent clients, and a check that both give the same matte.
@@ -56,7 +59,7 @@ for src in (
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
 
-SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "u2netp_cpu")
+SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "matte_outputs", "u2netp_cpu")
 
 
 def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
@@ -264,38 +267,29 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
         return call
 
     result["ours_in_process_1"] = throughput(in_process, 1, seconds)
-    with harness.files_on_loopback(work / "files") as url:
-        import hashlib
+    with harness.serve_u2netp_cpu(work, model) as address:
+        clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
+        try:
+            list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
+            ours_masks = [
+                np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
+                for p in pictures
+            ]
 
-        pin = {
-            "size": model.stat().st_size,
-            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
-            "url": f"{url}/u2netp.onnx",
-        }
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": pin}})
-        with harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
-            clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
-            try:
-                list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
-                ours_masks = [
-                    np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
-                    for p in pictures
-                ]
+            def ours_call(i: int) -> Callable[[], Any]:
+                counter = [i]
 
-                def ours_call(i: int) -> Callable[[], Any]:
-                    counter = [i]
+                def call() -> Any:
+                    counter[0] += 1
+                    return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
 
-                    def call() -> Any:
-                        counter[0] += 1
-                        return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
+                return call
 
-                    return call
-
-                for concurrency in (1, 2):
-                    result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
-            finally:
-                for client in clients:
-                    client.close()
+            for concurrency in (1, 2):
+                result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
+        finally:
+            for client in clients:
+                client.close()
     result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
     result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
     (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
@@ -356,6 +350,10 @@ def report(results: dict[str, Any]) -> str:
             for k, v in results["matte_grpc"].items()
         ]
         lines.append("")
+    if "matte_outputs" in results:
+        from tools.bench import matte_outputs
+
+        lines += [matte_outputs.gpu_report(results["matte_outputs"])]
     if "u2netp_cpu" in results:
         r = results["u2netp_cpu"]
         lines += [
@@ -416,6 +414,10 @@ def main(argv: list[str] | None = None) -> int:
             results[section] = json.loads((options.out / "matte_gpu.json").read_text())
         elif section == "matte_grpc":
             results[section] = matte_grpc(options.out, options.device, options.tiny)
+        elif section == "matte_outputs":
+            from tools.bench import matte_outputs
+
+            results[section] = matte_outputs.gpu(options.out, options.device, options.tiny)
         elif section == "u2netp_cpu":
             results[section] = u2netp_cpu(options.out, options.tiny)
         else:

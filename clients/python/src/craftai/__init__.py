@@ -7,6 +7,7 @@ from craftai import AsyncAiClient     # asyncio (grpc.aio)
 from craftai.client import AiClient, AsyncAiClient
 from craftai.errors import CraftAiError
 from craftai.outputs import (
+    EncodedImage,
     EverythingOutput,
     LowResMask,
     MaskOutput,
@@ -26,6 +27,7 @@ __all__ = [
     "AsyncSegmentSession",
     "CraftAiError",
     "Deadlines",
+    "EncodedImage",
     "EverythingOutput",
     "LowResMask",
     "MaskOutput",

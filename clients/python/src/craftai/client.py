@@ -5,8 +5,9 @@
     with AiClient(app_id="my-editor") as ai:          # the embedded server on 127.0.0.1:50051
         for event in ai.setup("image.matte"):
             print(event)
-        result = ai.remove_background("photo.jpg", cutout=True)
+        result = ai.remove_background("photo.jpg", outputs="matte,cutout,composite", bg_color="#2a6df4")
         Path("matte.png").write_bytes(result.matte_png)
+        Path("cutout.png").write_bytes(result.cutout.data)    # hair keeps its colour, not the old background's
         with ai.open_session("photo.jpg") as picture:   # the encoder runs once, here
             first = picture.segment(points=[(310, 200, True)])
             better = picture.segment(points=[(310, 200, True), (40, 40, False)], mask_input=first.best.low_res)
@@ -47,6 +48,7 @@ import grpc
 from craftai import calls, methods
 from craftai.calls import Picture
 from craftai.outputs import (
+    EncodedImage,
     EverythingOutput,
     LowResMask,
     MaskFormat,
@@ -78,6 +80,7 @@ __all__ = [
     "AsyncAiClient",
     "AsyncSegmentSession",
     "Deadlines",
+    "EncodedImage",
     "EverythingOutput",
     "LowResMask",
     "MaskFormat",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
@@ -250,13 +250,48 @@ def remove_background(
     picture: Picture,
     *,
     cutout: bool = False,
+    outputs: str | Iterable[str] | None = None,
+    naive: bool = False,
+    bg_color: calls.Colour | None = None,
+    bg_blur: float | None = None,
+    bg_image: Picture | None = None,
+    threshold: float | None = None,
+    format: str | Mapping[str, str] | None = None,
+    png_level: int | None = None,
+    jpeg_quality: int | None = None,
     recipe: str | None = None,
     engine: str | None = None,
     on_progress: ProgressCallback | None = None,
     request_id: str | None = None,
 ) -> Op[MatteOutput]:
-    """The matte (white = subject) of a PNG, JPEG or WebP picture, and the cutout if asked."""
-    request = calls.matte_request(calls.read_picture(picture), cutout, recipe, engine)
+    """Remove the background of a PNG, JPEG or WebP picture (bytes or a path); one request.
+
+    outputs: any of "matte" (8-bit grayscale, white = subject), "cutout" (RGBA; the subject's
+    colours estimated so that hair and fur lose the old background's tint, or the picture's
+    own with `naive=True`), "composite" (the subject over `bg_color` ("#rrggbb[aa]" or
+    (r, g, b[, a])), a blur of the picture of `bg_blur` pixels, or `bg_image`, scaled to
+    cover; white when none is given), "mask" (alpha > `threshold`, default 0.5) — as a list
+    or "matte,cutout". Without `outputs`: the matte, plus the cutout when `cutout=True`, the
+    composite when a background is given, the mask when a threshold is.
+    format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
+    background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
+    0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).
+    Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
+    `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
+    """
+    options = calls.matte_options(
+        outputs=outputs,
+        cutout=cutout,
+        naive=naive,
+        bg_color=bg_color,
+        bg_blur=bg_blur,
+        bg_image=calls.read_picture(bg_image) if bg_image is not None else None,
+        threshold=threshold,
+        format=format,
+        png_level=png_level,
+        jpeg_quality=jpeg_quality,
+    )
+    request = calls.matte_request(calls.read_picture(picture), options, recipe, engine)
     notices: list[str] = []
     request_id = request_id or new_request_id()
     answer = yield from result(calls.MATTE, request, on_progress, notices, request_id)

@@ -66,6 +66,22 @@ PICTURE_BODY = {
         "image/webp": {"schema": {"type": "string", "format": "binary"}},
     },
 }
+MATTE_BODY = {
+    **PICTURE_BODY,
+    "content": {
+        **PICTURE_BODY["content"],  # type: ignore[dict-item]
+        "multipart/form-data": {
+            "schema": {
+                "type": "object",
+                "properties": {
+                    "picture": {"type": "string", "format": "binary", "description": "PNG, JPEG or WebP"},
+                    "background": {"type": "string", "format": "binary", "description": "the composite's"},
+                },
+                "required": ["picture"],
+            }
+        },
+    },
+}
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"description": words}
     for status, words in (
@@ -177,6 +193,29 @@ def _route_headers(recipe: str, engine: str, device: str, timing: dict[str, floa
         "X-Request-Id": request_id,
         "Server-Timing": ", ".join(f"{name};dur={ms:.1f}" for name, ms in timing.items()),
     }
+
+
+def _text(value: object) -> str | None:
+    return None if value is None or value == "" else str(value)
+
+
+def _number(value: object, field: str, kind: type[float] | type[int]) -> Any:
+    """A query or form value as a number (the SDK checks its range)."""
+    text = _text(value)
+    if text is None:
+        return None
+    try:
+        return kind(text)
+    except ValueError:
+        raise bad_request(f"{field} is a number; got {text!r}", field=field) from None
+
+
+def _formats(text: str | None) -> str | dict[str, str] | None:
+    """`png` for every output, or `composite:jpeg,matte:webp` one per output (the SDK's format)."""
+    if text is None or ":" not in text:
+        return text
+    pairs = [part.split(":", 1) for part in text.split(",") if part.strip()]
+    return {name.strip(): fmt.strip() for name, fmt in pairs}
 
 
 def _wants_json(request: Request, answer: str | None) -> bool:
@@ -319,38 +358,69 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
         return StreamingResponse(sent(), media_type="text/event-stream", headers=headers)
 
-    @app.post(f"{API}/remove-background", openapi_extra={"requestBody": PICTURE_BODY}, responses=ERRORS)
+    @app.post(f"{API}/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=ERRORS)
     async def remove_background(
         request: Request,
         ai: Caller,
         *,
-        outputs: Annotated[str, Query(description="matte, cutout (or both: 'matte,cutout')")] = "cutout",
+        outputs: Annotated[str, Query(description="any of matte, cutout, composite, mask: 'matte,cutout'")] = "cutout",
+        naive: Annotated[bool, Query(description="cutout and composite: the picture's own colours")] = False,
+        bg_color: Annotated[str | None, Query(description="the composite over #rrggbb[aa] or r,g,b[,a]")] = None,
+        bg_blur: Annotated[float | None, Query(description="the composite over the picture blurred, in pixels")] = None,
+        threshold: Annotated[float | None, Query(description="the mask: alpha above this share (0.5)")] = None,
+        format: Annotated[
+            str | None,
+            Query(description="png, webp or jpeg (composite), or per output: composite:jpeg,matte:webp"),
+        ] = None,
+        png_level: int | None = None,
+        jpeg_quality: int | None = None,
         recipe: str | None = None,
         engine: str | None = None,
         answer: Annotated[
             Literal["image", "json"] | None, Query(description="image bytes (one output) or JSON (default: Accept)")
         ] = None,
     ) -> Response:
-        """Remove the background of a picture (multipart field `picture`, or the raw body). One
-        output: its image bytes; several, or `answer=json` / Accept: application/json: JSON with
-        each output base64."""
+        """Remove the background of a picture (multipart field `picture`, or the raw body; the
+        composite's background picture as the multipart field `background`). The options are the
+        SDK's remove_background's (a form's text fields may give them too). One output: its image
+        bytes with their content type; several, or `answer=json` / Accept: application/json: JSON
+        with each output base64."""
         upload = await read_upload(request)
-        names = [n.strip() for n in upload.fields.get("outputs", outputs).split(",") if n.strip()]
-        unknown = [n for n in names if n not in ("matte", "cutout")]
-        if unknown or not names:
-            raise bad_request(f"the outputs are matte and cutout; got {', '.join(names) or 'none'}", field="outputs")
+        given = {
+            "outputs": outputs,
+            "naive": str(naive).lower(),
+            "bg_color": bg_color,
+            "bg_blur": bg_blur,
+            "threshold": threshold,
+            "format": format,
+            "png_level": png_level,
+            "jpeg_quality": jpeg_quality,
+            "recipe": recipe,
+            "engine": engine,
+            "answer": answer,
+        } | upload.fields
+        names = [n.strip() for n in str(given["outputs"]).split(",") if n.strip()]
         result = await ai.remove_background(
             upload.picture,
-            cutout="cutout" in names,
-            recipe=upload.fields.get("recipe", recipe),
-            engine=upload.fields.get("engine", engine),
+            outputs=names,
+            naive=str(given["naive"]).lower() in ("true", "1", "yes", "on"),
+            bg_color=_text(given["bg_color"]),
+            bg_blur=_number(given["bg_blur"], "bg_blur", float),
+            bg_image=upload.files.get("background"),
+            threshold=_number(given["threshold"], "threshold", float),
+            format=_formats(_text(given["format"])),
+            png_level=_number(given["png_level"], "png_level", int),
+            jpeg_quality=_number(given["jpeg_quality"], "jpeg_quality", int),
+            recipe=_text(given["recipe"]),
+            engine=_text(given["engine"]),
         )
-        images = {"matte": result.matte_png, "cutout": result.cutout_png}
+        images = result.images
         headers = _route_headers(result.recipe, result.engine, result.device, result.timing_ms, result.request_id)
         headers |= {"X-Craftai-Width": str(result.width), "X-Craftai-Height": str(result.height)}
-        if len(names) == 1 and not _wants_json(request, upload.fields.get("answer", answer)):
-            headers["Content-Disposition"] = f'inline; filename="{names[0]}.png"'
-            return Response(images[names[0]], media_type="image/png", headers=headers)
+        if len(images) == 1 and not _wants_json(request, _text(given["answer"])):
+            ((name, image),) = images.items()
+            headers["Content-Disposition"] = f'inline; filename="{name}{image.suffix}"'
+            return Response(image.data, media_type=image.media_type, headers=headers)
         return JSONResponse(
             {
                 "width": result.width,
@@ -362,7 +432,13 @@ def build(settings: WebSettings | None = None) -> FastAPI:
                 "notices": result.notices,
                 "request_id": result.request_id,
                 "outputs": {
-                    name: {"format": "png", "media_type": "image/png", "data": _b64(images[name])} for name in names
+                    name: {
+                        "format": image.format,
+                        "media_type": image.media_type,
+                        "has_alpha": image.has_alpha,
+                        "data": _b64(image.data),
+                    }
+                    for name, image in images.items()
                 },
             },
             headers=headers,

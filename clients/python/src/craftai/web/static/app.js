@@ -265,23 +265,50 @@ function query(feature, extra = {}) {
   return params.toString();
 }
 
+function matteOptions() {
+  const background = $("background").value;
+  const outputs = ["cutout", "matte", "mask"];
+  const options = { format: $("format").value };
+  if (background === "color") options.bg_color = $("bg-color").value;
+  if (background === "blur") options.bg_blur = $("bg-blur").value;
+  if (background !== "none") outputs.push("composite");
+  if ($("naive").checked) options.naive = "true";
+  return { outputs: outputs.join(","), answer: "json", ...options };
+}
+
+async function draw(canvas, blob) {
+  const picture = await createImageBitmap(blob, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
+  canvas.width = picture.width;
+  canvas.height = picture.height;
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  context.drawImage(picture, 0, 0);
+}
+
 async function removeBackground() {
   await busy(async () => {
-    const response = await api(`/remove-background?${query("image.matte", { outputs: "matte,cutout", answer: "json" })}`, {
+    const response = await api(`/remove-background?${query("image.matte", matteOptions())}`, {
       method: "POST", body: state.file, type: state.file.type || "application/octet-stream",
     });
     const result = await response.json();
-    const cutout = new Blob([bytes(result.outputs.cutout.data)], { type: "image/png" });
-    const matte = new Blob([bytes(result.outputs.matte.data)], { type: "image/png" });
-    const picture = await createImageBitmap(cutout, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
-    const canvas = $("cutout");
-    canvas.width = picture.width;
-    canvas.height = picture.height;
-    const context = canvas.getContext("2d");
-    context.clearRect(0, 0, canvas.width, canvas.height);
-    context.drawImage(picture, 0, 0);
-    $("download-cutout").href = url(cutout);
-    $("download-matte").href = url(matte);
+    const blobs = {};
+    for (const [name, image] of Object.entries(result.outputs)) {
+      blobs[name] = new Blob([bytes(image.data)], { type: image.media_type });
+    }
+    await draw($("cutout"), blobs.cutout);
+    $("composite").hidden = !blobs.composite;
+    if (blobs.composite) await draw($("composite"), blobs.composite);
+    const links = $("downloads");
+    links.replaceChildren();
+    const stem = (state.file.name || "picture").replace(/\.[^.]*$/, "");
+    for (const [name, image] of Object.entries(result.outputs)) {
+      const link = document.createElement("a");
+      link.id = `download-${name}`;
+      link.href = url(blobs[name]);
+      link.download = `${stem}.${name}.${image.format === "jpeg" ? "jpg" : image.format}`;
+      link.textContent = `${name[0].toUpperCase()}${name.slice(1)} (${image.format.toUpperCase()})`;
+      links.append(link);
+    }
     $("cutout-caption").textContent = `${result.recipe} / ${result.engine} on ${result.device}, ${ms(result.timing_ms)}`;
     $("cutout-view").hidden = false;
     document.body.dataset.cutout = "shown";
