@@ -20,15 +20,21 @@ echo "== installing the craft-ai packages"
 quiet "${pip[@]}" -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
 if [ "$dev" = 1 ]; then
-    # The page's tests drive Debian's chromium (tests/web); Playwright's own browser is never downloaded.
-    if ! command -v chromium >/dev/null; then
-        echo "== installing chromium (the browser of the page's tests)"
-        if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
-            echo "chromium is missing: install Debian's chromium (apt-get install chromium) for tests/web" >&2
+    # The page's tests drive Debian's chromium (tests/web) with Playwright for Python; Playwright's own
+    # browser is never downloaded. chromium-driver comes beside it for Selenium users of the same browser.
+    if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+        echo "== installing chromium and chromium-driver (the browser of the page's tests)"
+        sudo=()
+        [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+        if command -v apt-get >/dev/null && { [ ${#sudo[@]} = 0 ] || sudo -n true 2>/dev/null; }; then
+            "${sudo[@]}" apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+                chromium chromium-driver >/dev/null
+        elif ! command -v chromium >/dev/null; then
+            echo "chromium is missing and apt-get cannot run here: install Debian's chromium and" \
+                "chromium-driver (apt-get install chromium chromium-driver) for tests/web" >&2
             exit 1
         fi
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium >/dev/null
     fi
     echo "== installing the test tools"
     quiet "${pip[@]}" -r requirements-dev.txt

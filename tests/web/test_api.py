@@ -54,6 +54,7 @@ def test_the_schema_documents_every_endpoint(http: httpx.Client) -> None:
         "/api/v1/remove-background",
         "/api/v1/sessions",
         "/api/v1/sessions/{session_id}/segment",
+        "/api/v1/sessions/{session_id}/everything",
         "/api/v1/sessions/{session_id}",
     }
     body = paths["/api/v1/remove-background"]["post"]["requestBody"]["content"]
@@ -138,34 +139,74 @@ def test_a_session_opened_and_prompted(http: httpx.Client, sdk: AiClient, opened
     at = f"/api/v1/sessions/{session['session_id']}"
 
     same = sdk.resume_session(session["session_id"])  # the very session, through the SDK
-    if True:
-        expected = same.segment(points=[(200, 150, True)], formats=["png", "rle", "polygons"])
-        refined = same.segment(points=[(200, 150, True), (40, 40, False)], mask_input=expected.best.low_res)
-        several = same.segment(prompts=[Prompt(points=[(100, 100)]), Prompt(box=(50, 40, 300, 260))])
-        answer = http.post(
-            f"{at}/segment", json={"points": [CLICK], "formats": ["png", "rle", "polygons"], "low_res": True}
-        )
-        assert answer.status_code == 200, answer.text
-        mask = answer.json()["masks"][0]
-        assert base64.b64decode(mask["png"]) == expected.best.png
-        assert mask["rle"] == expected.best.rle.to_coco()  # type: ignore[union-attr]
-        assert mask["predicted_iou"] == pytest.approx(expected.best.predicted_iou)
-        assert mask["box"] == list(expected.best.box) and mask["area"] == expected.best.area
-        assert len(mask["polygons"]) == len(expected.best.polygons)
-        assert LowResMask(base64.b64decode(mask["low_res"])) == expected.best.low_res
+    expected = same.segment(points=[(200, 150, True)], formats=["png", "rle", "polygons"])
+    refined = same.segment(points=[(200, 150, True), (40, 40, False)], mask_input=expected.best.low_res)
+    several = same.segment(prompts=[Prompt(points=[(100, 100)]), Prompt(box=(50, 40, 300, 260))])
+    answer = http.post(
+        f"{at}/segment", json={"points": [CLICK], "formats": ["png", "rle", "polygons"], "low_res": True}
+    )
+    assert answer.status_code == 200, answer.text
+    mask = answer.json()["masks"][0]
+    assert base64.b64decode(mask["png"]) == expected.best.png
+    assert mask["rle"] == expected.best.rle.to_coco()  # type: ignore[union-attr]
+    assert mask["predicted_iou"] == pytest.approx(expected.best.predicted_iou)
+    assert mask["box"] == list(expected.best.box) and mask["area"] == expected.best.area
+    assert len(mask["polygons"]) == len(expected.best.polygons)
+    assert LowResMask(base64.b64decode(mask["low_res"])) == expected.best.low_res
 
-        fed_back = http.post(
-            f"{at}/segment",
-            json={"points": [[200, 150, True], [40, 40, False]], "mask_input": mask["low_res"]},
-            headers={"Accept": "image/png"},
-        )
-        assert fed_back.headers["content-type"] == "image/png" and fed_back.content == refined.best.png
-        assert float(fed_back.headers["x-craftai-predicted-iou"]) == pytest.approx(refined.best.predicted_iou, abs=1e-6)
-        np.testing.assert_array_equal(mask_of(fed_back.content), mask_of(refined.best.png))
+    fed_back = http.post(
+        f"{at}/segment",
+        json={"points": [[200, 150, True], [40, 40, False]], "mask_input": mask["low_res"]},
+        headers={"Accept": "image/png"},
+    )
+    assert fed_back.headers["content-type"] == "image/png" and fed_back.content == refined.best.png
+    assert float(fed_back.headers["x-craftai-predicted-iou"]) == pytest.approx(refined.best.predicted_iou, abs=1e-6)
+    np.testing.assert_array_equal(mask_of(fed_back.content), mask_of(refined.best.png))
 
-        objects = http.post(f"{at}/segment", json={"prompts": [{"points": [[100, 100]]}, {"box": [50, 40, 300, 260]}]})
-        got = [base64.b64decode(m["png"]) for m in objects.json()["masks"]]
-        assert got == [m.png for m in several.masks] and [m["prompt_index"] for m in objects.json()["masks"]] == [0, 1]
+    objects = http.post(f"{at}/segment", json={"prompts": [{"points": [[100, 100]]}, {"box": [50, 40, 300, 260]}]})
+    got = [base64.b64decode(m["png"]) for m in objects.json()["masks"]]
+    assert got == [m.png for m in several.masks] and [m["prompt_index"] for m in objects.json()["masks"]] == [0, 1]
+
+
+EVERYTHING = {
+    "points_per_side": 4,
+    "points_per_batch": 5,
+    "pred_iou_thresh": 0,
+    "stability_score_thresh": 0,
+    "box_nms_thresh": 1.0,
+}
+
+
+def test_segment_everything_as_json_and_with_progress(
+    http: httpx.Client, sdk: AiClient, opened: httpx.Response
+) -> None:
+    """The module's session: the SDK's masks for the same options, and with Accept:
+    text/event-stream the progress after each batch of clicks, then the same answer."""
+    at = f"/api/v1/sessions/{opened.json()['session_id']}/everything"
+    expected = sdk.resume_session(opened.json()["session_id"]).segment_everything(formats=["rle", "png"], **EVERYTHING)
+    assert len(expected.masks) > 1
+    answer = http.post(at, json={**EVERYTHING, "formats": ["rle", "png"]})
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    assert found["points"] == expected.points == 16 and found["candidates"] == expected.candidates
+    assert [m["rle"] for m in found["masks"]] == [m.rle.to_coco() for m in expected.masks if m.rle]
+    assert [base64.b64decode(m["png"]) for m in found["masks"]] == [m.png for m in expected.masks]
+    assert [m["stability_score"] for m in found["masks"]] == pytest.approx([m.stability_score for m in expected.masks])
+    assert [m["point"] for m in found["masks"]] == [[m.point.x, m.point.y] for m in expected.masks if m.point]
+
+    with http.stream("POST", at, json=EVERYTHING, headers={"Accept": "text/event-stream"}) as response:
+        assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+        events = _events(response.read().decode())
+    names = [name for name, _ in events]
+    assert names[-1] == "result" and set(names[:-1]) == {"progress"}
+    points = [(e["done"], e["total"]) for name, e in events if name == "progress" and e["stage"] == "points"]
+    assert points == [(5, 16), (10, 16), (15, 16), (16, 16)]
+    assert [m["rle"] for m in events[-1][1]["masks"]] == [m["rle"] for m in found["masks"]]
+
+    bad = http.post(at, json={"points_per_side": 65}, headers={"Accept": "text/event-stream"})
+    assert bad.status_code == 400 and "points_per_side" in _error(bad)["message"]  # before any event: an HTTP error
+    gone = http.post("/api/v1/sessions/no-such/everything", json=EVERYTHING)
+    assert gone.status_code == 404 and _error(gone)["reason"] == "SESSION_NOT_FOUND"
 
 
 def test_the_apps_limits_are_429_with_retry_after(http: httpx.Client, opened: httpx.Response, photo: Path) -> None:
@@ -198,6 +239,8 @@ def test_setup_streams_server_sent_events(http: httpx.Client) -> None:
         events = _events(response.read().decode())
     names = [name for name, _ in events]
     assert names[-1] == "result" and set(names[:-1]) <= {"progress", "notice"} and "progress" in names
+    progress = [event for name, event in events if name == "progress"]
+    assert all(isinstance(p["done"], int) and isinstance(p["total"], int) for p in progress)  # numbers, not strings
     result = events[-1][1]
     assert result["route"]["recipe"] == "u2netp" and result["already_done"] is True
     unknown = http.post("/api/v1/setup", json={"feature": "image.nothing"})

@@ -8,13 +8,14 @@ schema is served at /api/v1/openapi.json.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import grpc
 from fastapi import Depends, FastAPI, Query, Request
@@ -29,11 +30,12 @@ from starlette.exceptions import HTTPException
 
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import LowResMask, MaskOutput, Point, Prompt, SegmentOutput
+from craftai.outputs import EverythingOutput, LowResMask, MaskOutput, Point, Prompt, SegmentOutput
 from craftai.policy import Retries
 from craftai.web.errors import bad_request, error_body, error_response
 from craftai.web.settings import WebSettings
 from craftai.web.uploads import BodyLimit, read_upload
+from craftai_wire.v1 import common_pb2
 
 log = logging.getLogger("craftai.web")
 API = "/api/v1"
@@ -132,6 +134,25 @@ class SegmentIn(PromptIn):
     low_res: bool = Field(False, description="answer each mask's low-res logits (base64) to send back as mask_input")
 
 
+class EverythingIn(BaseModel):
+    """Meta's automatic mask generator's parameters (unset: its defaults) and the answer's formats."""
+
+    points_per_side: int | None = Field(None, description="a grid of n x n single clicks (32)")
+    points_per_batch: int | None = Field(None, description="clicks decoded at once (64); progress after each batch")
+    pred_iou_thresh: float | None = Field(None, description="keep masks whose predicted IoU is above (0.8)")
+    stability_score_thresh: float | None = Field(None, description="keep masks whose stability is above (0.95)")
+    stability_score_offset: float | None = Field(None, description="the stability score's logit offset (1.0)")
+    mask_threshold: float | None = Field(None, description="the logit a pixel is selected above (0.0)")
+    box_nms_thresh: float | None = Field(None, description="masks whose boxes overlap more are one (0.7)")
+    min_mask_region_area: int | None = Field(None, description="holes and islands smaller are removed (0: off)")
+    formats: list[Literal["png", "rle", "polygons"]] | None = Field(None, description="default: rle")
+    polygon_tolerance: float | None = None
+
+    def options(self) -> dict[str, Any]:
+        """The parameters given, by name (the services check their ranges)."""
+        return self.model_dump(exclude={"formats", "polygon_tolerance"}, exclude_none=True)
+
+
 class SetupIn(BaseModel):
     feature: str = Field(description="image.matte or image.segment")
     recipe: str | None = None
@@ -143,6 +164,14 @@ class SetupIn(BaseModel):
 
 def _message(message: Message) -> dict[str, Any]:
     return MessageToDict(message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+
+
+def _event(message: Message) -> dict[str, Any]:
+    """An event of a stream as JSON; a Progress's counts as numbers (proto JSON writes 64-bit
+    integers as strings)."""
+    if isinstance(message, common_pb2.Progress):
+        return {f: getattr(message, f) for f in ("stage", "done", "total", "unit", "message")}
+    return _message(message)
 
 
 def _b64(data: bytes) -> str:
@@ -183,6 +212,29 @@ def _mask(mask: MaskOutput, low_res: bool) -> dict[str, Any]:
     if low_res:
         answer["low_res"] = _b64(mask.low_res.logits)
     return answer
+
+
+def _xy(point: Point | None) -> list[float] | None:
+    return None if point is None else [point.x, point.y]
+
+
+def _everything(result: EverythingOutput) -> dict[str, Any]:
+    return {
+        "session_id": result.session_id,
+        "width": result.width,
+        "height": result.height,
+        "recipe": result.recipe,
+        "engine": result.engine,
+        "device": result.device,
+        "points": result.points,
+        "candidates": result.candidates,
+        "timing_ms": result.timing_ms,
+        "notices": result.notices,
+        "request_id": result.request_id,
+        "masks": [
+            _mask(m, False) | {"stability_score": m.stability_score, "point": _xy(m.point)} for m in result.masks
+        ],
+    }
 
 
 def _route_headers(recipe: str, engine: str, device: str, timing: dict[str, float], request_id: str) -> dict[str, str]:
@@ -331,6 +383,10 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         "description": "server-sent events: progress, notice, then result (or error)",
         "content": {"text/event-stream": {}},
     }
+    everything_answers = {
+        "description": "JSON: the masks; with Accept: text/event-stream, events progress, then result (or error)",
+        "content": {"application/json": {}, "text/event-stream": {}},
+    }
 
     @app.post(f"{API}/setup", responses={200: sse, **ERRORS})
     async def setup(body: SetupIn, ai: Caller) -> Response:
@@ -348,15 +404,14 @@ def build(settings: WebSettings | None = None) -> FastAPI:
                 event: Message | None = first
                 while event is not None:
                     name = {"Progress": "progress", "Notice": "notice"}.get(event.DESCRIPTOR.name, "result")
-                    yield _sse(name, _message(event))
+                    yield _sse(name, _event(event))
                     event = await anext(events, None)
             except CraftAiError as exc:
                 yield _sse("error", error_body(exc)["error"])
             finally:
                 await events.aclose()
 
-        headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-        return StreamingResponse(sent(), media_type="text/event-stream", headers=headers)
+        return _event_stream(sent())
 
     @app.post(f"{API}/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=ERRORS)
     async def remove_background(
@@ -533,6 +588,28 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             headers=headers,
         )
 
+    @app.post(f"{API}/sessions/{{session_id}}/everything", responses={200: everything_answers, **ERRORS})
+    async def segment_everything(session_id: str, body: EverythingIn, request: Request, ai: Caller) -> Response:
+        """Every object of the session's picture (Meta's automatic mask generator: a grid of single
+        clicks, filtered, de-duplicated), best predicted IoU first, masks as RLE unless `formats`
+        says otherwise. With Accept: text/event-stream: server-sent events `progress` (after each
+        batch of clicks), then one `result` (the JSON answer) or `error`."""
+        session = ai.resume_session(session_id)
+
+        def call(on_progress: Callable[[common_pb2.Progress], None] | None) -> Awaitable[EverythingOutput]:
+            return session.segment_everything(
+                formats=body.formats,
+                polygon_tolerance=body.polygon_tolerance,
+                on_progress=on_progress,
+                **body.options(),
+            )
+
+        if "text/event-stream" not in request.headers.get("accept", ""):
+            result = await call(None)
+            headers = _route_headers(result.recipe, result.engine, result.device, result.timing_ms, result.request_id)
+            return JSONResponse(_everything(result), headers=headers)
+        return await _progress_stream(call, _everything)
+
     @app.delete(f"{API}/sessions/{{session_id}}", status_code=204, responses=ERRORS)
     async def close_session(session_id: str, ai: Caller) -> Response:
         """Forget the session's picture on the server (nothing happens if it is already gone)."""
@@ -557,6 +634,59 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             expose_headers=EXPOSED_HEADERS,
         )
     return app
+
+
+ResultT = TypeVar("ResultT")
+
+
+async def _progress_stream(
+    call: Callable[[Callable[[common_pb2.Progress], None]], Awaitable[ResultT]],
+    answer: Callable[[ResultT], dict[str, Any]],
+) -> Response:
+    """A call's progress as server-sent events, then its `result` (`answer` of its value) or
+    `error`. An error before the first progress is an HTTP error; a caller that leaves cancels
+    the call (the services stop the work)."""
+    progress: asyncio.Queue[common_pb2.Progress] = asyncio.Queue()
+    task = asyncio.ensure_future(call(progress.put_nowait))
+
+    async def next_event() -> common_pb2.Progress | None:
+        """The next progress, or None once the call has ended and every progress was sent."""
+        while progress.empty() and not task.done():
+            getter = asyncio.ensure_future(progress.get())
+            await asyncio.wait({task, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter.done():
+                return getter.result()
+            getter.cancel()
+        return None if progress.empty() else progress.get_nowait()
+
+    try:
+        first = await next_event()
+        if first is None and task.exception() is not None:
+            raise task.exception()  # type: ignore[misc]
+    except BaseException:
+        task.cancel()
+        raise
+
+    async def sent() -> AsyncGenerator[str, None]:
+        try:
+            event = first
+            while event is not None:
+                yield _sse("progress", _event(event))
+                event = await next_event()
+            try:
+                yield _sse("result", answer(task.result()))
+            except CraftAiError as exc:
+                yield _sse("error", error_body(exc)["error"])
+        finally:
+            task.cancel()
+
+    return _event_stream(sent())
+
+
+def _event_stream(events: AsyncGenerator[str, None]) -> StreamingResponse:
+    """Server-sent events as they come (no cache, no proxy buffering)."""
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return StreamingResponse(events, media_type="text/event-stream", headers=headers)
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:
