@@ -168,7 +168,7 @@ def test_a_session_opened_and_prompted(http: httpx.Client, sdk: AiClient, opened
     assert got == [m.png for m in several.masks] and [m["prompt_index"] for m in objects.json()["masks"]] == [0, 1]
 
 
-EVERYTHING = {
+EVERYTHING: dict[str, Any] = {
     "points_per_side": 4,
     "points_per_batch": 5,
     "pred_iou_thresh": 0,

@@ -135,16 +135,15 @@ def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sd
 def _covering_click(session: SegmentSession) -> tuple[tuple[float, float], tuple[float, float]]:
     """A click whose mask (random-weight SAM fixture) covers it, and a background click that
     changes that mask: found on the service itself (the page's session), then clicked in the page."""
-    if True:
-        for x, y in [(225.5, 150.5), (200.5, 120.5), (150.5, 200.5), (300.5, 100.5), (100.5, 100.5), (350.5, 250.5)]:
-            first = session.segment(points=[(x, y, True)])
-            covered = np.asarray(Image.open(io.BytesIO(first.best.png)).convert("L")) > 0
-            if not covered[int(y), int(x)]:
-                continue
-            for bx, by in [(30.5, 30.5), (420.5, 270.5), (60.5, 250.5), (400.5, 40.5)]:
-                second = session.segment(points=[(x, y, True), (bx, by, False)])
-                if second.best.png != first.best.png:
-                    return (x, y), (bx, by)
+    for x, y in [(225.5, 150.5), (200.5, 120.5), (150.5, 200.5), (300.5, 100.5), (100.5, 100.5), (350.5, 250.5)]:
+        first = session.segment(points=[(x, y, True)])
+        covered = np.asarray(Image.open(io.BytesIO(first.best.png)).convert("L")) > 0
+        if not covered[int(y), int(x)]:
+            continue
+        for bx, by in [(30.5, 30.5), (420.5, 270.5), (60.5, 250.5), (400.5, 40.5)]:
+            second = session.segment(points=[(x, y, True), (bx, by, False)])
+            if second.best.png != first.best.png:
+                return (x, y), (bx, by)
     raise AssertionError("no click of the list is covered by its own mask on this fixture")
 
 
@@ -193,6 +192,32 @@ def test_select_by_clicks_and_a_box_with_undo(page: Page, photo: Path, sdk: AiCl
     page.click("#clear")
     _wait_masks(page, before + 5)
     assert not (_pixels(page, "overlay")[..., 3] > 0).any()
+
+
+def test_everything_colours_every_object_with_progress(page: Page, sdk: AiClient) -> None:
+    """On the session the select test opened: the grid's progress shown, then the union of the
+    service's masks for the same options drawn over the picture, each object in its colour."""
+    for field, value in (("#everything-side", "4"), ("#everything-iou", "0"), ("#everything-stability", "0")):
+        page.fill(field, value)
+    page.click("#everything")
+    page.wait_for_selector("body[data-everything]", timeout=60_000)
+    assert page.evaluate("() => document.body.dataset.everythingProgress") == "16/16"
+    session = page.evaluate("() => document.body.dataset.session")
+    expected = _as_page(sdk, session).segment_everything(
+        points_per_side=4, pred_iou_thresh=0, stability_score_thresh=0, formats="png"
+    )
+    assert expected.masks and page.evaluate("() => document.body.dataset.everything") == str(len(expected.masks))
+    union = np.zeros((expected.height, expected.width), dtype=bool)
+    for mask in expected.masks:
+        union |= np.asarray(Image.open(io.BytesIO(mask.png)).convert("L")) > 0
+    overlay = _pixels(page, "overlay")
+    np.testing.assert_array_equal(overlay[..., 3] > 0, union)
+    smallest = min(expected.masks, key=lambda m: m.area)  # drawn last: its pixels have its colour
+    x0, y0, x1, y1 = smallest.box
+    inside = (np.asarray(Image.open(io.BytesIO(smallest.png)).convert("L")) > 0)[y0:y1, x0:x1]
+    colours = {tuple(c) for c in overlay[y0:y1, x0:x1][inside][:, :3]}
+    assert len(colours) == 1
+    assert f"{len(expected.masks)} objects" in page.locator("#mask-caption").inner_text()
 
 
 def test_a_file_that_is_not_a_picture_shows_the_services_words(page: Page, tmp_path: Path, sdk: AiClient) -> None:

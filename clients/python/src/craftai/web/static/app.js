@@ -7,6 +7,8 @@ const $ = (id) => document.getElementById(id);
 const FEATURES = ["image.matte", "image.segment"];
 const READY = new Set(["ROUTE_STATE_PREPARED", "ROUTE_STATE_READY"]);
 const MASK_RGBA = [30, 144, 255, 150];
+const PALETTE = [[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48], [145, 30, 180],
+  [70, 240, 240], [240, 50, 230], [210, 245, 60], [0, 128, 128], [170, 110, 40], [128, 0, 0]];
 
 const state = {
   key: localStorage.getItem("craftai.key") || "",
@@ -195,6 +197,26 @@ function* events(text) {
   }
 }
 
+async function readEvents(response, onEvent) {
+  // Server-sent events of a POST (EventSource only GETs): each complete event to onEvent; an
+  // `error` event is thrown as the gateway's error.
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    pending += value;
+    const cut = pending.lastIndexOf("\n\n");
+    if (cut < 0) continue;
+    const complete = pending.slice(0, cut);
+    pending = pending.slice(cut + 2);
+    for (const [name, data] of events(complete)) {
+      if (name === "error") throw new ApiError(data.status, { error: data });
+      onEvent(name, data);
+    }
+  }
+}
+
 async function setUp(feature, card, button) {
   button.disabled = true;
   const bar = document.createElement("progress");
@@ -203,28 +225,15 @@ async function setUp(feature, card, button) {
   card.append(bar, line);
   await busy(async () => {
     const response = await api("/setup", { method: "POST", json: { feature, ...state.chosen[feature] } });
-    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
-    let pending = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      pending += value;
-      const cut = pending.lastIndexOf("\n\n");
-      if (cut < 0) continue;
-      const complete = pending.slice(0, cut);
-      pending = pending.slice(cut + 2);
-      for (const [name, data] of events(complete)) {
-        if (name === "progress") {
-          bar.max = Number(data.total) || 1;
-          if (Number(data.total)) bar.value = Number(data.done); else bar.removeAttribute("value");
-          line.textContent = `${data.stage}: ${data.message}`;
-        } else if (name === "notice") {
-          line.textContent = data.message;
-        } else if (name === "error") {
-          throw new ApiError(data.status, { error: data });
-        }
+    await readEvents(response, (name, data) => {
+      if (name === "progress") {
+        bar.max = Number(data.total) || 1;
+        if (Number(data.total)) bar.value = Number(data.done); else bar.removeAttribute("value");
+        line.textContent = `${data.stage}: ${data.message}`;
+      } else if (name === "notice") {
+        line.textContent = data.message;
       }
-    }
+    });
   });
   await busy(loadStatus);
 }
@@ -257,6 +266,7 @@ async function choose(file) {
   drawMarks();
   $("remove").disabled = false;
   $("select").disabled = false;
+  $("everything").disabled = false;
   setSelecting(false);
 }
 
@@ -417,17 +427,9 @@ async function segment() {
     return;
   }
   await busy(async () => {
-    const ask = () => api(`/sessions/${state.session.session_id}/segment?answer=png`, {
+    const response = await sessionCall(() => api(`/sessions/${state.session.session_id}/segment?answer=png`, {
       method: "POST", json: { points, box }, accept: "image/png",
-    });
-    let response;
-    try {
-      response = await ask();
-    } catch (error) {
-      if (error.status !== 404 || error.reason !== "SESSION_NOT_FOUND") throw error;
-      await openSession(); // the server forgot it (idle, memory, restart): send the picture again
-      response = await ask();
-    }
+    }));
     const blob = await response.blob();
     if (asked !== state.sequence) return; // a later click's answer is on its way
     await paintMask(blob);
@@ -440,6 +442,85 @@ async function segment() {
     link.hidden = false;
     state.masks += 1;
     document.body.dataset.masks = String(state.masks);
+  });
+}
+
+// -- everything --------------------------------------------------------------------------------
+
+async function sessionCall(ask) {
+  // A call on the page's session, opened (again) when the server does not have it.
+  if (!state.session) await openSession();
+  try {
+    return await ask();
+  } catch (error) {
+    if (error.status !== 404 || error.reason !== "SESSION_NOT_FOUND") throw error;
+    await openSession(); // the server forgot it (idle, memory, restart): send the picture again
+    return ask();
+  }
+}
+
+async function paintEverything(masks) {
+  // Every object in its own colour; smaller ones drawn last, over the larger ones they lie on.
+  const overlay = $("overlay");
+  const { width, height } = overlay;
+  const out = new ImageData(width, height);
+  const scratch = new OffscreenCanvas(width, height);
+  const context = scratch.getContext("2d", { willReadFrequently: true });
+  const ordered = masks.map((mask, i) => [mask, i]).sort((a, b) => b[0].area - a[0].area);
+  for (const [mask, i] of ordered) {
+    const picture = await createImageBitmap(new Blob([bytes(mask.png)], { type: "image/png" }));
+    context.clearRect(0, 0, width, height);
+    context.drawImage(picture, 0, 0);
+    const data = context.getImageData(0, 0, width, height).data;
+    const [r, g, b] = PALETTE[i % PALETTE.length];
+    for (let p = 0; p < data.length; p += 4) {
+      if (data[p] > 0) {
+        out.data[p] = r; out.data[p + 1] = g; out.data[p + 2] = b; out.data[p + 3] = MASK_RGBA[3];
+      }
+    }
+  }
+  overlay.getContext("2d").putImageData(out, 0, 0);
+}
+
+async function everything() {
+  await busy(async () => {
+    setSelecting(false);
+    state.prompt = { points: [], box: null };
+    state.history = [];
+    drawMarks();
+    const options = { formats: ["png"] };
+    for (const [id, name] of [["everything-side", "points_per_side"], ["everything-iou", "pred_iou_thresh"],
+      ["everything-stability", "stability_score_thresh"]]) {
+      if ($(id).value !== "") options[name] = Number($(id).value);
+    }
+    const bar = $("everything-progress");
+    bar.removeAttribute("value");
+    bar.hidden = false;
+    let result = null;
+    try {
+      const response = await sessionCall(() => api(`/sessions/${state.session.session_id}/everything`, {
+        method: "POST", json: options, accept: "text/event-stream",
+      }));
+      await readEvents(response, (name, data) => {
+        if (name === "progress" && data.stage === "points") {
+          bar.max = data.total || 1;
+          bar.value = data.done;
+          document.body.dataset.everythingProgress = `${data.done}/${data.total}`;
+        } else if (name === "result") {
+          result = data;
+        }
+      });
+    } finally {
+      bar.hidden = true;
+    }
+    if (!result) throw new Error("the gateway's answer ended before its result: try again");
+    await paintEverything(result.masks);
+    $("download-mask").hidden = true;
+    $("mask-caption").textContent = `${result.masks.length} objects (of ${result.candidates} candidates from ` +
+      `${result.points} clicks), ${ms(result.timing_ms)}`;
+    state.masks += 1;
+    document.body.dataset.masks = String(state.masks);
+    document.body.dataset.everything = String(result.masks.length);
   });
 }
 
@@ -488,6 +569,7 @@ function listen() {
   });
   $("remove").addEventListener("click", removeBackground);
   $("select").addEventListener("click", toggleSelect);
+  $("everything").addEventListener("click", everything);
   $("undo").addEventListener("click", () => {
     if (!state.history.length) return;
     state.prompt = state.history.pop();
