@@ -30,7 +30,7 @@ from starlette.exceptions import HTTPException
 
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import EverythingOutput, LowResMask, MaskOutput, Point, Prompt, SegmentOutput
+from craftai.outputs import EverythingOutput, LowResMask, MaskOutput, MatteOutput, Point, Prompt, SegmentOutput
 from craftai.policy import Retries
 from craftai.web.errors import bad_request, error_body, error_response
 from craftai.web.settings import WebSettings
@@ -214,6 +214,21 @@ def _mask(mask: MaskOutput, low_res: bool) -> dict[str, Any]:
     return answer
 
 
+def _answered(result: MatteOutput | SegmentOutput | EverythingOutput) -> dict[str, Any]:
+    """What every feature's JSON answer says besides its outputs: the picture's size, the route
+    and device that answered, the server's stages, notices and the request's id."""
+    return {
+        "width": result.width,
+        "height": result.height,
+        "recipe": result.recipe,
+        "engine": result.engine,
+        "device": result.device,
+        "timing_ms": result.timing_ms,
+        "notices": result.notices,
+        "request_id": result.request_id,
+    }
+
+
 def _xy(point: Point | None) -> list[float] | None:
     return None if point is None else [point.x, point.y]
 
@@ -221,16 +236,9 @@ def _xy(point: Point | None) -> list[float] | None:
 def _everything(result: EverythingOutput) -> dict[str, Any]:
     return {
         "session_id": result.session_id,
-        "width": result.width,
-        "height": result.height,
-        "recipe": result.recipe,
-        "engine": result.engine,
-        "device": result.device,
+        **_answered(result),
         "points": result.points,
         "candidates": result.candidates,
-        "timing_ms": result.timing_ms,
-        "notices": result.notices,
-        "request_id": result.request_id,
         "masks": [
             _mask(m, False) | {"stability_score": m.stability_score, "point": _xy(m.point)} for m in result.masks
         ],
@@ -478,14 +486,7 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             return Response(image.data, media_type=image.media_type, headers=headers)
         return JSONResponse(
             {
-                "width": result.width,
-                "height": result.height,
-                "recipe": result.recipe,
-                "engine": result.engine,
-                "device": result.device,
-                "timing_ms": result.timing_ms,
-                "notices": result.notices,
-                "request_id": result.request_id,
+                **_answered(result),
                 "outputs": {
                     name: {
                         "format": image.format,
@@ -575,14 +576,7 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         return JSONResponse(
             {
                 "session_id": session_id,
-                "width": result.width,
-                "height": result.height,
-                "recipe": result.recipe,
-                "engine": result.engine,
-                "device": result.device,
-                "timing_ms": result.timing_ms,
-                "notices": result.notices,
-                "request_id": result.request_id,
+                **_answered(result),
                 "masks": [_mask(m, body.low_res) for m in result.masks],
             },
             headers=headers,
