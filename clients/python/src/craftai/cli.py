@@ -7,6 +7,8 @@ craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mas
 craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
 craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
 craftai keys add my-editor                     # a new key for an app: its hash into the keys file
+craftai serve --web                            # the services, and the page and HTTP API on 127.0.0.1:8080
+craftai web --address 10.0.0.7:50051           # the page and HTTP API in front of services elsewhere
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tqdm import tqdm
@@ -32,6 +34,9 @@ from craftai.errors import CraftAiError
 from craftai.outputs import SUFFIXES
 from craftai_wire import keys
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+
+if TYPE_CHECKING:
+    from craftai.web.settings import WebSettings
 
 STATE_WORDS = {
     catalogue_pb2.ROUTE_STATE_UNAVAILABLE: "unavailable",
@@ -46,10 +51,28 @@ def _client(options: argparse.Namespace) -> AiClient:
     return AiClient(app_id=options.app_id, target=options.address)
 
 
+def _web_settings(options: argparse.Namespace) -> WebSettings:
+    try:
+        from craftai.web.settings import WebSettings
+    except ImportError as exc:
+        raise SystemExit(f"craftai: the web gateway needs its extra (pip install 'craftai[web]'): {exc}") from exc
+    given = {"host": options.web_host, "port": options.web_port, "target": getattr(options, "address", None)}
+    return WebSettings(**{k: v for k, v in given.items() if v is not None})
+
+
 def cmd_serve(options: argparse.Namespace) -> int:
     from craftai import serve
 
-    return serve.run(options.host, options.port, options.store)
+    web = _web_settings(options) if options.web else None
+    if web is not None:
+        web = web.model_copy(update={"target": None})  # the services of this process
+    return serve.run(options.host, options.port, options.store, web)
+
+
+def cmd_web(options: argparse.Namespace) -> int:
+    from craftai.web import server
+
+    return server.run(_web_settings(options))
 
 
 def cmd_status(options: argparse.Namespace) -> int:
@@ -600,6 +623,11 @@ def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
     )
 
 
+def _web_flags(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--web-host", default=None, help="the gateway's address (default CRAFTAI_WEB_HOST or 127.0.0.1)")
+    s.add_argument("--web-port", type=int, default=None, help="its port (default CRAFTAI_WEB_PORT or 8080)")
+
+
 _APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -622,7 +650,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None, help="address to listen on (default CRAFTAI_HOST or 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="port (default CRAFTAI_PORT or 50051)")
     s.add_argument("--store", type=Path, default=None, help="model store folder (default CRAFTAI_STORE)")
+    s.add_argument("--web", action="store_true", help="also serve the HTTP API and the page (craftai[web])")
+    _web_flags(s)
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("web", help="the HTTP API and the page, in front of the services at --address")
+    _web_flags(s)
+    s.set_defaults(func=cmd_web)
 
     s = sub.add_parser("status", help="the infer device and the state of every route")
     s.add_argument("feature", nargs="?", default="")

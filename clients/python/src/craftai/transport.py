@@ -11,13 +11,15 @@ CRAFTAI_TLS_CLIENT_CERT and CRAFTAI_TLS_CLIENT_KEY), each PEM bytes or a file pa
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import time
 import uuid
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
@@ -113,6 +115,45 @@ class Connection:
         return tuple(items)
 
 
+def stream_item(rpc: Stream[RequestT, AnswerT], event: Any) -> common_pb2.Progress | common_pb2.Notice | AnswerT | None:
+    """What one event of an RPC's stream gives the reader: progress, a notice or the result."""
+    kind = event.WhichOneof("event")
+    if kind == "progress":
+        return event.progress  # type: ignore[no-any-return]
+    if kind == "notice":
+        return event.notice  # type: ignore[no-any-return]
+    if kind == "result":
+        assert isinstance(event.result, rpc.answer)
+        return event.result
+    return None
+
+
+class Reading(Generic[AnswerT]):
+    """A stream read to its one result, whatever the transport: progress to the callback, notices
+    collected (those of the try that answered only), the result kept."""
+
+    def __init__(self, rpc: Stream[Any, AnswerT], on_progress: ProgressCallback | None, notices: list[str]) -> None:
+        self.rpc = rpc
+        self.on_progress = on_progress
+        self.notices = notices
+        self._answer: AnswerT | None = None
+
+    def take(self, event: StreamEvent | AnswerT) -> None:
+        if isinstance(event, Retrying):
+            del self.notices[:]  # a retry starts the answer again
+        elif isinstance(event, common_pb2.Progress):
+            if self.on_progress is not None:
+                self.on_progress(event)
+        elif isinstance(event, common_pb2.Notice):
+            self.notices.append(event.message)
+        else:
+            self._answer = event
+
+    def answer(self) -> AnswerT:
+        assert self._answer is not None  # a reader returns only after a result, or raises
+        return self._answer
+
+
 class Transport:
     """Blocking calls to the three services: one channel per address (shared when services share
     one), a deadline on every call, and calls the server could not answer tried again under
@@ -128,6 +169,12 @@ class Transport:
         self.catalogue = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(at["catalogue"]))
         self.prepare = prepare_pb2_grpc.PrepareServiceStub(self._channel(at["prepare"]))
         self.infer = infer_pb2_grpc.InferServiceStub(self._channel(at["infer"]))
+
+    def for_app(self, app_id: str, app_key: str | None) -> Transport:
+        """The same channels, calls made as another app (with exactly this key, or none)."""
+        clone = copy.copy(self)
+        clone.connection = dataclasses.replace(self.connection, app_id=app_id, app_key=app_key)
+        return clone
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
@@ -196,15 +243,10 @@ class Transport:
             error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
             try:
                 for event in events:  # read to the end: the result is the last message, then the status
-                    kind = event.WhichOneof("event")
-                    if kind == "progress":
-                        yield event.progress
-                    elif kind == "notice":
-                        yield event.notice
-                    elif kind == "result":
-                        answered = True
-                        assert isinstance(event.result, rpc.answer)
-                        yield event.result
+                    item = stream_item(rpc, event)
+                    answered = answered or isinstance(item, rpc.answer)
+                    if item is not None:
+                        yield item
             except grpc.RpcError as exc:
                 if not answered:
                     error = CraftAiError.from_rpc(exc)
@@ -225,19 +267,10 @@ class Transport:
     ) -> AnswerT:
         """A stream run to its one result: progress to the callback, notices collected (those of
         the try that answered only)."""
-        answer: AnswerT | None = None
+        reading = Reading(rpc, on_progress, notices)
         for event in self.stream(rpc, request, request_id):
-            if isinstance(event, Retrying):
-                del notices[:]  # a retry starts the answer again
-            elif isinstance(event, common_pb2.Progress):
-                if on_progress is not None:
-                    on_progress(event)
-            elif isinstance(event, common_pb2.Notice):
-                notices.append(event.message)
-            else:
-                answer = event
-        assert answer is not None  # the reader returns only after a result, or raises
-        return answer
+            reading.take(event)
+        return reading.answer()
 
     def close(self) -> None:
         for channel in self._channels.values():

@@ -14,6 +14,7 @@ to finish, then the server stops, then the services (running preparations are wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Sequence
@@ -158,8 +159,15 @@ class Server:
         await self._stopped.wait()
 
 
-async def serve(settings: ServerSettings, mounts: Sequence[Mount]) -> int:
-    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting)."""
+async def serve(
+    settings: ServerSettings,
+    mounts: Sequence[Mount],
+    beside: Callable[[str], contextlib.AbstractAsyncContextManager[object]] | None = None,
+) -> int:
+    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting).
+
+    `beside(address)`: something served with the services on this loop (`craftai serve --web`: the
+    web gateway), entered once they listen at `address` and left before they stop."""
     try:
         server = Server(settings, mounts)
     except KeysFileError as exc:
@@ -174,7 +182,12 @@ async def serve(settings: ServerSettings, mounts: Sequence[Mount]) -> int:
     except BaseException:
         await server.stop()
         raise
-    await stop_requested.wait()
+    try:
+        async with beside(server.address) if beside is not None else contextlib.nullcontext():
+            await stop_requested.wait()
+    except BaseException:  # what ran beside failed: stop the services too, and say why
+        await server.stop()
+        raise
     log.info("stopping: health NOT_SERVING, up to %.0f s for in-flight requests", settings.grace_seconds)
     await server.stop()
     return 0

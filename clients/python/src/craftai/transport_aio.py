@@ -1,0 +1,174 @@
+"""The asyncio transport (`AsyncTransport`, on grpc.aio): what craftai.transport's `Transport`
+does, awaited. The same `Connection` (addresses, TLS, keys, metadata), the same retry decisions
+(craftai.policy's RetryPlan), the same reading of a stream's events (`stream_item`, `Reading`);
+only the sleeping, the waiting for a server and the channels are asyncio's.
+
+Channels are made on first use, inside the event loop that uses them: one AsyncTransport (one
+AsyncAiClient) belongs to one event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import dataclasses
+import time
+from collections.abc import AsyncGenerator
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from craftai.calls import ServiceName, Stream, Unary
+from craftai.errors import CraftAiError
+from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
+from craftai.transport import (
+    AnswerT,
+    Connection,
+    ProgressCallback,
+    Reading,
+    RequestT,
+    StreamEvent,
+    new_request_id,
+    stream_item,
+)
+from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2_grpc, prepare_pb2_grpc
+
+STUBS: dict[ServiceName, Any] = {
+    "catalogue": catalogue_pb2_grpc.CatalogueServiceStub,
+    "prepare": prepare_pb2_grpc.PrepareServiceStub,
+    "infer": infer_pb2_grpc.InferServiceStub,
+}
+
+
+class AsyncTransport:
+    """Awaited calls to the three services: one grpc.aio channel per address (shared when services
+    share one), a deadline on every call, and calls the server could not answer tried again under
+    `retries` once the server is reachable again."""
+
+    def __init__(self, connection: Connection, deadlines: Deadlines, retries: Retries) -> None:
+        self.connection = connection
+        self.deadlines = deadlines
+        self.retries = retries
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._watchers: list[asyncio.Task[None]] = []
+        self._reached: set[str] = set()  # addresses whose channel was READY once
+
+    def for_app(self, app_id: str, app_key: str | None) -> AsyncTransport:
+        """The same channels, calls made as another app (with exactly this key, or none)."""
+        clone = copy.copy(self)
+        clone.connection = dataclasses.replace(self.connection, app_id=app_id, app_key=app_key)
+        return clone
+
+    def _channel(self, address: str) -> grpc.aio.Channel:
+        if address not in self._channels:
+            options = self.connection.options
+            if self.connection.credentials is None:
+                channel = grpc.aio.insecure_channel(address, options=options)
+            else:
+                channel = grpc.aio.secure_channel(address, self.connection.credentials, options=options)
+            self._channels[address] = channel
+            self._watchers.append(asyncio.get_running_loop().create_task(self._watch(address, channel)))
+        return self._channels[address]
+
+    async def _watch(self, address: str, channel: grpc.aio.Channel) -> None:
+        """Note when the channel is READY the first time (grpc.aio has no subscribe)."""
+        state = channel.get_state(try_to_connect=False)
+        while state != grpc.ChannelConnectivity.READY:
+            if state == grpc.ChannelConnectivity.SHUTDOWN:
+                return
+            await channel.wait_for_state_change(state)
+            state = channel.get_state(try_to_connect=False)
+        self._reached.add(address)
+
+    def _method(self, service: ServiceName, name: str) -> Any:
+        return getattr(STUBS[service](self._channel(self.connection.addresses[service])), name)
+
+    async def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
+        """Before another try: raise `error` when the plan says it is not worth one; else sleep its
+        pause and wait (within what is left of `wait_seconds`) for the server to be reachable."""
+        await asyncio.sleep(0)  # let the READY watcher see a state it was told about
+        pause = plan.pause(error, address in self._reached)
+        if pause is None:
+            raise error
+        started = time.monotonic()
+        await asyncio.sleep(pause)
+        try:
+            await asyncio.wait_for(self._channel(address).channel_ready(), plan.wait_left(time.monotonic() - started))
+        except TimeoutError:
+            raise error from None
+        plan.tried(time.monotonic() - started)
+
+    async def unary(self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None) -> AnswerT:
+        """One unary call to its answer, tried again after UNAVAILABLE (Retries)."""
+        call = self._method(rpc.service, rpc.name)
+        metadata = self.connection.metadata(request_id or new_request_id())
+        plan = self.retries.plan()
+        while True:
+            try:
+                answer = await call(request, timeout=self.deadlines.unary, metadata=metadata)
+            except grpc.RpcError as exc:
+                await self._wait_again(self.connection.addresses[rpc.service], CraftAiError.from_rpc(exc), plan)
+                continue
+            assert isinstance(answer, rpc.answer)
+            return answer
+
+    async def stream(
+        self, rpc: Stream[RequestT, AnswerT], request: RequestT, request_id: str, *, what: str = "the stream"
+    ) -> AsyncGenerator[StreamEvent | AnswerT, None]:
+        """The one reader of server streams, as Transport.stream: progress and notices as they come,
+        the result last; cancelled when the reader stops early (or its task is cancelled); tried
+        again under `retries` after a `Retrying` event."""
+        call = self._method(rpc.service, rpc.name)
+        metadata = self.connection.metadata(request_id)
+        plan = self.retries.plan()
+        while True:
+            events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            answered = False
+            error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
+            try:
+                async for event in events:  # read to the end: the result is the last message, then the status
+                    item = stream_item(rpc, event)
+                    answered = answered or isinstance(item, rpc.answer)
+                    if item is not None:
+                        yield item
+            except grpc.RpcError as exc:
+                if not answered:
+                    error = CraftAiError.from_rpc(exc)
+            finally:
+                events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
+            if answered:
+                return
+            await self._wait_again(self.connection.addresses[rpc.service], error, plan)
+            yield Retrying(error)
+
+    async def result(
+        self,
+        rpc: Stream[RequestT, AnswerT],
+        request: RequestT,
+        on_progress: ProgressCallback | None,
+        notices: list[str],
+        request_id: str,
+    ) -> AnswerT:
+        """A stream run to its one result: progress to the callback, notices collected (those of
+        the try that answered only)."""
+        reading = Reading(rpc, on_progress, notices)
+        events = self.stream(rpc, request, request_id)
+        try:
+            async for event in events:
+                reading.take(event)
+        finally:
+            await events.aclose()
+        return reading.answer()
+
+    async def close(self) -> None:
+        for task in self._watchers:
+            task.cancel()
+        for task in self._watchers:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._watchers.clear()
+        for channel in self._channels.values():
+            await channel.close()
+        self._channels.clear()
