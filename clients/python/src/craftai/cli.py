@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from tqdm import tqdm
 from craftai.client import AiClient, Point
 from craftai.errors import CraftAiError
 from craftai_wire import keys
+from craftai_wire.metadata import APP_ID_PATTERN
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
 STATE_WORDS = {
@@ -208,7 +208,7 @@ def cmd_segment(options: argparse.Namespace) -> int:
 
 def cmd_keys_add(options: argparse.Namespace) -> int:
     """A new key for an app: its hash is added to the keys file, the key is printed once."""
-    if options.app != keys.WILDCARD and not _APP_ID.match(options.app):
+    if options.app != keys.WILDCARD and not APP_ID_PATTERN.match(options.app):
         print(
             "craftai: an app id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
             file=sys.stderr,
@@ -217,9 +217,7 @@ def cmd_keys_add(options: argparse.Namespace) -> int:
     chosen = options.keys_file or os.environ.get("CRAFTAI_KEYS_FILE")
     path = Path(chosen) if chosen else keys.default_keys_file()
     key = keys.new_key()
-    if not keys.write_private(path, keys.key_line(options.app, key)):
-        with path.open("a") as out:  # the servers re-read the file within a second
-            out.write(keys.key_line(options.app, key))
+    keys.add_key_line(path, keys.key_line(options.app, key))  # whole, atomically; servers re-read it within 1 s
     print(key)
     print(
         f"added a key for {options.app} to {path} (only its hash is kept there); give the key above to the app "
@@ -237,9 +235,6 @@ def cmd_keys_hash(options: argparse.Namespace) -> int:
         return 2
     print(keys.key_line(options.app, key), end="")
     return 0
-
-
-_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def parser() -> argparse.ArgumentParser:
