@@ -8,7 +8,7 @@ the RGBA cutout when asked, encoded on the CPU pool.
 from __future__ import annotations
 
 from craftai_infer.features import run as runs
-from craftai_infer.features.context import FeatureContext
+from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.routes import MATTE, MatteRoute
 from craftai_wire.v1 import infer_pb2
@@ -29,7 +29,7 @@ class MatteFeature:
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture = await c.on_cpu(c.decode, request.picture.data)
+            picture = await c.decoded(request.picture.data, MATTE_BYTES_PER_PIXEL)
         with run.stage("model", f"removing the background ({loaded.device})"):
             matte = await loaded.submit(MATTE, picture, run.notices, route.batch_key(picture))
         with run.stage("encode", "encoding the PNG"):

@@ -17,10 +17,9 @@ import numpy as np
 from craftai_common.errors import Reason, not_found, resource_exhausted
 from craftai_infer import pictures, prompts
 from craftai_infer.features import run as runs
-from craftai_infer.features.context import FeatureContext
+from craftai_infer.features.context import SEGMENT_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.loader import LoadedRoute
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import DECODE, ENCODE, DecodeRequest, SegmentRoute
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
@@ -115,7 +114,7 @@ class SegmentFeature:
         """RGB: transparency composited over white (colours under transparent pixels are arbitrary)."""
         c = self.context
         with run.stage("decode", "decoding the picture"):
-            return await c.on_cpu(lambda: over_white(c.decode(data)))
+            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True)
 
     async def _encode(self, loaded: LoadedRoute[SegmentRoute], rgb: Picture, run: runs.Run) -> Any:
         height, width = rgb.shape[:2]
