@@ -3,14 +3,21 @@
 Nothing is visible under models/ until it is complete and verified: bytes go to a partial file
 under tmp/ and are renamed into place only when they match the pin. A file already in place is
 only checked (every byte hashed); a file that does not match is replaced by the pinned one.
+
+The partial file is opened without following a symbolic link (O_NOFOLLOW): a link planted at its
+path would otherwise make the setup truncate or append to whatever it points to; it is refused in
+plain words (FAILED_PRECONDITION / UNSAFE_STORE). A full disk is NO_SPACE wherever it strikes,
+the verification record included.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 
@@ -58,7 +65,7 @@ def ensure_file(
     if path.is_file():
         size, digest = _check_present(path, pin, reporter)
         if size == pin.size and digest == pin.sha256:
-            store.write_record(pin)
+            _write_record(store, pin)
             return FetchOutcome(pin, downloaded=False, source="present")
         reporter.notice(
             "FILE_MISMATCH",
@@ -98,10 +105,44 @@ class _RefusedError(Exception):
     """This source did not deliver the pinned bytes (the message says what it gave)."""
 
 
+def _write_record(store: Store, pin: FilePin) -> None:
+    try:
+        store.write_record(pin)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise no_space(store, f"writing the verification record of {pin.name}", file=pin.name) from exc
+        raise
+
+
+def unsafe_path(store: Store, path: Path) -> ServiceError:
+    """The plain refusal of a store path that is a symbolic link (or not a regular file)."""
+    return ServiceError(
+        grpc.StatusCode.FAILED_PRECONDITION,
+        Reason.UNSAFE_STORE,
+        f"{path} is a symbolic link or not a regular file: the store's files are never written through a link "
+        f"(it could point anywhere); remove it and run the setup again (store: {store.root})",
+        metadata={"path": str(path)},
+    )
+
+
+def _open_partial(store: Store, partial: Path) -> BinaryIO:
+    """The partial file for reading and appending, created 0600 if absent, never through a link."""
+    try:
+        descriptor = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise unsafe_path(store, partial) from exc
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise unsafe_path(store, partial)
+    return os.fdopen(descriptor, "a+b")
+
+
 def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
     source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
 ) -> FetchOutcome:
-    with partial.open("a+b") as f:
+    with _open_partial(store, partial) as f:
         writer = HashingWriter.resume(f, limit=pin.size)
         resumed_from = writer.size
         where = f" (resuming at {resumed_from:,} bytes)" if resumed_from else ""
@@ -134,6 +175,6 @@ def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
     path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, path)
     fsync_dir(path.parent)
-    store.write_record(pin)
+    _write_record(store, pin)
     reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
     return FetchOutcome(pin, downloaded=True, source=source.describe())
