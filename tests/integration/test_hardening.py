@@ -8,6 +8,7 @@ each test starts the server it needs on it."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import statistics
@@ -145,8 +146,8 @@ def test_made_up_app_ids_cannot_starve_an_app_with_its_own_key(
 
 SIDE = 3000  # the issue's case was 7000x7000 (~750 MiB each as counted): the same shape, a fifth of the pixels
 PICTURE_COST = SIDE * SIDE * 16  # MATTE_BYTES_PER_PIXEL: ~137 MiB
-BUDGET = 2 * PICTURE_COST + MiB  # two at a time
-MARGIN = 250 * MiB  # the decoder's transient copy, allocator slack, gRPC's buffers of 8 requests and answers
+BUDGET = PICTURE_COST + MiB  # one at a time (without the budget: 8 decoded at once, 2 of them matted)
+MARGIN = 150 * MiB  # the decoder's transient copy, allocator slack, gRPC's buffers of 8 requests and answers
 UNREAD = 4
 
 
@@ -330,12 +331,12 @@ def test_a_program_on_the_local_port_receives_no_key(impostor: str, tmp_path: Pa
     try:
         with AiClient("tests", target=address, retries=NO_RETRY) as ai, pytest.raises(CraftAiError) as caught:
             ai.runtime()
-        assert caught.value.code == grpc.StatusCode.UNAVAILABLE
     finally:
         server.stop(None)
     sent = [value for metadata in listener.received for _, value in metadata]
     assert key not in sent and not any("craftai-app-key" in k for m in listener.received for k, _ in m)
     assert listener.received == []  # not even a call: the handshake failed
+    assert caught.value.code == grpc.StatusCode.UNAVAILABLE
 
 
 def test_a_client_made_before_the_server_first_started_finds_its_key(
@@ -349,8 +350,8 @@ def test_a_client_made_before_the_server_first_started_finds_its_key(
     with AiClient("early-app", target=f"127.0.0.1:{port}", retries=NO_RETRY) as ai:
         env = {"CRAFTAI_PORT": str(port), "CRAFTAI_RECIPES": str(local_catalogue)}
         with servers.running(servers.embedded(tmp_path / "store", tmp_path, env)) as server:
-            assert (config / "app.key").exists() and local_tls.certificate_file().exists()
             assert ai.runtime().device == "cpu"
+            assert (config / "app.key").exists() and (config / "local-tls.crt").exists()
             with loopback_channel(server.address) as channel, pytest.raises(grpc.RpcError) as caught:
                 infer_pb2_grpc.InferServiceStub(channel).GetRuntime(
                     infer_pb2.GetRuntimeRequest(), metadata=(("craftai-app-id", "no-key"),), timeout=10
@@ -383,8 +384,8 @@ def test_every_line_a_server_writes_is_json_and_a_warning_is_logged_once_per_req
     bad_exif = _bad_exif_jpeg()
     with AiClient("tests", target=matte_server.address, retries=NO_RETRY) as ai:
         ids = [ai.remove_background(bad_exif).request_id for _ in range(3)]
-        for data in damaged_jpegs().values():
-            with pytest.raises(CraftAiError):
+        for data in damaged_jpegs().values():  # refused (test_bad_input.py): here, what the log says
+            with contextlib.suppress(CraftAiError):
                 ai.remove_background(data)
     output = matte_server.logs().splitlines()
     for line in output:
@@ -396,12 +397,18 @@ def test_every_line_a_server_writes_is_json_and_a_warning_is_logged_once_per_req
     assert any("Tag data larger than file" in w["message"] for w in warnings)
 
 
+CLICK = infer_pb2.Prompt(points=[infer_pb2.Point(x=1, y=1, label=infer_pb2.POINT_LABEL_FOREGROUND)])
+
+
 @pytest.mark.parametrize(
     ("field", "request_for"),
     [
-        ("session_id", lambda big: infer_pb2.SegmentRequest(session_id=big)),
+        ("session_id", lambda big: infer_pb2.SegmentRequest(session_id=big, prompt=CLICK)),
         ("route.recipe", lambda big: infer_pb2.MatteRequest(route=common_pb2.RouteRef(recipe=big))),
-        ("route.feature", lambda big: infer_pb2.SegmentOnceRequest(route=common_pb2.RouteRef(feature=big))),
+        (
+            "route.feature",
+            lambda big: infer_pb2.SegmentOnceRequest(route=common_pb2.RouteRef(feature=big), prompt=CLICK),
+        ),
     ],
 )
 def test_an_over_long_string_is_refused_in_words_that_can_be_delivered(

@@ -393,3 +393,26 @@ def test_health_watch_streams_are_bounded_in_number_and_time(serve: Callable[...
             assert ended.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         _wait_for(lambda: served.gateway.open_streams == 0)
         assert next(stub.Watch(health_pb2.HealthCheckRequest(service=""))).status
+
+
+def test_the_sessions_gauge_caps_its_app_labels(tmp_path: Path) -> None:
+    """Sessions of more app ids than there are labels: the gauge's labels stay within the cap
+    (the rest counted as "other"), its total unchanged."""
+    import numpy as np
+
+    from craftai_common.catalogue_client import CatalogueClient
+    from craftai_common.store import Store
+    from craftai_infer.device import DeviceInfo
+    from craftai_infer.loader import RouteLoader
+    from craftai_infer.metrics import InferCollector
+    from craftai_infer.sessions import SessionStore
+
+    sessions = SessionStore(1 << 30, 900.0)
+    apps = [f"sessions-app-{n}" for n in range(obs.MAX_APP_LABELS + 50)]
+    for app in apps:
+        sessions.open(app, np.zeros(4, np.float32), width=1, height=1, route=None, device="cpu")
+    routes = RouteLoader(CatalogueClient(""), Store(tmp_path), DeviceInfo(False, "", "cpu"), cpu_threads=1)
+    (gauge,) = [m for m in InferCollector(sessions, routes).collect() if m.name == "craftai_infer_sessions"]
+    labels = {sample.labels["app"] for sample in gauge.samples}
+    assert len(labels) <= obs.MAX_APP_LABELS + 1 and "other" in labels
+    assert sum(sample.value for sample in gauge.samples) == len(apps)
