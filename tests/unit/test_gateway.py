@@ -90,8 +90,8 @@ class Served:
     async def _stream(self, request: infer_pb2.SegmentRequest, context: Any) -> AsyncIterator[common_pb2.Notice]:
         assert self._released is not None
         try:
-            for _ in range(4):  # each bigger than any flow-control window: a client that does not read stalls it
-                yield common_pb2.Notice(code="BIG", message="x" * (8 * MiB))
+            for _ in range(4):  # each bigger than the flow-control window: a client that does not read stalls it
+                yield common_pb2.Notice(code="BIG", message="x" * MiB)
             await self._released.wait()  # then quiet, until released
         except (asyncio.CancelledError, GeneratorExit):
             self.cancelled.append("stream")
@@ -351,8 +351,9 @@ def test_a_call_past_its_time_is_ended_and_its_slot_freed(serve: Callable[..., S
 
 
 def test_a_stream_its_client_stops_reading_is_ended(serve: Callable[..., Served]) -> None:
-    """The handler is ended when its message has waited 0.5 s (its slot and memory freed at once),
-    and the HTTP/2 stream itself when the server renews the connection (here after 1 s + 1 s grace)."""
+    """The handler is ended when its message has waited 0.5 s and a second per MiB of it (its slot
+    and memory freed at once), and the HTTP/2 stream itself when the server renews the connection
+    (here after 1 s + 1 s grace)."""
     served = serve(Limits(stalled_write_seconds=0.5), age=1.0)
     options = [("grpc.http2.bdp_probe", 0), ("grpc.max_receive_message_length", 64 * MiB)]  # a small window
     with grpc.insecure_channel(served.address, options=options) as channel:

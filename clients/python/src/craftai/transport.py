@@ -152,6 +152,13 @@ class Connection:
             else:
                 why = f"no local key at {local_key_file()}"
             error.message = f"{error.message} (this client: {why})"
+        elif error.code == grpc.StatusCode.UNAVAILABLE and not error.reason and security.pinned is not None:
+            error.message = (
+                f"{error.message} (this client pins the local server's certificate {local_tls.certificate_file()} "
+                "to send it the local key: a program on this port that does not hold it, or a server speaking "
+                "plain text, is sent nothing; a server beyond loopback needs TLS of its own or CRAFTAI_LOCAL_TLS=off "
+                "with an explicit key)"
+            )
         elif (
             error.code == grpc.StatusCode.UNAVAILABLE
             and not error.reason

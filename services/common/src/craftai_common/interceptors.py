@@ -18,7 +18,8 @@ In order, per call:
 
 Every call has a server-side time limit (`Limits.max_call_seconds`, longer for the methods named in
 `long_calls`): past it the call is ended with DEADLINE_EXCEEDED / CALL_TIME_LIMIT. A stream whose
-message has waited `stalled_write_seconds` for its client to read it is ended too (its slot, its
+message has waited `stalled_write_seconds` (and a second per MiB of it) for its client to read it
+is ended too (its slot, its
 picture and everything its handler held are freed at once; gRPC keeps the unsent bytes until the
 connection is renewed, see craftai_wire.channels.server_options). One watchdog task per gateway
 enforces both.
@@ -63,6 +64,7 @@ log = logging.getLogger("craftai.gateway")
 access = logging.getLogger("craftai.access")
 RETRY_AFTER_SECONDS = 1.0
 MAX_STRING = 128  # characters of any string in a request (names and ids are far shorter)
+SLOWEST_READ_BYTES_PER_SECOND = float(1 << 20)  # a client reading slower than this is taken as stalled
 __all__ = ["MAX_STRING", "REQUEST_ID_PATTERN", "Gateway", "Limits"]
 
 
@@ -106,7 +108,7 @@ class _Call:
     admitted: bool = False
     refused: str = ""
     error: BaseException | None = None
-    writing_since: float | None = None  # a message is waiting for the client to take it
+    writing_until: float | None = None  # a message is being written: by when the client must have taken it
     ended: str = ""  # "max_duration" or "stalled_write" once the watchdog ended it
 
 
@@ -182,12 +184,12 @@ class Gateway(grpc.aio.ServerInterceptor):
                     continue
                 if now > call.deadline:
                     self._end(call, "max_duration", f"it ran longer than {limits.seconds_for(call.method):g} s")
-                elif call.writing_since is not None and now - call.writing_since > limits.stalled_write_seconds:
+                elif call.writing_until is not None and now > call.writing_until:
                     self._end(
                         call,
                         "stalled_write",
-                        f"its client has not read its next message for {limits.stalled_write_seconds:g} s "
-                        "(CRAFTAI_STALLED_WRITE_SECONDS)",
+                        f"its client has not read its next message within {limits.stalled_write_seconds:g} s "
+                        "(CRAFTAI_STALLED_WRITE_SECONDS) and a second per MiB of it",
                     )
 
     def _end(self, call: _Call, why: str, because: str) -> None:
@@ -201,6 +203,12 @@ class Gateway(grpc.aio.ServerInterceptor):
         )
         if call.task is not None:
             call.task.cancel()
+
+    def _write_deadline(self, item: Any) -> float:
+        """When the client must have taken `item`: CRAFTAI_STALLED_WRITE_SECONDS, and a second per
+        MiB of it (a client reading a large answer over a slow link is slow, not stalled)."""
+        size = item.ByteSize() if isinstance(item, Message) else 0
+        return time.monotonic() + self.limits.stalled_write_seconds + size / SLOWEST_READ_BYTES_PER_SECOND
 
     def _time_limit_error(self, call: _Call) -> ServiceError:
         seconds = self.limits.seconds_for(call.method)
@@ -395,9 +403,9 @@ class Gateway(grpc.aio.ServerInterceptor):
                 try:
                     await self._admit(call, context, request)
                     async for item in _produced(inner_stream(request, context)):
-                        call.writing_since = time.monotonic()
+                        call.writing_until = self._write_deadline(item)
                         yield item
-                        call.writing_since = None
+                        call.writing_until = None
                 except asyncio.CancelledError as exc:
                     if call.ended != "max_duration":
                         call.error = exc
@@ -471,9 +479,9 @@ class Gateway(grpc.aio.ServerInterceptor):
             self._watch(call)
             try:
                 async for item in _produced(inner(request, context)):
-                    call.writing_since = time.monotonic()
+                    call.writing_until = self._write_deadline(item)
                     yield item
-                    call.writing_since = None
+                    call.writing_until = None
             except asyncio.CancelledError:
                 if call.ended != "max_duration":
                     raise

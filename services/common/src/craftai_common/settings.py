@@ -66,7 +66,7 @@ class ServerSettings(BaseSettings):
     max_open_streams: int = Field(64, ge=0, description="grpc.health.v1 Watch and reflection streams open at once")
     max_call_seconds: float = Field(900.0, gt=0, description="the longest any RPC may run (setups: their own)")
     stalled_write_seconds: float = Field(
-        30.0, gt=0, description="a stream whose message waited this long for its client to read it is ended"
+        30.0, gt=0, description="a stream whose message waited this long (+1 s per MiB) for its reader is ended"
     )
     max_connection_age_seconds: float = Field(
         1800.0, ge=0, description="connections are renewed after this (a stalled stream's last bytes freed); 0: never"

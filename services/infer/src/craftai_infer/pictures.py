@@ -55,14 +55,12 @@ class Header:
 
     width: int
     height: int
-    bands: int  # 3 (RGB) or 4 (with transparency) once decoded
 
 
 def header(data: bytes, limits: Limits) -> Header:
     """The picture's size (limits checked as `decode` checks them), no pixel decoded."""
     image = _opened(data, limits)
-    bands = 4 if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info else 3
-    return Header(image.width, image.height, bands)
+    return Header(image.width, image.height)
 
 
 def decode(data: bytes, limits: Limits) -> Picture:
