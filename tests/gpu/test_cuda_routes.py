@@ -9,7 +9,6 @@ InSPyReNet) within what the GPU checks measured, and each test prints what it fo
 
 from __future__ import annotations
 
-import contextlib
 import io
 import shutil
 from collections.abc import Iterator
@@ -22,11 +21,12 @@ import pytest
 import torch
 from PIL import Image
 
-from craftai import AiClient
+from craftai import AiClient, Prompt
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
-from tests.support import catalogues, segment, servers
+from tests.support import segment, servers
 from tests.support.inspyrenet_fixture import checkpoints
+from tests.support.sam_fixture import Sam21Fixture
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 SAM = "sam2-hiera-tiny"
@@ -96,6 +96,87 @@ def test_sam_torch_route_on_cuda_agrees_with_onnxruntime(
         assert smallest >= SAM_MIN_IOU[precision]
 
 
+EVERYTHING: dict[str, Any] = {
+    "points_per_side": 16,
+    "pred_iou_thresh": 0.3,
+    "stability_score_thresh": 0.5,
+    "box_nms_thresh": 1.0,
+}
+
+
+def test_sam_several_objects_and_segment_everything_on_cuda(
+    sam_cuda_server: tuple[str, servers.Process], photos: dict[str, Path]
+) -> None:
+    """Several boxes in one call (one decoder call, the embedding shared, the batch padded for its
+    CUDA graph) answer what each box answers alone; segment everything on cuda (the filters on the
+    device) finds the onnxruntime route's masks: each matched with IoU >= 0.9 for >= 95% of them,
+    counts within 5%."""
+    precision, process = sam_cuda_server
+    picture = segment.png(Image.open(photos["chelsea.png"]).convert("RGB"))
+    boxes = [(10, 10, 200, 150), (220, 40, 440, 290), (120, 40, 380, 290)]
+    with AiClient(app_id="tests", target=process.address) as ai:
+        list(ai.setup("image.segment", SAM, "torch"))
+        ours = ai.open_session(picture, SAM, "torch")
+        reference = ai.open_session(picture, SAM, "onnxruntime")
+        together = ours.segment(prompts=[Prompt(box=b) for b in boxes])
+        for box, mask in zip(boxes, together.masks, strict=True):
+            alone = ours.segment(box=box).best
+            assert _iou(segment.mask_of(mask.png) > 0, segment.mask_of(alone.png) > 0) >= 0.999
+            assert abs(mask.predicted_iou - alone.predicted_iou) <= 1e-4
+        a = ours.segment_everything(**EVERYTHING)
+        b = reference.segment_everything(**EVERYTHING)
+        assert a.device.startswith("cuda") and len(b.masks) > 10
+        mine = [m.array() for m in a.masks]
+        matched = sum(1 for m in b.masks if max(_iou(m.array(), x) for x in mine) >= 0.9)
+        print(
+            f"segment everything on cuda ({precision}): {len(a.masks)} masks, onnxruntime {len(b.masks)}, "
+            f"{matched} matched; server {a.server_ms:.0f} ms against {b.server_ms:.0f} ms"
+        )
+        assert abs(len(a.masks) - len(b.masks)) <= 0.05 * len(b.masks)
+        assert matched >= 0.95 * len(b.masks)
+
+
+def test_sam_single_mask_like_meta_on_cuda_graphs_equals_the_cpu(
+    sam21_files: Sam21Fixture, photos: dict[str, Path]
+) -> None:
+    """Meta's single-mask answer (decode_single, its own CUDA graphs) on the GPU, fp32, against the same
+    runner on the CPU: astronaut.png takes token 0 on this fixture, chelsea.png falls back (the
+    parity with Meta's predictor is tests/parity/test_sam_single_mask.py); a batch mixing both kinds
+    of prompt answers what each gets alone."""
+    from craftai_infer.pipelines.segment_sam import SamPrompt
+    from craftai_infer.routes.sam2_torch import SamTorchRunner
+    from craftai_models.sam2.model import build_sam21_tiny
+    from craftai_prepare.converters import sam21
+
+    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+    cpu = SamTorchRunner(build_sam21_tiny(state), "cpu")
+    gpu = SamTorchRunner(build_sam21_tiny(state).to("cuda"), "cuda")  # fp32 encoder, CUDA graphs
+    smallest, largest_iou_diff = 1.0, 0.0
+    for name in ("astronaut.png", "chelsea.png"):
+        picture = np.asarray(Image.open(photos[name]).convert("RGB"))
+        h, w = picture.shape[:2]
+        with torch.inference_mode():
+            on_cpu, on_gpu = cpu.encode(picture), gpu.encode(picture)
+        prompts = [
+            SamPrompt([(0.55 * w, 0.45 * h)], [1], single_mask_like_meta=True),
+            SamPrompt([(0.3 * w, 0.6 * h), (0.9 * w, 0.1 * h)], [1, 0], single_mask_like_meta=True),
+            SamPrompt(box=(0.2 * w, 0.15 * h, 0.8 * w, 0.9 * h), single_mask_like_meta=True),
+        ]
+        for prompt in prompts:
+            for _ in range(2):  # the capture, then a replay
+                a, b = gpu.decode(on_gpu, prompt), cpu.decode(on_cpu, prompt)
+                smallest = min(smallest, _iou(a.masks[0], b.masks[0]))
+                largest_iou_diff = max(largest_iou_diff, abs(float(a.ious[0]) - float(b.ious[0])))
+        mixed = [(on_gpu, prompts[0], False), (on_gpu, SamPrompt([(0.55 * w, 0.45 * h)], [1]), False)]
+        together = gpu.decode_batch(mixed)
+        for (embedding, prompt, _), answer in zip(mixed, together, strict=True):
+            assert np.array_equal(answer.masks, gpu.decode(embedding, prompt).masks)
+    print(
+        f"SAM single mask like Meta, CUDA graphs vs CPU: smallest IoU {smallest:.5f}, max |dIoU| {largest_iou_diff:.1e}"
+    )
+    assert smallest >= 0.999 and largest_iou_diff <= 1e-4
+
+
 def _stages(network: Any, x: torch.Tensor, autocast: torch.dtype | None) -> list[torch.Tensor]:
     with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast or torch.float32, enabled=bool(autocast)):
         stages = network.stages(x)
@@ -135,35 +216,6 @@ def test_inspyrenet_network_on_cuda_agrees_with_the_cpu(photos: dict[str, Path])
                 assert relative <= 1e-3, (precision, level)
             else:
                 assert correlation >= 0.99, (precision, level)
-
-
-@pytest.fixture(scope="module")
-def inspyrenet_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, servers.Process]]:
-    """One checkpoint, three servers: the CPU (the reference), the GPU in fp32, the GPU's default."""
-    made = checkpoints()["random"]
-    root = tmp_path_factory.mktemp("inspyrenet-cuda")
-    (root / "files").mkdir()
-    shutil.copyfile(made.path, root / "files" / "inspyrenet.safetensors")
-    with servers.FileServer(root / "files") as files:
-        data = catalogues.real_data()
-        (pinned,) = catalogues.recipe(data, "inspyrenet-swinb")["files"]
-        pinned.update(
-            size=made.pin.size, sha256=made.pin.sha256, sources=[{"url": f"{files.url}/inspyrenet.safetensors"}]
-        )
-        recipes = catalogues.write(root / "recipes.toml", data)
-        settings = {
-            "cpu": {"CRAFTAI_DEVICE": "cpu"},
-            "fp32": {"CRAFTAI_GPU_PRECISION": "fp32"},
-            "auto": {"CRAFTAI_GPU_PRECISION": "auto"},
-        }
-        with contextlib.ExitStack() as stack:
-            started: dict[str, servers.Process] = {}
-            for name, env in settings.items():
-                process = servers.embedded(root / name / "store", root / name, {"CRAFTAI_RECIPES": str(recipes), **env})
-                started[name] = stack.enter_context(servers.running(process))
-                with AiClient(app_id="tests", target=process.address) as ai:
-                    list(ai.setup("image.matte", "inspyrenet-swinb"))
-            yield started
 
 
 def test_inspyrenet_service_answers_from_cuda(

@@ -29,7 +29,7 @@ from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
+from tests.support import catalogues, servers
 from tests.support.sam_fixture import Sam21Fixture
 from tests.support.segment import SetUpStore, mask_of, png
 
@@ -115,7 +115,7 @@ def test_open_session_loads_decodes_and_encodes_once(opened: Opened) -> None:
     s = opened.session
     assert [p.stage for p in opened.progress] == ["load", "load", "decode", "encode"]
     assert s.session_id and (s.width, s.height) == (WIDTH, HEIGHT)
-    assert (s.recipe, s.engine, s.device) == ("sam2-hiera-tiny", "onnxruntime", "cpu")
+    assert (s.recipe, s.engine, s.device) == ("sam2.1-hiera-tiny", "onnxruntime", "cpu")  # the default (issue 15)
     assert s.idle_seconds == 900 and set(s.timing_ms) == {"decode", "encode"}
 
 
@@ -437,7 +437,7 @@ def test_segment_once_checks_the_prompt_against_the_picture(
 
 def test_routes_that_cannot_answer(ai: AiClient, opened: Opened, photos: dict[str, Path]) -> None:
     with pytest.raises(CraftAiError) as caught:
-        ai.open_session(photos["chelsea.png"], recipe="sam2.1-hiera-tiny")
+        ai.open_session(photos["chelsea.png"], recipe=catalogues.UNCONFIRMED)
     assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION and caught.value.reason == "RECIPE_UNAVAILABLE"
     with pytest.raises(CraftAiError) as caught:
         ai.open_session(photos["chelsea.png"], recipe="u2netp")
@@ -463,7 +463,8 @@ def test_the_segment_command(server: servers.Process, opened: Opened, photos: di
     run = _craftai(server.address, "segment", str(photo), "--point", "310,200", "--point", "40,40:bg", "-o", str(out))
     assert run.returncode == 0, run.stderr
     assert f"{out}: predicted IoU " in run.stdout and "% of the picture" in run.stdout
-    assert "photo.jpg: 451x300 sam2-hiera-tiny/onnxruntime on cpu: " in run.stdout and " ms round trip" in run.stdout
+    # the default recipe since issue 15
+    assert "photo.jpg: 451x300 sam2.1-hiera-tiny/onnxruntime on cpu: " in run.stdout and " ms round trip" in run.stdout
     assert "server " in run.stdout and "encode " in run.stdout
     assert mask_of(out.read_bytes()).shape == (HEIGHT, WIDTH)
 

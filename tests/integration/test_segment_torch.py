@@ -4,14 +4,18 @@ IoU >= 0.999 per mask and predicted IoUs within 1e-4."""
 
 from __future__ import annotations
 
+import os
 import shutil
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import grpc
 import numpy as np
 import pytest
 from PIL import Image
 
-from craftai import AiClient
+from craftai import AiClient, CraftAiError
 from craftai_wire.v1 import common_pb2, prepare_pb2
 from tests.support import segment, servers
 from tests.support.files import sample_photo
@@ -70,3 +74,59 @@ def test_torch_route_equals_the_onnxruntime_route(torch_server: servers.Process)
         b = theirs.segment([(220, 150, True)], mask_input=previous)
         assert _iou(segment.mask_of(a.best.png) > 0, segment.mask_of(b.best.png) > 0) >= 0.999
         assert abs(a.best.predicted_iou - b.best.predicted_iou) <= 1e-4
+
+
+def _refused(call: Callable[[], object]) -> CraftAiError:
+    with pytest.raises(CraftAiError) as caught:
+        call()
+    error = caught.value
+    assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, "BAD_PROMPT"), error
+    assert [field for field, _ in error.violations] == ["prompt.single_mask_like_meta"], error
+    return error
+
+
+def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Process, tmp_path: Path) -> None:
+    """The field goes through the SDK to the torch route, which answers Meta's one mask (on astronaut,
+    this fixture's single-mask token is stable: the answer is none of the three multimask ones; its
+    parity with Meta's predictor is tests/parity/test_sam_single_mask.py); anywhere else it is refused."""
+    photo = sample_photo("astronaut.png")
+    picture = segment.png(Image.open(photo).convert("RGB"))
+    click = [(280.0, 230.0, True)]
+    with AiClient(app_id="tests", target=torch_server.address) as ai:
+        list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+        ours = ai.open_session(picture, "sam2-hiera-tiny", "torch")
+        like_meta = ours.segment(click, single_mask_like_meta=True)
+        three = ours.segment(click, all_masks=True)
+        assert len(like_meta.masks) == 1 and len(three.masks) == 3
+        single = segment.mask_of(like_meta.best.png) > 0
+        assert all(_iou(single, segment.mask_of(m.png) > 0) < 0.9 for m in three.masks)
+        assert len(like_meta.best.low_res.logits) == 256 * 256 * 4  # fed back like any answer
+        error = _refused(lambda: ours.segment(click, all_masks=True, single_mask_like_meta=True))
+        assert "ask for one of the two" in error.message
+        # onnxruntime: refused before the picture is encoded
+        error = _refused(
+            lambda: ai.segment_once(
+                picture, click, single_mask_like_meta=True, recipe="sam2-hiera-tiny", engine="onnxruntime"
+            )
+        )
+        assert "the onnxruntime route cannot give" in error.message and "engine torch" in error.message
+    env = {**os.environ, "CRAFTAI_ADDRESS": torch_server.address}
+    run = subprocess.run(
+        [
+            str(servers.BIN / "craftai"),
+            "segment",
+            str(photo),
+            "--point",
+            "280,230",
+            "--like-meta",
+            "-o",
+            str(tmp_path / "m.png"),
+        ],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 1 and "the onnxruntime route cannot give" in run.stderr  # the default engine on a CPU

@@ -3,11 +3,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from tests.support import sam_fixture
+
+if TYPE_CHECKING:
+    import torch
+
+    from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
 
 
 @pytest.fixture(scope="session")
@@ -15,3 +24,58 @@ def sam21_reference_model(sam21_files: sam_fixture.Sam21Fixture) -> Any:
     """Meta's SAM2Base with the same random weights as the ONNX files (wrap it with
     sam_fixture.reference_predictor for SAM2ImagePredictor)."""
     return sam_fixture.reference_model(sam21_files.weights)
+
+
+@pytest.fixture(scope="session")
+def meta_predictor(sam21_reference_model: Any) -> Callable[[npt.NDArray[np.uint8]], Any]:
+    """Meta's SAM2ImagePredictor with a picture set (its image encoder run), once per picture for the
+    whole session: the parity suites that prompt the same photo share the reference's encoding."""
+    done: dict[tuple[tuple[int, ...], str], Any] = {}
+
+    def get(picture: npt.NDArray[np.uint8]) -> Any:
+        key = _key(picture)
+        if key not in done:
+            predictor = sam_fixture.reference_predictor(sam21_reference_model)
+            predictor.set_image(picture)
+            done[key] = predictor
+        return done[key]
+
+    return get
+
+
+def _key(picture: npt.NDArray[np.uint8]) -> tuple[tuple[int, ...], str]:
+    return picture.shape, hashlib.sha256(np.ascontiguousarray(picture).tobytes()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def sam21_converted(sam21_files: sam_fixture.Sam21Fixture) -> dict[str, torch.Tensor]:
+    """The fixture's ONNX pair through the prepare service's converter (the torch route's weights), once."""
+    from craftai_prepare.converters import sam21
+
+    return sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+
+
+@pytest.fixture(scope="session")
+def sam21_torch_runner(sam21_converted: dict[str, torch.Tensor]) -> SamTorchRunner:
+    """The torch route's runner on the CPU with the converted weights."""
+    from craftai_infer.routes.sam2_torch import SamTorchRunner
+    from craftai_models.sam2.model import build_sam21_tiny
+
+    return SamTorchRunner(build_sam21_tiny(sam21_converted), "cpu")
+
+
+@pytest.fixture(scope="session")
+def torch_encoded(sam21_torch_runner: SamTorchRunner) -> Callable[[npt.NDArray[np.uint8]], TorchSamEmbedding]:
+    """`sam21_torch_runner`'s embedding of a picture, once per picture for the whole session."""
+    import torch
+
+    done: dict[tuple[tuple[int, ...], str], TorchSamEmbedding] = {}
+
+    def get(picture: npt.NDArray[np.uint8]) -> TorchSamEmbedding:
+        key = _key(picture)
+        if key not in done:
+            with torch.inference_mode():
+                done[key] = sam21_torch_runner.encode(picture)
+        return done[key]
+
+    return get

@@ -84,6 +84,29 @@ def test_converted_weights_are_the_fixture_weights(folder: Path, converted: dict
     assert len(image_path) + 1 == len(expected) + len(head)  # + no_mem_embed
 
 
+def test_the_decoder_graph_carries_the_single_mask_token(
+    folder: Path, decoder_proto: onnx.ModelProto, converted: dict[str, torch.Tensor]
+) -> None:
+    """The graph answers the three multimask tokens only, but, exported like samexporter's (all four
+    mask tokens computed, then sliced), it still holds token 0's embedding, its hypernetwork MLP and
+    its row of the IoU head; the converter gives them back exactly (Meta's single-mask answer)."""
+    from safetensors.torch import load_file
+
+    outputs = {
+        o.name: [d.dim_value or d.dim_param for d in o.type.tensor_type.shape.dim] for o in decoder_proto.graph.output
+    }
+    assert outputs["iou_predictions"][-1] == 3  # the single-mask token is not an output
+    meta = load_file(str(folder / "weights.safetensors"))
+    for layer in range(3):
+        for part in ("weight", "bias"):
+            key = f"output_hypernetworks_mlps.0.layers.{layer}.{part}"
+            assert torch.equal(converted[f"mask_decoder.{key}"], meta[f"sam_mask_decoder.{key}"]), key
+    assert torch.equal(converted["mask_decoder.mask_tokens.weight"][0], meta["sam_mask_decoder.mask_tokens.weight"][0])
+    head = "iou_prediction_head.layers.2"
+    assert converted[f"mask_decoder.{head}.weight"].shape[0] == 4  # a row for every token, token 0's included
+    assert torch.equal(converted[f"mask_decoder.{head}.weight"], meta[f"sam_mask_decoder.{head}.weight"])
+
+
 @pytest.mark.slow
 def test_probe_agrees_with_onnxruntime(folder: Path, converted: dict[str, torch.Tensor]) -> None:
     report = sam21.verify_conversion(converted, folder / "encoder.onnx", folder / "decoder.onnx")

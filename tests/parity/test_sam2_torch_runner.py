@@ -3,16 +3,16 @@ onnxruntime route answers on the same picture and prompts: IoU >= 0.999 per mask
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamOnnxRunner
-from craftai_infer.routes.sam2_torch import SamTorchRunner
-from craftai_models.sam2.model import build_sam21_tiny
-from craftai_prepare.converters import sam21
+from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
 
@@ -25,10 +25,10 @@ PROMPTS = {
 
 
 @pytest.fixture(scope="module")
-def runners(sam21_files: sam_fixture.Sam21Fixture) -> tuple[SamOnnxRunner, SamTorchRunner]:
-    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
-    torch_runner = SamTorchRunner(build_sam21_tiny(state).eval(), "cpu")
-    return SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False), torch_runner
+def runners(
+    sam21_files: sam_fixture.Sam21Fixture, sam21_torch_runner: SamTorchRunner
+) -> tuple[SamOnnxRunner, SamTorchRunner]:
+    return SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False), sam21_torch_runner
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -37,11 +37,12 @@ def _iou(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.slow
-def test_torch_runner_equals_the_onnxruntime_route(runners: tuple[SamOnnxRunner, SamTorchRunner]) -> None:
+def test_torch_runner_equals_the_onnxruntime_route(
+    runners: tuple[SamOnnxRunner, SamTorchRunner], torch_encoded: Callable[[Any], TorchSamEmbedding]
+) -> None:
     onnx_runner, torch_runner = runners
     picture = np.asarray(Image.open(sample_photo("chelsea.png")).convert("RGB"))
-    with torch.inference_mode():
-        ours_embedding = torch_runner.encode(picture)
+    ours_embedding = torch_encoded(picture)  # shared with test_sam_single_mask (the same photo)
     theirs_embedding = onnx_runner.encode(picture)
     assert ours_embedding.nbytes == theirs_embedding.nbytes
     previous = None

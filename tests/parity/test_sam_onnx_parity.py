@@ -122,16 +122,14 @@ def runner(sam21_files: sam_fixture.Sam21Fixture) -> SamOnnxRunner:
 
 
 @pytest.fixture(scope="module")
-def encoded(runner: SamOnnxRunner, sam21_reference_model: Any) -> Iterator[Callable[[str], Encoded]]:
-    """Each picture goes through each encoder once per module, whatever the number of tests using it."""
+def encoded(runner: SamOnnxRunner, meta_predictor: Callable[[Any], Any]) -> Iterator[Callable[[str], Encoded]]:
+    """Each picture goes through each encoder once per module (the reference's once per session)."""
     done: dict[str, Encoded] = {}
 
     def get(name: str) -> Encoded:
         if name not in done:
             picture = PICTURES[name]()
-            predictor = sam_fixture.reference_predictor(sam21_reference_model)
-            predictor.set_image(picture)
-            done[name] = Encoded(picture, runner.encode(picture), predictor)
+            done[name] = Encoded(picture, runner.encode(picture), meta_predictor(picture))
         return done[name]
 
     yield get

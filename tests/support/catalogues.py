@@ -30,3 +30,22 @@ def with_sources(path: Path, recipe_name: str, sources: list[dict[str, str]]) ->
     for pinned in recipe(data, recipe_name)["files"]:
         pinned["sources"] = sources
     return write(path, data)
+
+
+UNCONFIRMED = "sam2.1-hiera-unconfirmed"
+
+
+def add_unconfirmed(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` with one more image.segment recipe whose bytes are not confirmed (as SAM 2.1 tiny was
+    until issue 15): listed, and refused as unavailable with its reason."""
+    base = recipe(data, "sam2.1-hiera-tiny")
+    data["recipes"].append(
+        {key: value for key, value in base.items() if key != "files"}
+        | {
+            "name": UNCONFIRMED,
+            "title": "SAM 2.1 hiera tiny, unconfirmed (a test recipe)",
+            "available": False,
+            "unavailable_reason": "its bytes have no confirmed size or SHA-256 (a test recipe)",
+        }
+    )
+    return data

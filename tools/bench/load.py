@@ -54,7 +54,7 @@ from craftai_common.hashing import sha256_file  # noqa: E402
 from tools.bench import harness  # noqa: E402
 
 MiB = 1 << 20
-SAM = "sam2-hiera-tiny"
+SAM = "sam2.1-hiera-tiny"  # the default of image.segment: its sessions open without naming it
 LIMIT_REASONS = ("TOO_MANY_REQUESTS", "TOO_MANY_SESSIONS")
 DEFAULT_MARGIN_MIB = 384
 

@@ -3,13 +3,14 @@
 #
 #   bash tools/gpu/run_all.sh            # there: python3 3.12, torch with CUDA, no network
 #
-# Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there, see
+# Carried (ignored paths, named in the call's carry list): .whl/ (wheels missing there: made here by
+# tools/gpu/wheels.sh; see
 # docs/PERFORMANCE.md), .cache/models/u2netp.onnx and .cache/photos/. Results go to $OUT (or out/gpu).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,inspyrenet,matte,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,bench}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -35,7 +36,13 @@ run env 60 bash -c 'nvidia-smi; python3 -c "import torch, onnxruntime, sys; prin
 run u2netp 240 python3 tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --photos .cache/photos/chelsea.png .cache/photos/astronaut.png
 run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 tools/gpu/sam2_check.py --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
 run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
+run amg 420 python3 tools/bench/amg_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
+run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
+# The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
+if [ -n "${OUT:-}" ]; then
+    tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"
+fi
 echo "== done"

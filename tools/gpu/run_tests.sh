@@ -4,7 +4,7 @@
 #   bash tools/gpu/run_tests.sh [pytest arguments]    # there: python3 3.12, torch with CUDA, no network
 #
 # That machine has torch, onnxruntime (CPU), timm and opencv but no virtual environment and no
-# network: the missing wheels are carried in .whl/ (with pytest), the project's packages are built
+# network: the missing wheels are carried in .whl/ (made here by tools/gpu/wheels.sh), the project's packages are built
 # from this checkout into /tmp/site, and the tests start the console scripts installed there.
 # .cache/models/u2netp.onnx and .cache/photos/ are carried too (the fixtures are made there).
 set -euo pipefail

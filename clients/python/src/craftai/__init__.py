@@ -5,7 +5,18 @@ from craftai import AiClient
 
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import LowResMask, MaskOutput, MatteOutput, Point, SegmentOutput
+from craftai.outputs import (
+    EncodedImage,
+    EverythingOutput,
+    LowResMask,
+    MaskOutput,
+    MatteOutput,
+    Point,
+    Polygon,
+    Prompt,
+    Rle,
+    SegmentOutput,
+)
 from craftai.policy import Deadlines, Retries
 from craftai.session import SegmentSession
 
@@ -13,11 +24,16 @@ __all__ = [
     "AiClient",
     "CraftAiError",
     "Deadlines",
+    "EncodedImage",
+    "EverythingOutput",
     "LowResMask",
     "MaskOutput",
     "MatteOutput",
     "Point",
+    "Polygon",
+    "Prompt",
     "Retries",
+    "Rle",
     "SegmentOutput",
     "SegmentSession",
 ]

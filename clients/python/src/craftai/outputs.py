@@ -1,28 +1,94 @@
 """What an app gets back: typed outputs, and the pure functions that make them from the services'
-results (shared by every client, whatever its transport)."""
+results (shared by every client, whatever its transport).
+
+Masks come as the formats asked (`MaskOutput.png`, `.rle`, `.polygons`, always `.box` and
+`.area`); `MaskOutput.array()` turns the PNG or the RLE into a numpy array (numpy, and Pillow
+for PNGs: `pip install craftai[arrays]`), `Rle.to_coco()` gives pycocotools' dict.
+"""
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from craftai_wire.v1 import infer_pb2
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+MaskFormat = Literal["png", "rle", "polygons"]
+FORMATS: dict[str, infer_pb2.MaskFormat.ValueType] = {
+    "png": infer_pb2.MASK_FORMAT_PNG,
+    "rle": infer_pb2.MASK_FORMAT_RLE,
+    "polygons": infer_pb2.MASK_FORMAT_POLYGONS,
+}
+
+FORMAT_NAMES = {
+    infer_pb2.MATTE_FORMAT_PNG: "png",
+    infer_pb2.MATTE_FORMAT_WEBP: "webp",
+    infer_pb2.MATTE_FORMAT_JPEG: "jpeg",
+}
+SUFFIXES = {"png": ".png", "webp": ".webp", "jpeg": ".jpg"}
+MEDIA_TYPES = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """One output of a removed background, encoded at the picture's size."""
+
+    data: bytes
+    format: str  # "png", "webp" or "jpeg"
+    has_alpha: bool = False
+
+    @property
+    def suffix(self) -> str:
+        """The file name suffix for this encoding: ".png", ".webp", ".jpg"."""
+        return SUFFIXES[self.format]
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.format]
 
 
 @dataclass(frozen=True)
 class MatteOutput:
-    """A removed background: the matte (and cutout) PNGs at the picture's size."""
+    """A removed background: each output asked (None where not asked), at the picture's size.
 
-    matte_png: bytes
-    cutout_png: bytes
+    matte: 8-bit grayscale, white = subject; cutout: RGBA (colours estimated unless `naive`);
+    composite: the subject over the background (RGB over an opaque one); mask: the selection
+    (PNG: 1-bit grayscale). `matte_png` and `cutout_png` are the PNG bytes, or b"" when not asked
+    (or asked in another format)."""
+
     width: int
     height: int
     recipe: str
     engine: str
     device: str
+    matte: EncodedImage | None = None
+    cutout: EncodedImage | None = None
+    composite: EncodedImage | None = None
+    mask: EncodedImage | None = None
     timing_ms: dict[str, float] = field(default_factory=dict)
     server_ms: float = 0.0
     notices: list[str] = field(default_factory=list)
     request_id: str = ""
+
+    @property
+    def matte_png(self) -> bytes:
+        return self.matte.data if self.matte is not None and self.matte.format == "png" else b""
+
+    @property
+    def cutout_png(self) -> bytes:
+        return self.cutout.data if self.cutout is not None and self.cutout.format == "png" else b""
+
+    @property
+    def images(self) -> dict[str, EncodedImage]:
+        """The outputs answered, by name ("matte", "cutout", "composite", "mask")."""
+        found = {"matte": self.matte, "cutout": self.cutout, "composite": self.composite, "mask": self.mask}
+        return {name: image for name, image in found.items() if image is not None}
 
 
 @dataclass(frozen=True)
@@ -44,21 +110,111 @@ class LowResMask:
     height: int = 256
 
 
+def _numpy() -> Any:
+    try:
+        import numpy
+    except ImportError:  # pragma: no cover - numpy is there wherever the tests run
+        raise ImportError("masks as arrays need numpy: pip install craftai[arrays]") from None
+    return numpy
+
+
+@dataclass(frozen=True)
+class Rle:
+    """COCO run-length encoding of a mask at the picture's size: `counts` alternate unselected and
+    selected runs over the pixels in column-major order (unselected first); `compressed` is the
+    same in pycocotools' string form."""
+
+    height: int
+    width: int
+    counts: tuple[int, ...]
+    compressed: bytes
+
+    def to_coco(self) -> dict[str, Any]:
+        """{"size": [height, width], "counts": "..."}: what pycocotools.mask.decode takes (and COCO JSON holds)."""
+        return {"size": [self.height, self.width], "counts": self.compressed.decode("ascii")}
+
+    def array(self) -> npt.NDArray[np.bool_]:
+        """The mask as an (H, W) boolean array."""
+        numpy = _numpy()
+        values = numpy.zeros(len(self.counts), dtype=bool)
+        values[1::2] = True
+        flat = numpy.repeat(values, numpy.asarray(self.counts, dtype=numpy.int64))
+        if flat.size != self.height * self.width:
+            raise ValueError(f"the counts cover {flat.size} pixels, not {self.height}x{self.width}")
+        return cast("npt.NDArray[np.bool_]", numpy.ascontiguousarray(flat.reshape(self.width, self.height).T))
+
+
+@dataclass(frozen=True)
+class Polygon:
+    """An 8-connected region of a mask: its outer ring and its holes' rings, each a sequence of
+    (x, y) vertices in picture pixels (the centres of boundary pixels), closed implicitly."""
+
+    outer: tuple[tuple[float, float], ...]
+    holes: tuple[tuple[tuple[float, float], ...], ...] = ()
+
+    def arrays(self) -> tuple[npt.NDArray[np.float32], list[npt.NDArray[np.float32]]]:
+        """The outer ring and the holes as (N, 2) float32 arrays."""
+        numpy = _numpy()
+
+        def ring(vertices: tuple[tuple[float, float], ...]) -> npt.NDArray[np.float32]:
+            return cast("npt.NDArray[np.float32]", numpy.asarray(vertices, dtype=numpy.float32).reshape(-1, 2))
+
+        return ring(self.outer), [ring(h) for h in self.holes]
+
+
 @dataclass(frozen=True)
 class MaskOutput:
-    """One mask: a 1-bit grayscale PNG at the picture's size. `empty` is True when it selects
-    nothing (an answer, not an error); `selected_fraction` is the share of pixels selected."""
+    """One mask at the picture's size, in the formats asked: `png` (a 1-bit grayscale PNG; empty
+    bytes when not asked), `rle`, `polygons`; always its `box` (x0, y0, x1, y1: the first
+    selected pixel to past the last; zeros when empty) and `area` (pixels selected). `empty` is
+    True when it selects nothing (an answer, not an error); `selected_fraction` is the share of
+    pixels selected; `prompt_index` the prompt of the call it answers. From segment_everything,
+    `stability_score` and the grid `point` that made it (no `low_res`)."""
 
     png: bytes
     predicted_iou: float
     empty: bool
     selected_fraction: float
     low_res: LowResMask
+    rle: Rle | None = None
+    polygons: tuple[Polygon, ...] = ()  # none when not asked (or when the mask is empty)
+    box: tuple[int, int, int, int] = (0, 0, 0, 0)
+    area: int = 0
+    prompt_index: int = 0
+    stability_score: float = 0.0
+    point: Point | None = None
+
+    def array(self) -> npt.NDArray[np.bool_]:
+        """The mask as an (H, W) boolean array, from the RLE or the PNG (whichever was asked)."""
+        if self.rle is not None:
+            return self.rle.array()
+        if self.png:
+            numpy = _numpy()
+            try:
+                from PIL import Image
+            except ImportError:  # pragma: no cover
+                raise ImportError("PNG masks as arrays need Pillow: pip install craftai[arrays]") from None
+            return cast("npt.NDArray[np.bool_]", numpy.asarray(Image.open(io.BytesIO(self.png)).convert("L")) > 0)
+        raise ValueError("this mask was answered as polygons only; ask for formats 'rle' or 'png' to get its pixels")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One object's prompt, for calls with several: clicks (Point or (x, y[, foreground])), a box
+    (x0, y0, x1, y1), a previous answer's low-res logits, all three candidates or the best (or the
+    one Meta's predictor answers: `single_mask_like_meta`, torch engine)."""
+
+    points: Sequence[PointLike] = ()
+    box: Sequence[float] | None = None
+    mask_input: MaskInput = None
+    all_masks: bool = False
+    single_mask_like_meta: bool = False
 
 
 @dataclass(frozen=True)
 class SegmentOutput:
-    """The answer to one prompt: masks best first (three when all were asked, else one)."""
+    """The answer to a call: masks per prompt in the call's order, each prompt's best first
+    (three per prompt when all were asked, else one); `objects` groups them by prompt."""
 
     masks: list[MaskOutput]
     width: int
@@ -75,18 +231,58 @@ class SegmentOutput:
 
     @property
     def best(self) -> MaskOutput:
+        """The first prompt's best mask."""
         return self.masks[0]
+
+    @property
+    def objects(self) -> list[list[MaskOutput]]:
+        """The masks of each prompt, in the call's order (each best first)."""
+        grouped: list[list[MaskOutput]] = []
+        for mask in self.masks:
+            while len(grouped) <= mask.prompt_index:
+                grouped.append([])
+            grouped[mask.prompt_index].append(mask)
+        return grouped
+
+
+@dataclass(frozen=True)
+class EverythingOutput:
+    """Segment everything: the masks of a picture, best predicted IoU first, from a grid of
+    `points` single clicks of which `candidates` masks passed the filters before de-duplication."""
+
+    masks: list[MaskOutput]
+    width: int
+    height: int
+    recipe: str
+    engine: str
+    device: str
+    session_id: str = ""
+    points: int = 0
+    candidates: int = 0
+    timing_ms: dict[str, float] = field(default_factory=dict)
+    server_ms: float = 0.0
+    notices: list[str] = field(default_factory=list)
+    request_id: str = ""
 
 
 PointLike = Point | tuple[float, float, bool] | tuple[float, float]
 MaskInput = LowResMask | bytes | None
 
 
+def _image(result: infer_pb2.MatteResult, name: str, legacy: bytes, alpha: bool) -> EncodedImage | None:
+    if result.HasField(name):  # type: ignore[arg-type]
+        image: infer_pb2.MatteImage = getattr(result, name)
+        return EncodedImage(image.data, FORMAT_NAMES.get(image.format, "png"), image.has_alpha)
+    return EncodedImage(legacy, "png", alpha) if legacy else None  # a server before issue 17
+
+
 def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: str) -> MatteOutput:
     """A MatteResult as the app sees it (with the notices the stream carried)."""
     return MatteOutput(
-        matte_png=result.matte_png,
-        cutout_png=result.cutout_png,
+        matte=_image(result, "matte", result.matte_png, False),
+        cutout=_image(result, "cutout", result.cutout_png, True),
+        composite=_image(result, "composite", b"", False),
+        mask=_image(result, "mask", b"", False),
         width=result.width,
         height=result.height,
         recipe=result.route.recipe,
@@ -97,32 +293,70 @@ def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: 
         notices=notices,
         request_id=request_id,
     )
+
+
+def _ring(ring: infer_pb2.Ring) -> tuple[tuple[float, float], ...]:
+    xy = list(ring.xy)
+    return tuple(zip(xy[0::2], xy[1::2], strict=True))
+
+
+def mask_output(m: infer_pb2.Mask) -> MaskOutput:
+    """One answered mask, every format it carries."""
+    return MaskOutput(
+        png=m.png,
+        predicted_iou=m.predicted_iou,
+        empty=m.empty,
+        selected_fraction=m.selected_fraction,
+        low_res=LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height),
+        rle=Rle(m.rle.height, m.rle.width, tuple(m.rle.counts), m.rle.compressed) if m.HasField("rle") else None,
+        polygons=tuple(Polygon(_ring(p.outer), tuple(_ring(h) for h in p.holes)) for p in m.polygons),
+        box=(int(m.box.x0), int(m.box.y0), int(m.box.x1), int(m.box.y1)),
+        area=int(m.area),
+        prompt_index=m.prompt_index,
+        stability_score=m.stability_score,
+        point=Point(m.point.x, m.point.y) if m.HasField("point") else None,
+    )
+
+
+def _common(result: infer_pb2.SegmentResult | infer_pb2.SegmentEverythingResult) -> dict[str, Any]:
+    """What every segmentation answer says besides its masks."""
+    return {
+        "masks": [mask_output(m) for m in result.masks],
+        "width": result.width,
+        "height": result.height,
+        "recipe": result.route.recipe,
+        "engine": result.route.engine,
+        "device": result.device,
+        "session_id": result.session_id,
+        "timing_ms": dict(result.timing.stages_ms),
+        "server_ms": result.timing.total_ms,
+    }
 
 
 def segment_output(
     result: infer_pb2.SegmentResult, notices: list[str], reopened: bool = False, request_id: str = ""
 ) -> SegmentOutput:
-    """A SegmentResult as the app sees it: masks best first, each with its low-res logits."""
-    return SegmentOutput(
-        masks=[
-            MaskOutput(
-                png=m.png,
-                predicted_iou=m.predicted_iou,
-                empty=m.empty,
-                selected_fraction=m.selected_fraction,
-                low_res=LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height),
-            )
-            for m in result.masks
-        ],
-        width=result.width,
-        height=result.height,
-        recipe=result.route.recipe,
-        engine=result.route.engine,
-        device=result.device,
-        session_id=result.session_id,
-        timing_ms=dict(result.timing.stages_ms),
-        server_ms=result.timing.total_ms,
+    """A SegmentResult as the app sees it: masks per prompt, best first, each with its low-res logits."""
+    return SegmentOutput(**_common(result), notices=notices, reopened=reopened, request_id=request_id)
+
+
+def everything_output(
+    result: infer_pb2.SegmentEverythingResult, notices: list[str], request_id: str = ""
+) -> EverythingOutput:
+    return EverythingOutput(
+        **_common(result),
+        points=result.points,
+        candidates=result.candidates,
         notices=notices,
-        reopened=reopened,
         request_id=request_id,
     )
+
+
+def format_codes(formats: Iterable[str]) -> list[infer_pb2.MaskFormat.ValueType]:
+    """Format names ("png", "rle", "polygons") as the wire's MaskFormat values; others refused here."""
+    codes = []
+    for name in formats:
+        if name not in FORMATS:
+            raise ValueError(f"unknown mask format {name!r}; the formats are {', '.join(FORMATS)}")
+        codes.append(FORMATS[name])
+    return codes

@@ -3,15 +3,28 @@ bytes when the server has forgotten it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, TypeVar
 
 import grpc
+from google.protobuf.message import Message
 
 from craftai import calls
 from craftai.errors import CraftAiError
-from craftai.outputs import MaskInput, PointLike, SegmentOutput, segment_output
+from craftai.outputs import (
+    EverythingOutput,
+    MaskFormat,
+    MaskInput,
+    PointLike,
+    Prompt,
+    SegmentOutput,
+    everything_output,
+    segment_output,
+)
 from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
+
+AnswerT = TypeVar("AnswerT", bound=Message)
 
 
 def forgotten(error: CraftAiError) -> bool:
@@ -85,25 +98,77 @@ class SegmentSession(SessionState):
         mask_input: MaskInput = None,
         all_masks: bool = False,
         *,
+        prompts: Sequence[Prompt] | None = None,
+        formats: Iterable[MaskFormat] | MaskFormat | None = None,
+        polygon_tolerance: float | None = None,
+        max_hole_area: int = 0,
+        max_sprinkle_area: int = 0,
+        single_mask_like_meta: bool = False,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> SegmentOutput:
         """Masks for a prompt: points (x, y, foreground?) and/or a box (x0, y0, x1, y1) in picture
-        pixels, optionally a previous answer's `low_res` to refine; best mask first.
+        pixels, optionally a previous answer's `low_res` to refine; best mask first. Several
+        objects in one call: `prompts=[Prompt(box=...), Prompt(points=...)]` (decoded as one
+        batch; `SegmentOutput.objects` has each one's masks). `single_mask_like_meta`: the one mask
+        Meta's predictor answers (torch engine; docs/API.md).
+
+        `formats`: "png" (the default), "rle", "polygons", or several; `polygon_tolerance` in
+        pixels (default 1); `max_hole_area` / `max_sprinkle_area`: Meta's clean-up of small holes
+        and islands, in low-res (256x256) pixels, off by default.
 
         A session the server no longer has (evicted, idle too long, or the server restarted: the
         SDK waits for it to come back) is opened again with the kept picture, then prompted."""
-        prompt = calls.prompt(list(points), box, mask_input, all_masks)
+        asked = calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta)
+        output = calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area)
         request_id = request_id or new_request_id()
+        result, notices, reopened = self._call(
+            calls.SEGMENT, lambda: calls.segment_request(self.session_id, asked, output), on_progress, request_id
+        )
+        return segment_output(result, notices, reopened, request_id)
+
+    def segment_everything(
+        self,
+        *,
+        formats: Iterable[MaskFormat] | MaskFormat | None = None,
+        polygon_tolerance: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        request_id: str | None = None,
+        **options: float | int | bool,
+    ) -> EverythingOutput:
+        """Every object of the picture: Meta's automatic mask generator (a grid of single clicks,
+        filtered and de-duplicated), with its parameters by name (points_per_side=32,
+        points_per_batch=64, pred_iou_thresh=0.8, stability_score_thresh=0.95,
+        stability_score_offset=1.0, mask_threshold=0.0, box_nms_thresh=0.7,
+        min_mask_region_area=0). Masks as RLE unless `formats` says otherwise; progress ("points")
+        after each batch of the decoder."""
+        output = calls.mask_output(formats, polygon_tolerance)
+        request_id = request_id or new_request_id()
+        result, notices, _ = self._call(
+            calls.SEGMENT_EVERYTHING,
+            lambda: calls.everything_request(self.session_id, options, output),
+            on_progress,
+            request_id,
+        )
+        return everything_output(result, notices, request_id)
+
+    def _call(
+        self,
+        rpc: calls.Stream[Any, AnswerT],
+        request: Callable[[], Any],
+        on_progress: ProgressCallback | None,
+        request_id: str,
+    ) -> tuple[AnswerT, list[str], bool]:
+        """A call on the session (its request made by `request` for the current id), opening it
+        again once if the server forgot it: (result, notices, whether it was opened again)."""
         reopened = False
         if not self.session_id:
             self.open(on_progress, request_id=request_id)
             reopened = True
         while True:
-            request = infer_pb2.SegmentRequest(session_id=self.session_id, prompt=prompt)
             notices: list[str] = []
             try:
-                result = self._transport.result(calls.SEGMENT, request, on_progress, notices, request_id)
+                result = self._transport.result(rpc, request(), on_progress, notices, request_id)
             except CraftAiError as exc:
                 if reopened or not forgotten(exc):
                     raise
@@ -111,7 +176,7 @@ class SegmentSession(SessionState):
                 self.reopened += 1
                 reopened = True
                 continue
-            return segment_output(result, notices, reopened, request_id)
+            return result, notices, reopened
 
     def close(self) -> None:
         """Forget the picture on the server (nothing happens if it is already gone)."""

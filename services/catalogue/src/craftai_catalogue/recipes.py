@@ -9,8 +9,9 @@ import hashlib
 import re
 import tomllib
 from collections.abc import Iterator
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -19,6 +20,7 @@ from craftai_wire.v1 import catalogue_pb2
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
 ENGINES = ("onnxruntime", "torch")
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
+SHA256 = r"^[0-9a-f]{64}$"
 
 
 class CatalogueDataError(ValueError):
@@ -44,13 +46,29 @@ class WheelSource(_Model):
         return self
 
 
+class ArchiveSource(_Model):
+    """A member of a zip archive at a URL; the archive is pinned by its own size and SHA-256. The
+    member is found by the pinned file's size and SHA-256; `member` is where it is expected."""
+
+    archive: Annotated[str, Field(pattern=r"^https?://")]
+    archive_size: Annotated[int, Field(gt=0)]
+    archive_sha256: Annotated[str, Field(pattern=SHA256)]
+    member: str = ""
+
+    @model_validator(mode="after")
+    def _zip(self) -> Self:
+        if not PurePosixPath(urlsplit(self.archive).path).name.endswith(".zip"):
+            raise ValueError(f"archive source {self.archive!r} must name a .zip file")
+        return self
+
+
 class PinnedFileSpec(_Model):
     folder: Annotated[str, Field(pattern=NAME)]
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     role: str = ""
     size: Annotated[int, Field(gt=0)]
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
-    sources: Annotated[list[UrlSource | WheelSource], Field(min_length=1)]
+    sha256: Annotated[str, Field(pattern=SHA256)]
+    sources: Annotated[list[UrlSource | WheelSource | ArchiveSource], Field(min_length=1)]
 
 
 class RouteSpec(_Model):
@@ -157,6 +175,7 @@ def load(path: Path = DATA_FILE) -> CatalogueData:
 
 
 def _check_references(data: CatalogueData, path: Path) -> None:
+    _check_archives(data, path)
     features = {f.name for f in data.features}
     seen: set[tuple[str, str]] = set()
     for recipe in data.recipes:
@@ -173,18 +192,46 @@ def _check_references(data: CatalogueData, path: Path) -> None:
                 )
 
 
+def _check_archives(data: CatalogueData, path: Path) -> None:
+    """An archive is one set of bytes: every source naming its URL pins the same size and SHA-256."""
+    pins: dict[str, tuple[int, str]] = {}
+    for recipe in data.recipes:
+        for pinned in recipe.files:
+            for source in pinned.sources:
+                if not isinstance(source, ArchiveSource):
+                    continue
+                pin = (source.archive_size, source.archive_sha256)
+                if pins.setdefault(source.archive, pin) != pin:
+                    raise CatalogueDataError(
+                        f"{path}: recipes[{recipe.name!r}].files[{pinned.name!r}]: the archive {source.archive} "
+                        "is pinned elsewhere with another size or SHA-256"
+                    )
+
+
 # ---- protobuf -----------------------------------------------------------------------------
+
+
+def source_to_proto(source: UrlSource | WheelSource | ArchiveSource) -> catalogue_pb2.Source:
+    if isinstance(source, UrlSource):
+        return catalogue_pb2.Source(url=source.url)
+    if isinstance(source, WheelSource):
+        return catalogue_pb2.Source(
+            wheel_member=catalogue_pb2.WheelMember(requirement=source.wheel, member=source.member)
+        )
+    return catalogue_pb2.Source(
+        archive_member=catalogue_pb2.ArchiveMember(
+            url=source.archive,
+            archive_size=source.archive_size,
+            archive_sha256=source.archive_sha256,
+            member=source.member,
+        )
+    )
 
 
 def recipe_to_proto(recipe: RecipeSpec) -> catalogue_pb2.Recipe:
     files = []
     for f in recipe.files:
-        sources = [
-            catalogue_pb2.Source(url=s.url)
-            if isinstance(s, UrlSource)
-            else catalogue_pb2.Source(wheel_member=catalogue_pb2.WheelMember(requirement=s.wheel, member=s.member))
-            for s in f.sources
-        ]
+        sources = [source_to_proto(s) for s in f.sources]
         files.append(
             catalogue_pb2.PinnedFile(
                 folder=f.folder, name=f.name, size=f.size, sha256=f.sha256, role=f.role, sources=sources

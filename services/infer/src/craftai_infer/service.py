@@ -73,6 +73,8 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
                 max_points=s.max_points,
                 session_budget_bytes=s.session_budget_bytes,
                 session_idle_seconds=s.session_idle_seconds,
+                max_prompts=s.max_prompts,
+                max_points_per_side=s.max_points_per_side,
             ),
             engines=engines,
         )
@@ -120,6 +122,15 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self, request: infer_pb2.SegmentOnceRequest, context: Context
     ) -> AsyncIterator[infer_pb2.SegmentEvent]:
         async for event in runs.stream(infer_pb2.SegmentEvent, lambda run: self.segment.once(request, run)):
+            yield event
+
+    @handle_stream_errors
+    async def SegmentEverything(
+        self, request: infer_pb2.SegmentEverythingRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.SegmentEverythingEvent]:
+        app = app_id(context)
+        work = lambda run: self.segment.everything(request, app, run)  # noqa: E731
+        async for event in runs.stream(infer_pb2.SegmentEverythingEvent, work):
             yield event
 
     @handle_errors

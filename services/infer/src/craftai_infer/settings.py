@@ -20,6 +20,13 @@ class InferSettings(ServerSettings):
     max_picture_pixels: int = Field(50_000_000, gt=0, description="largest width*height accepted")
     max_picture_side: int = Field(16_384, gt=0, description="longest side accepted, in pixels")
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")
+    max_prompts: int = Field(64, gt=0, description="prompts (objects) per Segment or SegmentOnce call")
+    max_points_per_side: int = Field(
+        64, gt=0, description="SegmentEverything: the densest grid accepted (points_per_side, its square in points)"
+    )
+    max_points_per_batch: int = Field(
+        256, gt=0, description="SegmentEverything: the most points one decoder call may take (points_per_batch)"
+    )
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
     decode_budget_bytes: int = Field(
         2 << 30, gt=0, description="memory for the decoded pictures of the requests in progress (wait beyond it)"

@@ -4,10 +4,17 @@ Nothing is visible under models/ until it is complete and verified: bytes go to 
 under tmp/ and are renamed into place only when they match the pin. A file already in place is
 only checked (every byte hashed); a file that does not match is replaced by the pinned one.
 
-The partial file is opened without following a symbolic link (O_NOFOLLOW): a link planted at its
-path would otherwise make the setup truncate or append to whatever it points to; it is refused in
-plain words (FAILED_PRECONDITION / UNSAFE_STORE). A full disk is NO_SPACE wherever it strikes,
-the verification record included.
+A member of a pinned archive: the archive is downloaded like any pinned file (resumable, hashed
+while written, into tmp/downloads/<sha256>.part) and renamed to tmp/archives/<sha256>.zip, never
+under models/; its members are then streamed out one by one, each checked against its own pin
+while written. The archive stays there for the other files it holds (one download for all of
+them) and is deleted when the setup that needed it has every file (`forget_archives`).
+
+Every partial file (a file's or an archive's) is opened without following a symbolic link
+(O_NOFOLLOW): a link planted at its path would otherwise make the setup truncate or append to
+whatever it points to; it is refused in plain words (FAILED_PRECONDITION / UNSAFE_STORE), as is
+a linked lock file (craftai_prepare.locks). A full disk is NO_SPACE wherever it strikes, the
+verification record included.
 """
 
 from __future__ import annotations
@@ -15,18 +22,22 @@ from __future__ import annotations
 import errno
 import os
 import stat
+import threading
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 import grpc
+from filelock import FileLock, Timeout
 
 from craftai_common.errors import Reason, ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
 from craftai_prepare.full_disk import no_space
+from craftai_prepare.locks import store_lock, unsafe_path
 from craftai_prepare.reporter import Reporter
-from craftai_prepare.sources import Source, SourceError, Timeouts
+from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, SourceError, Timeouts
 
 DEFAULT_TIMEOUTS = Timeouts()
 
@@ -38,7 +49,7 @@ class FetchOutcome:
     source: str
 
 
-def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, str]:
+def _check_present(path: Path, pin: FilePin, reporter: Reporter, what: str = "") -> tuple[int, str]:
     """Size and SHA-256 of the file already in place, with progress for the user. The size is the
     bytes hashed, so that a mismatch message describes the very bytes it names the hash of."""
     hashed = 0
@@ -46,20 +57,26 @@ def _check_present(path: Path, pin: FilePin, reporter: Reporter) -> tuple[int, s
     def progress(done: int) -> None:
         nonlocal hashed
         hashed = done
-        reporter.progress("verify", done, pin.size, "bytes", f"checking {pin.name}")
+        reporter.progress("verify", done, pin.size, "bytes", f"checking {what}{pin.name}")
 
     digest = sha256_file(path, progress=progress)
     return hashed, digest
 
 
-def ensure_file(
-    store: Store, pin: FilePin, sources: list[Source], reporter: Reporter, timeouts: Timeouts = DEFAULT_TIMEOUTS
+def ensure_file(  # noqa: PLR0917 - the job's inputs
+    store: Store,
+    pin: FilePin,
+    sources: list[Source],
+    reporter: Reporter,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    stopping: threading.Event | None = None,
 ) -> FetchOutcome:
     """Make `models/<folder>/<name>` hold exactly the pinned bytes.
 
     The partial file is `tmp/downloads/<sha256>.part`: a job that was killed (or lost its
     connection) resumes it from where it stopped, from the same or the next source; the final
     hash covers every byte whoever sent it, so a resumed file is checked like a fresh one.
+    `stopping` set: a wait for another job's archive lock ends at once (SHUTTING_DOWN).
     """
     path = store.model_path(pin)
     if path.is_file():
@@ -78,7 +95,10 @@ def ensure_file(
         if failures:
             reporter.notice("SOURCE_FAILED", f"{failures[-1]}; trying the next source")
         try:
-            outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
+            if isinstance(source, ArchiveMemberSource):
+                outcome = _from_archive(source, store, pin, partial, reporter, timeouts, stopping)
+            else:
+                outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
         except _RefusedError as refused:
             failures.append(f"{source.describe()}: {refused}")
             continue
@@ -114,17 +134,6 @@ def _write_record(store: Store, pin: FilePin) -> None:
         raise
 
 
-def unsafe_path(store: Store, path: Path) -> ServiceError:
-    """The plain refusal of a store path that is a symbolic link (or not a regular file)."""
-    return ServiceError(
-        grpc.StatusCode.FAILED_PRECONDITION,
-        Reason.UNSAFE_STORE,
-        f"{path} is a symbolic link or not a regular file: the store's files are never written through a link "
-        f"(it could point anywhere); remove it and run the setup again (store: {store.root})",
-        metadata={"path": str(path)},
-    )
-
-
 def _open_partial(store: Store, partial: Path) -> BinaryIO:
     """The partial file for reading and appending, created 0600 if absent, never through a link."""
     try:
@@ -139,27 +148,13 @@ def _open_partial(store: Store, partial: Path) -> BinaryIO:
     return os.fdopen(descriptor, "a+b")
 
 
-def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
-    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
-) -> FetchOutcome:
+def _write_checked(store: Store, pin: FilePin, partial: Path, fill: Callable[[HashingWriter], None]) -> None:
+    """`fill` writes into the partial file (resumed where a source can resume), hashed and cut off
+    at the pinned size; `_RefusedError` unless it then holds exactly the pinned bytes."""
     with _open_partial(store, partial) as f:
         writer = HashingWriter.resume(f, limit=pin.size)
-        resumed_from = writer.size
-        where = f" (resuming at {resumed_from:,} bytes)" if resumed_from else ""
-        reporter.progress(
-            "download",
-            writer.size,
-            pin.size,
-            "bytes",
-            f"fetching {pin.name} from {source.describe()}{where}",
-            force=True,
-        )
-
-        def progress(done: int) -> None:
-            reporter.progress("download", done, pin.size, "bytes", f"fetching {pin.name}")
-
         try:
-            source.fetch(writer, progress, timeouts)
+            fill(writer)
             f.flush()
             os.fsync(f.fileno())
         except OverflowError as exc:
@@ -171,10 +166,150 @@ def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
             found = mismatch_message(pin, writer.size, writer.hexdigest())
             writer.restart()
             raise _RefusedError(f"refused: {found}")
+
+
+def _publish(store: Store, pin: FilePin, partial: Path, reporter: Reporter, source: str) -> FetchOutcome:
     path = store.model_path(pin)
     path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, path)
     fsync_dir(path.parent)
     _write_record(store, pin)
     reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
-    return FetchOutcome(pin, downloaded=True, source=source.describe())
+    return FetchOutcome(pin, downloaded=True, source=source)
+
+
+def _download(  # noqa: PLR0917 - private helper of ensure_file
+    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts, what: str
+) -> None:
+    """One URL or wheel source into the partial file, with download progress (`what` qualifies the name)."""
+
+    def fill(writer: HashingWriter) -> None:
+        where = f" (resuming at {writer.size:,} bytes)" if writer.size else ""
+        reporter.progress(
+            "download",
+            writer.size,
+            pin.size,
+            "bytes",
+            f"fetching {what}{pin.name} from {source.describe()}{where}",
+            force=True,
+        )
+
+        def progress(done: int) -> None:
+            reporter.progress("download", done, pin.size, "bytes", f"fetching {what}{pin.name}")
+
+        assert not isinstance(source, ArchiveMemberSource)
+        source.fetch(writer, progress, timeouts)
+
+    _write_checked(store, pin, partial, fill)
+
+
+def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
+    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
+) -> FetchOutcome:
+    _download(source, store, pin, partial, reporter, timeouts, "")
+    return _publish(store, pin, partial, reporter, source.describe())
+
+
+# ---- members of archives ---------------------------------------------------------------------
+
+
+def archive_path(store: Store, archive: FilePin) -> Path:
+    """Where a verified archive is kept while the files it holds are taken out of it."""
+    return store.tmp / "archives" / f"{archive.sha256}.zip"
+
+
+def _archive_lock_name(archive: FilePin) -> str:
+    return f"archive-{archive.sha256}"
+
+
+def _from_archive(  # noqa: PLR0917 - private helper of ensure_file
+    source: ArchiveMemberSource,
+    store: Store,
+    pin: FilePin,
+    partial: Path,
+    reporter: Reporter,
+    timeouts: Timeouts,
+    stopping: threading.Event | None,
+) -> FetchOutcome:
+    """The pinned file out of its archive: under the archive's lock (another job may be taking
+    another file out of it), the archive checked or fetched, then the member streamed out."""
+    label = source.archive.name
+    with store_lock(
+        store,
+        _archive_lock_name(source.archive),
+        f"taking files out of the archive {label}",
+        timeouts.lock,
+        stopping,
+        lambda: reporter.progress(
+            "wait", 0, 0, "", f"another job is reading the archive {label}; waiting for it", force=True
+        ),
+        lambda: _RefusedError(f"another job held the archive {label} for more than {timeouts.lock:.0f} s"),
+    ):
+        archive = _ensure_archive(source, store, reporter, timeouts)
+        used = ""
+
+        def fill(writer: HashingWriter) -> None:
+            nonlocal used
+            reporter.progress("extract", 0, pin.size, "bytes", f"unpacking {pin.name} from {label}", force=True)
+
+            def progress(done: int) -> None:
+                reporter.progress("extract", done, pin.size, "bytes", f"unpacking {pin.name} from {label}")
+
+            used = source.extract(archive, writer, progress)
+
+        _write_checked(store, pin, partial, fill)
+        reporter.progress("extract", pin.size, pin.size, "bytes", f"{pin.name} unpacked from {label}", force=True)
+        return _publish(store, pin, partial, reporter, f"member {used} of the archive {source.url}")
+
+
+def _ensure_archive(source: ArchiveMemberSource, store: Store, reporter: Reporter, timeouts: Timeouts) -> Path:
+    """The verified archive under tmp/archives/ (hashed again when it is already there)."""
+    archive = source.archive
+    path = archive_path(store, archive)
+    if path.is_file():
+        size, digest = _check_present(path, archive, reporter, "the archive ")
+        if size == archive.size and digest == archive.sha256:
+            return path
+        path.unlink()
+        reporter.notice(
+            "FILE_MISMATCH", f"refused the kept archive: {mismatch_message(archive, size, digest)}; fetching it again"
+        )
+    partial = store.partial_path(archive)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        _download(HttpSource(source.url), store, archive, partial, reporter, timeouts, "the archive ")
+    except _RefusedError as refused:
+        if partial.exists() and partial.stat().st_size == 0:
+            partial.unlink()  # a non-empty partial archive stays, for the next attempt to resume
+        raise _RefusedError(f"the archive {archive.name}: {refused}") from refused
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            partial.unlink(missing_ok=True)
+            raise no_space(
+                store, f"writing the archive {archive.name} ({archive.size:,} bytes)", file=archive.name
+            ) from exc
+        raise
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+    return path
+
+
+def forget_archives(store: Store, sources: Iterable[Source]) -> None:
+    """Delete the kept archives of these sources (their setup has every file now); an archive
+    another job is reading (its lock held) is left to that job."""
+    for source in sources:
+        if not isinstance(source, ArchiveMemberSource):
+            continue
+        path = archive_path(store, source.archive)
+        if not path.exists():
+            continue
+        lock = FileLock(store.lock_path(_archive_lock_name(source.archive)))
+        try:
+            lock.acquire(timeout=0)
+        except (Timeout, OSError):  # held, or a planted link (refused by the next setup that reads it)
+            continue
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            lock.release()

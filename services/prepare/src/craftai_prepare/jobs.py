@@ -1,92 +1,26 @@
-"""One job per key, joined by every caller, never cancelled by one; the store's lock per route.
+"""One job per key, joined by every caller, never cancelled by one.
 
 A job runs in a worker thread owned by the registry, not by the RPC that started it: a caller
 that goes away only stops listening. Callers that arrive while it runs join it: they get the
 latest progress at once, then every later event, and the same terminal result or error.
 
-Across processes (replicas on one store), a route's job runs under the store's lock for it
-(`route_lock`): a job that finds it held waits (CRAFTAI_LOCK_WAIT_SECONDS) with a "wait" progress.
-A stopping server does not wait on such a wait: the job gives up at once with UNAVAILABLE /
-SHUTTING_DOWN, which the SDK retries (on the next replica, or once this one is back); a job that
-holds the lock is a job at work and is waited for. A lock file that is a symbolic link is refused
-in plain words (FAILED_PRECONDITION / UNSAFE_STORE), never followed.
+On a stop, `stopping` is set: a job waiting for another process's lock gives up at once
+(craftai_prepare.locks).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
 import logging
-import stat
 import threading
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import grpc
-from filelock import FileLock, Timeout
-
-from craftai_common.errors import Reason, ServiceError
-from craftai_common.store import Store
-from craftai_prepare.downloads import unsafe_path
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import prepare_pb2
 
 log = logging.getLogger("craftai.prepare.jobs")
 Work = Callable[[Reporter], prepare_pb2.SetupResult]
-LOCK_POLL_SECONDS = 0.2
-
-
-@contextlib.contextmanager
-def route_lock(
-    store: Store, key: str, reporter: Reporter, wait_seconds: float, stopping: threading.Event
-) -> Iterator[None]:
-    """The store's cross-process lock for `key`, held for the block (see the module's words)."""
-    path = store.lock_path(key)
-    try:
-        found = path.lstat()
-    except FileNotFoundError:
-        found = None
-    if found is not None and not stat.S_ISREG(found.st_mode):
-        raise unsafe_path(store, path)
-    lock = FileLock(path)
-    try:
-        if not _acquired(lock, 0):
-            waiting = "another process is preparing the same route; waiting for it"
-            reporter.progress("wait", 0, 0, "", waiting, force=True)
-            deadline = time.monotonic() + wait_seconds
-            while not _acquired(lock, min(LOCK_POLL_SECONDS, max(deadline - time.monotonic(), 0))):
-                if stopping.is_set():
-                    raise ServiceError(
-                        grpc.StatusCode.UNAVAILABLE,
-                        Reason.SHUTTING_DOWN,
-                        f"the server is stopping: this setup was waiting for another process preparing {key} "
-                        "and did not start; retry (the SDK does so by itself)",
-                        retry_after=1.0,
-                    )
-                if time.monotonic() >= deadline:
-                    raise ServiceError(
-                        grpc.StatusCode.DEADLINE_EXCEEDED,
-                        Reason.PREPARATION_FAILED,
-                        f"another process held the lock on {key} for more than {wait_seconds:.0f} s",
-                    )
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # made a link since it was looked at: filelock opens it O_NOFOLLOW
-            raise unsafe_path(store, path) from exc
-        raise
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _acquired(lock: FileLock, timeout: float) -> bool:
-    try:
-        lock.acquire(timeout=timeout)
-    except Timeout:
-        return False
-    return True
 
 
 @dataclass

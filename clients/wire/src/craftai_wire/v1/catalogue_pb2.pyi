@@ -82,6 +82,40 @@ class WheelMember(_message.Message):
 Global___WheelMember: _TypeAlias = WheelMember  # noqa: Y015
 
 @_typing.final
+class ArchiveMember(_message.Message):
+    """A member of a zip archive fetched from a URL, e.g. SAM 2.1 tiny's encoder in the publisher's
+    sam2.1_hiera_tiny_20260221.zip. The archive is pinned by its own size and SHA-256 and checked
+    whole before any member is read; the member is the one with the pinned file's size and SHA-256,
+    wherever it lies (`member` is the path where it is expected, tried first; it may be empty).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    ARCHIVE_SIZE_FIELD_NUMBER: _builtins.int
+    ARCHIVE_SHA256_FIELD_NUMBER: _builtins.int
+    MEMBER_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    archive_size: _builtins.int
+    archive_sha256: _builtins.str
+    member: _builtins.str
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        archive_size: _builtins.int = ...,
+        archive_sha256: _builtins.str = ...,
+        member: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive_sha256", b"archive_sha256", "archive_size", b"archive_size", "member", b"member", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ArchiveMember: _TypeAlias = ArchiveMember  # noqa: Y015
+
+@_typing.final
 class Source(_message.Message):
     """One place a pinned file can be fetched from. Sources are tried in order."""
 
@@ -89,23 +123,29 @@ class Source(_message.Message):
 
     URL_FIELD_NUMBER: _builtins.int
     WHEEL_MEMBER_FIELD_NUMBER: _builtins.int
+    ARCHIVE_MEMBER_FIELD_NUMBER: _builtins.int
     url: _builtins.str
     """HTTP(S) URL"""
     @_builtins.property
     def wheel_member(self) -> Global___WheelMember:
         """a member of a wheel fetched with pip"""
 
+    @_builtins.property
+    def archive_member(self) -> Global___ArchiveMember:
+        """a member of a pinned zip archive at a URL"""
+
     def __init__(
         self,
         *,
         url: _builtins.str = ...,
         wheel_member: Global___WheelMember | None = ...,
+        archive_member: Global___ArchiveMember | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "url", b"url", "wheel_member", b"wheel_member"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["archive_member", b"archive_member", "kind", b"kind", "url", b"url", "wheel_member", b"wheel_member"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "url", b"url", "wheel_member", b"wheel_member"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["archive_member", b"archive_member", "kind", b"kind", "url", b"url", "wheel_member", b"wheel_member"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["url", "wheel_member"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["url", "wheel_member", "archive_member"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 

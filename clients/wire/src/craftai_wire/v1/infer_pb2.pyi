@@ -23,6 +23,68 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _MatteOutputKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MatteOutputKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatteOutputKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MATTE_OUTPUT_KIND_UNSPECIFIED: _MatteOutputKind.ValueType  # 0
+    """refused"""
+    MATTE_OUTPUT_KIND_MATTE: _MatteOutputKind.ValueType  # 1
+    """the grayscale matte, white = subject"""
+    MATTE_OUTPUT_KIND_CUTOUT: _MatteOutputKind.ValueType  # 2
+    """RGBA: the subject's colours (estimated unless `naive`), the matte as alpha"""
+    MATTE_OUTPUT_KIND_COMPOSITE: _MatteOutputKind.ValueType  # 3
+    """the subject over `background`"""
+    MATTE_OUTPUT_KIND_MASK: _MatteOutputKind.ValueType  # 4
+    """a hard mask: alpha / 255 > `mask_threshold`"""
+
+class MatteOutputKind(_MatteOutputKind, metaclass=_MatteOutputKindEnumTypeWrapper):
+    """---- image.matte ---------------------------------------------------------------------------
+
+    What a Matte call can answer (docs/API.md defines each).
+    """
+
+MATTE_OUTPUT_KIND_UNSPECIFIED: MatteOutputKind.ValueType  # 0
+"""refused"""
+MATTE_OUTPUT_KIND_MATTE: MatteOutputKind.ValueType  # 1
+"""the grayscale matte, white = subject"""
+MATTE_OUTPUT_KIND_CUTOUT: MatteOutputKind.ValueType  # 2
+"""RGBA: the subject's colours (estimated unless `naive`), the matte as alpha"""
+MATTE_OUTPUT_KIND_COMPOSITE: MatteOutputKind.ValueType  # 3
+"""the subject over `background`"""
+MATTE_OUTPUT_KIND_MASK: MatteOutputKind.ValueType  # 4
+"""a hard mask: alpha / 255 > `mask_threshold`"""
+Global___MatteOutputKind: _TypeAlias = MatteOutputKind  # noqa: Y015
+
+class _MatteFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MatteFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatteFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MATTE_FORMAT_UNSPECIFIED: _MatteFormat.ValueType  # 0
+    """PNG"""
+    MATTE_FORMAT_PNG: _MatteFormat.ValueType  # 1
+    """8-bit (the mask: 1-bit grayscale); zlib level `png_compress_level`"""
+    MATTE_FORMAT_WEBP: _MatteFormat.ValueType  # 2
+    """lossless (grayscale outputs as RGB); sides up to 16383"""
+    MATTE_FORMAT_JPEG: _MatteFormat.ValueType  # 3
+    """composites over an opaque background only; `jpeg_quality`"""
+
+class MatteFormat(_MatteFormat, metaclass=_MatteFormatEnumTypeWrapper): ...
+
+MATTE_FORMAT_UNSPECIFIED: MatteFormat.ValueType  # 0
+"""PNG"""
+MATTE_FORMAT_PNG: MatteFormat.ValueType  # 1
+"""8-bit (the mask: 1-bit grayscale); zlib level `png_compress_level`"""
+MATTE_FORMAT_WEBP: MatteFormat.ValueType  # 2
+"""lossless (grayscale outputs as RGB); sides up to 16383"""
+MATTE_FORMAT_JPEG: MatteFormat.ValueType  # 3
+"""composites over an opaque background only; `jpeg_quality`"""
+Global___MatteFormat: _TypeAlias = MatteFormat  # noqa: Y015
+
 class _PointLabel:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -42,6 +104,34 @@ POINT_LABEL_UNSPECIFIED: PointLabel.ValueType  # 0
 POINT_LABEL_BACKGROUND: PointLabel.ValueType  # 1
 POINT_LABEL_FOREGROUND: PointLabel.ValueType  # 2
 Global___PointLabel: _TypeAlias = PointLabel  # noqa: Y015
+
+class _MaskFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MaskFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MaskFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MASK_FORMAT_UNSPECIFIED: _MaskFormat.ValueType  # 0
+    """refused inside `formats`"""
+    MASK_FORMAT_PNG: _MaskFormat.ValueType  # 1
+    """Mask.png"""
+    MASK_FORMAT_RLE: _MaskFormat.ValueType  # 2
+    """Mask.rle: COCO run-length encoding (counts and compressed string)"""
+    MASK_FORMAT_POLYGONS: _MaskFormat.ValueType  # 3
+    """Mask.polygons: outer contours with their holes"""
+
+class MaskFormat(_MaskFormat, metaclass=_MaskFormatEnumTypeWrapper):
+    """How the masks of an answer are written, and Meta's optional clean-up of each mask."""
+
+MASK_FORMAT_UNSPECIFIED: MaskFormat.ValueType  # 0
+"""refused inside `formats`"""
+MASK_FORMAT_PNG: MaskFormat.ValueType  # 1
+"""Mask.png"""
+MASK_FORMAT_RLE: MaskFormat.ValueType  # 2
+"""Mask.rle: COCO run-length encoding (counts and compressed string)"""
+MASK_FORMAT_POLYGONS: MaskFormat.ValueType  # 3
+"""Mask.polygons: outer contours with their holes"""
+Global___MaskFormat: _TypeAlias = MaskFormat  # noqa: Y015
 
 @_typing.final
 class GetRuntimeRequest(_message.Message):
@@ -70,6 +160,8 @@ class Limits(_message.Message):
     MAX_POINTS_FIELD_NUMBER: _builtins.int
     SESSION_BUDGET_BYTES_FIELD_NUMBER: _builtins.int
     SESSION_IDLE_SECONDS_FIELD_NUMBER: _builtins.int
+    MAX_PROMPTS_FIELD_NUMBER: _builtins.int
+    MAX_POINTS_PER_SIDE_FIELD_NUMBER: _builtins.int
     max_message_bytes: _builtins.int
     """largest request message accepted"""
     max_picture_pixels: _builtins.int
@@ -81,6 +173,10 @@ class Limits(_message.Message):
     session_budget_bytes: _builtins.int
     """memory kept for sessions (LRU beyond it)"""
     session_idle_seconds: _builtins.float
+    max_prompts: _builtins.int
+    """prompts (objects) per Segment / SegmentOnce call"""
+    max_points_per_side: _builtins.int
+    """SegmentEverything: the densest grid accepted"""
     def __init__(
         self,
         *,
@@ -90,10 +186,12 @@ class Limits(_message.Message):
         max_points: _builtins.int = ...,
         session_budget_bytes: _builtins.int = ...,
         session_idle_seconds: _builtins.float = ...,
+        max_prompts: _builtins.int = ...,
+        max_points_per_side: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_message_bytes", b"max_message_bytes", "max_picture_pixels", b"max_picture_pixels", "max_picture_side", b"max_picture_side", "max_points", b"max_points", "session_budget_bytes", b"session_budget_bytes", "session_idle_seconds", b"session_idle_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_message_bytes", b"max_message_bytes", "max_picture_pixels", b"max_picture_pixels", "max_picture_side", b"max_picture_side", "max_points", b"max_points", "max_points_per_side", b"max_points_per_side", "max_prompts", b"max_prompts", "session_budget_bytes", b"session_budget_bytes", "session_idle_seconds", b"session_idle_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -245,36 +343,187 @@ class LoadEvent(_message.Message):
 Global___LoadEvent: _TypeAlias = LoadEvent  # noqa: Y015
 
 @_typing.final
-class MatteRequest(_message.Message):
-    """---- image.matte ---------------------------------------------------------------------------"""
+class MatteOutputSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
 
+    KIND_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    kind: Global___MatteOutputKind.ValueType
+    format: Global___MatteFormat.ValueType
+    def __init__(
+        self,
+        *,
+        kind: Global___MatteOutputKind.ValueType = ...,
+        format: Global___MatteFormat.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["format", b"format", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatteOutputSpec: _TypeAlias = MatteOutputSpec  # noqa: Y015
+
+@_typing.final
+class MatteColor(_message.Message):
+    """A colour, 0..255 per channel, straight alpha; `a` unset means opaque (255)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    R_FIELD_NUMBER: _builtins.int
+    G_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    A_FIELD_NUMBER: _builtins.int
+    r: _builtins.int
+    g: _builtins.int
+    b: _builtins.int
+    a: _builtins.int
+    def __init__(
+        self,
+        *,
+        r: _builtins.int = ...,
+        g: _builtins.int = ...,
+        b: _builtins.int = ...,
+        a: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_a", b"_a", "a", b"a"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_a", b"_a", "a", b"a", "b", b"b", "g", b"g", "r", b"r"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__a: _TypeAlias = _typing.Literal["a"]  # noqa: Y015
+    _WhichOneofArgType__a: _TypeAlias = _typing.Literal["_a", b"_a"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__a) -> _WhichOneofReturnType__a | None: ...
+
+Global___MatteColor: _TypeAlias = MatteColor  # noqa: Y015
+
+@_typing.final
+class MatteBackground(_message.Message):
+    """What the composite puts behind the subject; unset: opaque white."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLOR_FIELD_NUMBER: _builtins.int
+    BLUR_RADIUS_FIELD_NUMBER: _builtins.int
+    PICTURE_FIELD_NUMBER: _builtins.int
+    blur_radius: _builtins.float
+    """the picture itself blurred: Gaussian standard deviation, pixels (0, 500]"""
+    @_builtins.property
+    def color(self) -> Global___MatteColor: ...
+    @_builtins.property
+    def picture(self) -> _common_pb2.Picture:
+        """another picture, scaled to cover the picture (the middle kept)"""
+
+    def __init__(
+        self,
+        *,
+        color: Global___MatteColor | None = ...,
+        blur_radius: _builtins.float = ...,
+        picture: _common_pb2.Picture | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blur_radius", b"blur_radius", "color", b"color", "kind", b"kind", "picture", b"picture"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blur_radius", b"blur_radius", "color", b"color", "kind", b"kind", "picture", b"picture"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["color", "blur_radius", "picture"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___MatteBackground: _TypeAlias = MatteBackground  # noqa: Y015
+
+@_typing.final
+class MatteRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ROUTE_FIELD_NUMBER: _builtins.int
     PICTURE_FIELD_NUMBER: _builtins.int
     WANT_CUTOUT_FIELD_NUMBER: _builtins.int
+    OUTPUTS_FIELD_NUMBER: _builtins.int
+    NAIVE_FIELD_NUMBER: _builtins.int
+    BACKGROUND_FIELD_NUMBER: _builtins.int
+    MASK_THRESHOLD_FIELD_NUMBER: _builtins.int
+    PNG_COMPRESS_LEVEL_FIELD_NUMBER: _builtins.int
+    JPEG_QUALITY_FIELD_NUMBER: _builtins.int
     want_cutout: _builtins.bool
-    """also return the RGBA cutout"""
+    """Requests without `outputs` (SDKs before issue 17) get matte_png, and cutout_png when this is set."""
+    naive: _builtins.bool
+    """cutout and composite: the picture's own colours, no foreground estimation"""
+    mask_threshold: _builtins.float
+    """the mask's, in [0, 1]; unset: 0.5"""
+    png_compress_level: _builtins.int
+    """0..9; unset: the server's CRAFTAI_PNG_COMPRESS_LEVEL (1: fast)"""
+    jpeg_quality: _builtins.int
+    """1..100; unset: 90"""
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef:
         """feature "image.matte"; recipe/engine optional"""
 
     @_builtins.property
     def picture(self) -> _common_pb2.Picture: ...
+    @_builtins.property
+    def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatteOutputSpec]:
+        """each kind at most once, answered in MatteResult's fields of that name"""
+
+    @_builtins.property
+    def background(self) -> Global___MatteBackground:
+        """the composite's"""
+
     def __init__(
         self,
         *,
         route: _common_pb2.RouteRef | None = ...,
         picture: _common_pb2.Picture | None = ...,
         want_cutout: _builtins.bool = ...,
+        outputs: _abc.Iterable[Global___MatteOutputSpec] | None = ...,
+        naive: _builtins.bool = ...,
+        background: Global___MatteBackground | None = ...,
+        mask_threshold: _builtins.float | None = ...,
+        png_compress_level: _builtins.int | None = ...,
+        jpeg_quality: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "route", b"route"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "naive", b"naive", "outputs", b"outputs", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__jpeg_quality: _TypeAlias = _typing.Literal["jpeg_quality"]  # noqa: Y015
+    _WhichOneofArgType__jpeg_quality: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality"]  # noqa: Y015
+    _WhichOneofReturnType__mask_threshold: _TypeAlias = _typing.Literal["mask_threshold"]  # noqa: Y015
+    _WhichOneofArgType__mask_threshold: _TypeAlias = _typing.Literal["_mask_threshold", b"_mask_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__png_compress_level: _TypeAlias = _typing.Literal["png_compress_level"]  # noqa: Y015
+    _WhichOneofArgType__png_compress_level: _TypeAlias = _typing.Literal["_png_compress_level", b"_png_compress_level"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jpeg_quality) -> _WhichOneofReturnType__jpeg_quality | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mask_threshold) -> _WhichOneofReturnType__mask_threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__png_compress_level) -> _WhichOneofReturnType__png_compress_level | None: ...
+
+Global___MatteRequest: _TypeAlias = MatteRequest  # noqa: Y015
+
+@_typing.final
+class MatteImage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    HAS_ALPHA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """the encoded picture, at the picture's size"""
+    format: Global___MatteFormat.ValueType
+    has_alpha: _builtins.bool
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        format: Global___MatteFormat.ValueType = ...,
+        has_alpha: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "format", b"format", "has_alpha", b"has_alpha"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___MatteRequest: _TypeAlias = MatteRequest  # noqa: Y015
+Global___MatteImage: _TypeAlias = MatteImage  # noqa: Y015
 
 @_typing.final
 class MatteResult(_message.Message):
@@ -287,10 +536,14 @@ class MatteResult(_message.Message):
     HEIGHT_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
+    MATTE_FIELD_NUMBER: _builtins.int
+    CUTOUT_FIELD_NUMBER: _builtins.int
+    COMPOSITE_FIELD_NUMBER: _builtins.int
+    MASK_FIELD_NUMBER: _builtins.int
     matte_png: _builtins.bytes
-    """8-bit grayscale PNG at the picture's size, white = subject"""
+    """requests without `outputs` only: 8-bit grayscale PNG, white = subject"""
     cutout_png: _builtins.bytes
-    """RGBA PNG (only when asked)"""
+    """requests without `outputs`, with want_cutout: RGBA PNG"""
     width: _builtins.int
     height: _builtins.int
     device: _builtins.str
@@ -300,6 +553,16 @@ class MatteResult(_message.Message):
 
     @_builtins.property
     def timing(self) -> _common_pb2.Timing: ...
+    @_builtins.property
+    def matte(self) -> Global___MatteImage:
+        """each output asked in `outputs`, unset otherwise"""
+
+    @_builtins.property
+    def cutout(self) -> Global___MatteImage: ...
+    @_builtins.property
+    def composite(self) -> Global___MatteImage: ...
+    @_builtins.property
+    def mask(self) -> Global___MatteImage: ...
     def __init__(
         self,
         *,
@@ -310,10 +573,14 @@ class MatteResult(_message.Message):
         height: _builtins.int = ...,
         device: _builtins.str = ...,
         timing: _common_pb2.Timing | None = ...,
+        matte: Global___MatteImage | None = ...,
+        cutout: Global___MatteImage | None = ...,
+        composite: Global___MatteImage | None = ...,
+        mask: Global___MatteImage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route", "timing", b"timing"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["composite", b"composite", "cutout", b"cutout", "mask", b"mask", "matte", b"matte", "route", b"route", "timing", b"timing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cutout_png", b"cutout_png", "device", b"device", "height", b"height", "matte_png", b"matte_png", "route", b"route", "timing", b"timing", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["composite", b"composite", "cutout", b"cutout", "cutout_png", b"cutout_png", "device", b"device", "height", b"height", "mask", b"mask", "matte", b"matte", "matte_png", b"matte_png", "route", b"route", "timing", b"timing", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -445,8 +712,14 @@ class Prompt(_message.Message):
     BOX_FIELD_NUMBER: _builtins.int
     MASK_INPUT_FIELD_NUMBER: _builtins.int
     ALL_MASKS_FIELD_NUMBER: _builtins.int
+    SINGLE_MASK_LIKE_META_FIELD_NUMBER: _builtins.int
     all_masks: _builtins.bool
     """return the three candidate masks, best first"""
+    single_mask_like_meta: _builtins.bool
+    """One mask as Meta's SAM2ImagePredictor.predict(multimask_output=False) answers it: the
+    single-mask output (token 0) when it is stable, else the best of the three (docs/API.md,
+    "Which mask is the best"). The torch engine only; refused with all_masks and on onnxruntime.
+    """
     @_builtins.property
     def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___Point]: ...
     @_builtins.property
@@ -464,14 +737,138 @@ class Prompt(_message.Message):
         box: Global___Box | None = ...,
         mask_input: Global___LowResMask | None = ...,
         all_masks: _builtins.bool = ...,
+        single_mask_like_meta: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["box", b"box", "mask_input", b"mask_input"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_masks", b"all_masks", "box", b"box", "mask_input", b"mask_input", "points", b"points"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_masks", b"all_masks", "box", b"box", "mask_input", b"mask_input", "points", b"points", "single_mask_like_meta", b"single_mask_like_meta"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Prompt: _TypeAlias = Prompt  # noqa: Y015
+
+@_typing.final
+class MaskOutput(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FORMATS_FIELD_NUMBER: _builtins.int
+    POLYGON_TOLERANCE_FIELD_NUMBER: _builtins.int
+    MAX_HOLE_AREA_FIELD_NUMBER: _builtins.int
+    MAX_SPRINKLE_AREA_FIELD_NUMBER: _builtins.int
+    polygon_tolerance: _builtins.float
+    """Polygons: Douglas-Peucker tolerance in picture pixels; unset: 1.0; 0 keeps every corner."""
+    max_hole_area: _builtins.int
+    """Meta's SAM2ImagePredictor(max_hole_area, max_sprinkle_area), applied to the 256x256 low-res
+    logits before they are upscaled; areas in low-res pixels (8-connected regions); 0 = off.
+    background regions of at most this area become selected
+    """
+    max_sprinkle_area: _builtins.int
+    """selected regions of at most this area become background"""
+    @_builtins.property
+    def formats(self) -> _containers.RepeatedScalarFieldContainer[Global___MaskFormat.ValueType]:
+        """Empty: PNG for Segment / SegmentOnce, RLE for SegmentEverything. Box and area are always answered."""
+
+    def __init__(
+        self,
+        *,
+        formats: _abc.Iterable[Global___MaskFormat.ValueType] | None = ...,
+        polygon_tolerance: _builtins.float | None = ...,
+        max_hole_area: _builtins.int = ...,
+        max_sprinkle_area: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance", "polygon_tolerance", b"polygon_tolerance"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance", "formats", b"formats", "max_hole_area", b"max_hole_area", "max_sprinkle_area", b"max_sprinkle_area", "polygon_tolerance", b"polygon_tolerance"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__polygon_tolerance: _TypeAlias = _typing.Literal["polygon_tolerance"]  # noqa: Y015
+    _WhichOneofArgType__polygon_tolerance: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__polygon_tolerance) -> _WhichOneofReturnType__polygon_tolerance | None: ...
+
+Global___MaskOutput: _TypeAlias = MaskOutput  # noqa: Y015
+
+@_typing.final
+class MaskRle(_message.Message):
+    """COCO run-length encoding of a mask at the picture's size: runs over the pixels in column-major
+    order (down the first column, then the next), starting with a run of 0s (possibly empty).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    COUNTS_FIELD_NUMBER: _builtins.int
+    COMPRESSED_FIELD_NUMBER: _builtins.int
+    height: _builtins.int
+    width: _builtins.int
+    compressed: _builtins.bytes
+    """pycocotools' compressed "counts" string (ASCII)"""
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """uncompressed: {"size": [height, width], "counts": counts}"""
+
+    def __init__(
+        self,
+        *,
+        height: _builtins.int = ...,
+        width: _builtins.int = ...,
+        counts: _abc.Iterable[_builtins.int] | None = ...,
+        compressed: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["compressed", b"compressed", "counts", b"counts", "height", b"height", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MaskRle: _TypeAlias = MaskRle  # noqa: Y015
+
+@_typing.final
+class Ring(_message.Message):
+    """A closed ring of vertices (x0, y0, x1, y1, ...) in picture pixels: the centres of boundary pixels."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    XY_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def xy(self) -> _containers.RepeatedScalarFieldContainer[_builtins.float]: ...
+    def __init__(
+        self,
+        *,
+        xy: _abc.Iterable[_builtins.float] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["xy", b"xy"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Ring: _TypeAlias = Ring  # noqa: Y015
+
+@_typing.final
+class Polygon(_message.Message):
+    """One 8-connected region of a mask: its outer contour and the contours of its holes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    OUTER_FIELD_NUMBER: _builtins.int
+    HOLES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def outer(self) -> Global___Ring: ...
+    @_builtins.property
+    def holes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Ring]: ...
+    def __init__(
+        self,
+        *,
+        outer: Global___Ring | None = ...,
+        holes: _abc.Iterable[Global___Ring] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["outer", b"outer"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["holes", b"holes", "outer", b"outer"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Polygon: _TypeAlias = Polygon  # noqa: Y015
 
 @_typing.final
 class Mask(_message.Message):
@@ -482,6 +879,13 @@ class Mask(_message.Message):
     EMPTY_FIELD_NUMBER: _builtins.int
     SELECTED_FRACTION_FIELD_NUMBER: _builtins.int
     LOW_RES_FIELD_NUMBER: _builtins.int
+    RLE_FIELD_NUMBER: _builtins.int
+    POLYGONS_FIELD_NUMBER: _builtins.int
+    BOX_FIELD_NUMBER: _builtins.int
+    AREA_FIELD_NUMBER: _builtins.int
+    PROMPT_INDEX_FIELD_NUMBER: _builtins.int
+    STABILITY_SCORE_FIELD_NUMBER: _builtins.int
+    POINT_FIELD_NUMBER: _builtins.int
     png: _builtins.bytes
     """1-bit grayscale PNG (bit depth 1: 0 outside, 1 selected) at the picture's size"""
     predicted_iou: _builtins.float
@@ -489,9 +893,31 @@ class Mask(_message.Message):
     """nothing selected"""
     selected_fraction: _builtins.float
     """share of the picture's pixels selected"""
+    area: _builtins.int
+    """pixels selected"""
+    prompt_index: _builtins.int
+    """the prompt it answers (Segment: its index in `prompts`, 0 for `prompt`)"""
+    stability_score: _builtins.float
+    """SegmentEverything: IoU of the mask thresholded at +-stability_score_offset"""
     @_builtins.property
     def low_res(self) -> Global___LowResMask:
-        """feed back as Prompt.mask_input"""
+        """feed back as Prompt.mask_input (not answered by SegmentEverything)"""
+
+    @_builtins.property
+    def rle(self) -> Global___MaskRle:
+        """when MASK_FORMAT_RLE was asked"""
+
+    @_builtins.property
+    def polygons(self) -> _containers.RepeatedCompositeFieldContainer[Global___Polygon]:
+        """when MASK_FORMAT_POLYGONS was asked"""
+
+    @_builtins.property
+    def box(self) -> Global___Box:
+        """the pixels' extent: x0, y0 of the first pixel, x1, y1 past the last; 0s when empty"""
+
+    @_builtins.property
+    def point(self) -> Global___Point:
+        """SegmentEverything: the grid point that made it"""
 
     def __init__(
         self,
@@ -501,10 +927,17 @@ class Mask(_message.Message):
         empty: _builtins.bool = ...,
         selected_fraction: _builtins.float = ...,
         low_res: Global___LowResMask | None = ...,
+        rle: Global___MaskRle | None = ...,
+        polygons: _abc.Iterable[Global___Polygon] | None = ...,
+        box: Global___Box | None = ...,
+        area: _builtins.int = ...,
+        prompt_index: _builtins.int = ...,
+        stability_score: _builtins.float = ...,
+        point: Global___Point | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["low_res", b"low_res"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["box", b"box", "low_res", b"low_res", "point", b"point", "rle", b"rle"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["empty", b"empty", "low_res", b"low_res", "png", b"png", "predicted_iou", b"predicted_iou", "selected_fraction", b"selected_fraction"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["area", b"area", "box", b"box", "empty", b"empty", "low_res", b"low_res", "png", b"png", "point", b"point", "polygons", b"polygons", "predicted_iou", b"predicted_iou", "prompt_index", b"prompt_index", "rle", b"rle", "selected_fraction", b"selected_fraction", "stability_score", b"stability_score"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -527,7 +960,7 @@ class SegmentResult(_message.Message):
     session_id: _builtins.str
     @_builtins.property
     def masks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Mask]:
-        """best first; one unless all_masks was asked"""
+        """Per prompt in request order, each prompt's best first; one per prompt unless all_masks."""
 
     @_builtins.property
     def timing(self) -> _common_pb2.Timing: ...
@@ -680,22 +1113,32 @@ Global___OpenSessionEvent: _TypeAlias = OpenSessionEvent  # noqa: Y015
 
 @_typing.final
 class SegmentRequest(_message.Message):
+    """One object (`prompt`), or several (`prompts`, decoded as one batch: Limits.max_prompts); not both."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     SESSION_ID_FIELD_NUMBER: _builtins.int
     PROMPT_FIELD_NUMBER: _builtins.int
+    PROMPTS_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
     @_builtins.property
     def prompt(self) -> Global___Prompt: ...
+    @_builtins.property
+    def prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Prompt]: ...
+    @_builtins.property
+    def output(self) -> Global___MaskOutput: ...
     def __init__(
         self,
         *,
         session_id: _builtins.str = ...,
         prompt: Global___Prompt | None = ...,
+        prompts: _abc.Iterable[Global___Prompt] | None = ...,
+        output: Global___MaskOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "prompt", b"prompt"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["prompt", b"prompt", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "prompt", b"prompt", "prompts", b"prompts", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -708,26 +1151,222 @@ class SegmentOnceRequest(_message.Message):
     ROUTE_FIELD_NUMBER: _builtins.int
     PICTURE_FIELD_NUMBER: _builtins.int
     PROMPT_FIELD_NUMBER: _builtins.int
+    PROMPTS_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef: ...
     @_builtins.property
     def picture(self) -> _common_pb2.Picture: ...
     @_builtins.property
     def prompt(self) -> Global___Prompt: ...
+    @_builtins.property
+    def prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Prompt]: ...
+    @_builtins.property
+    def output(self) -> Global___MaskOutput: ...
     def __init__(
         self,
         *,
         route: _common_pb2.RouteRef | None = ...,
         picture: _common_pb2.Picture | None = ...,
         prompt: Global___Prompt | None = ...,
+        prompts: _abc.Iterable[Global___Prompt] | None = ...,
+        output: Global___MaskOutput | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "prompt", b"prompt", "route", b"route"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "picture", b"picture", "prompt", b"prompt", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "prompt", b"prompt", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["output", b"output", "picture", b"picture", "prompt", b"prompt", "prompts", b"prompts", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SegmentOnceRequest: _TypeAlias = SegmentOnceRequest  # noqa: Y015
+
+@_typing.final
+class EverythingOptions(_message.Message):
+    """The automatic mask generator's parameters: Meta's SAM2AutomaticMaskGenerator's, for one crop
+    layer (crop_n_layers = 0); unset fields take Meta's defaults, given after each.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POINTS_PER_SIDE_FIELD_NUMBER: _builtins.int
+    POINTS_PER_BATCH_FIELD_NUMBER: _builtins.int
+    PRED_IOU_THRESH_FIELD_NUMBER: _builtins.int
+    STABILITY_SCORE_THRESH_FIELD_NUMBER: _builtins.int
+    STABILITY_SCORE_OFFSET_FIELD_NUMBER: _builtins.int
+    MASK_THRESHOLD_FIELD_NUMBER: _builtins.int
+    BOX_NMS_THRESH_FIELD_NUMBER: _builtins.int
+    MIN_MASK_REGION_AREA_FIELD_NUMBER: _builtins.int
+    MULTIMASK_OUTPUT_FIELD_NUMBER: _builtins.int
+    points_per_side: _builtins.int
+    """32 (0: 32); the grid is points_per_side^2 points"""
+    points_per_batch: _builtins.int
+    """64 (0: 64); how many points one decoder call takes"""
+    pred_iou_thresh: _builtins.float
+    """0.8; keeps masks whose predicted IoU is above it"""
+    stability_score_thresh: _builtins.float
+    """0.95; keeps masks whose stability is at least it"""
+    stability_score_offset: _builtins.float
+    """1.0"""
+    mask_threshold: _builtins.float
+    """0.0; logits above it are selected"""
+    box_nms_thresh: _builtins.float
+    """0.7; a mask whose box overlaps a better one's more is dropped"""
+    min_mask_region_area: _builtins.int
+    """0; as Meta: MaskOutput's max_hole_area = max_sprinkle_area"""
+    multimask_output: _builtins.bool
+    """true: the decoder's three masks per point"""
+    def __init__(
+        self,
+        *,
+        points_per_side: _builtins.int = ...,
+        points_per_batch: _builtins.int = ...,
+        pred_iou_thresh: _builtins.float | None = ...,
+        stability_score_thresh: _builtins.float | None = ...,
+        stability_score_offset: _builtins.float | None = ...,
+        mask_threshold: _builtins.float | None = ...,
+        box_nms_thresh: _builtins.float | None = ...,
+        min_mask_region_area: _builtins.int = ...,
+        multimask_output: _builtins.bool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_box_nms_thresh", b"_box_nms_thresh", "_mask_threshold", b"_mask_threshold", "_multimask_output", b"_multimask_output", "_pred_iou_thresh", b"_pred_iou_thresh", "_stability_score_offset", b"_stability_score_offset", "_stability_score_thresh", b"_stability_score_thresh", "box_nms_thresh", b"box_nms_thresh", "mask_threshold", b"mask_threshold", "multimask_output", b"multimask_output", "pred_iou_thresh", b"pred_iou_thresh", "stability_score_offset", b"stability_score_offset", "stability_score_thresh", b"stability_score_thresh"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_box_nms_thresh", b"_box_nms_thresh", "_mask_threshold", b"_mask_threshold", "_multimask_output", b"_multimask_output", "_pred_iou_thresh", b"_pred_iou_thresh", "_stability_score_offset", b"_stability_score_offset", "_stability_score_thresh", b"_stability_score_thresh", "box_nms_thresh", b"box_nms_thresh", "mask_threshold", b"mask_threshold", "min_mask_region_area", b"min_mask_region_area", "multimask_output", b"multimask_output", "points_per_batch", b"points_per_batch", "points_per_side", b"points_per_side", "pred_iou_thresh", b"pred_iou_thresh", "stability_score_offset", b"stability_score_offset", "stability_score_thresh", b"stability_score_thresh"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__box_nms_thresh: _TypeAlias = _typing.Literal["box_nms_thresh"]  # noqa: Y015
+    _WhichOneofArgType__box_nms_thresh: _TypeAlias = _typing.Literal["_box_nms_thresh", b"_box_nms_thresh"]  # noqa: Y015
+    _WhichOneofReturnType__mask_threshold: _TypeAlias = _typing.Literal["mask_threshold"]  # noqa: Y015
+    _WhichOneofArgType__mask_threshold: _TypeAlias = _typing.Literal["_mask_threshold", b"_mask_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__multimask_output: _TypeAlias = _typing.Literal["multimask_output"]  # noqa: Y015
+    _WhichOneofArgType__multimask_output: _TypeAlias = _typing.Literal["_multimask_output", b"_multimask_output"]  # noqa: Y015
+    _WhichOneofReturnType__pred_iou_thresh: _TypeAlias = _typing.Literal["pred_iou_thresh"]  # noqa: Y015
+    _WhichOneofArgType__pred_iou_thresh: _TypeAlias = _typing.Literal["_pred_iou_thresh", b"_pred_iou_thresh"]  # noqa: Y015
+    _WhichOneofReturnType__stability_score_offset: _TypeAlias = _typing.Literal["stability_score_offset"]  # noqa: Y015
+    _WhichOneofArgType__stability_score_offset: _TypeAlias = _typing.Literal["_stability_score_offset", b"_stability_score_offset"]  # noqa: Y015
+    _WhichOneofReturnType__stability_score_thresh: _TypeAlias = _typing.Literal["stability_score_thresh"]  # noqa: Y015
+    _WhichOneofArgType__stability_score_thresh: _TypeAlias = _typing.Literal["_stability_score_thresh", b"_stability_score_thresh"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__box_nms_thresh) -> _WhichOneofReturnType__box_nms_thresh | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mask_threshold) -> _WhichOneofReturnType__mask_threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__multimask_output) -> _WhichOneofReturnType__multimask_output | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__pred_iou_thresh) -> _WhichOneofReturnType__pred_iou_thresh | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stability_score_offset) -> _WhichOneofReturnType__stability_score_offset | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__stability_score_thresh) -> _WhichOneofReturnType__stability_score_thresh | None: ...
+
+Global___EverythingOptions: _TypeAlias = EverythingOptions  # noqa: Y015
+
+@_typing.final
+class SegmentEverythingRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    OPTIONS_FIELD_NUMBER: _builtins.int
+    OUTPUT_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def options(self) -> Global___EverythingOptions: ...
+    @_builtins.property
+    def output(self) -> Global___MaskOutput:
+        """formats (RLE unless asked); its clean-up fields are refused here"""
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        options: Global___EverythingOptions | None = ...,
+        output: Global___MaskOutput | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "output", b"output"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["options", b"options", "output", b"output", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SegmentEverythingRequest: _TypeAlias = SegmentEverythingRequest  # noqa: Y015
+
+@_typing.final
+class SegmentEverythingResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MASKS_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    TIMING_FIELD_NUMBER: _builtins.int
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    POINTS_FIELD_NUMBER: _builtins.int
+    CANDIDATES_FIELD_NUMBER: _builtins.int
+    width: _builtins.int
+    height: _builtins.int
+    device: _builtins.str
+    session_id: _builtins.str
+    points: _builtins.int
+    """single-point prompts decoded (the grid)"""
+    candidates: _builtins.int
+    """masks that passed the IoU and stability filters, before NMS"""
+    @_builtins.property
+    def masks(self) -> _containers.RepeatedCompositeFieldContainer[Global___Mask]:
+        """best predicted IoU first"""
+
+    @_builtins.property
+    def timing(self) -> _common_pb2.Timing: ...
+    @_builtins.property
+    def route(self) -> _common_pb2.RouteRef: ...
+    def __init__(
+        self,
+        *,
+        masks: _abc.Iterable[Global___Mask] | None = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+        device: _builtins.str = ...,
+        timing: _common_pb2.Timing | None = ...,
+        session_id: _builtins.str = ...,
+        route: _common_pb2.RouteRef | None = ...,
+        points: _builtins.int = ...,
+        candidates: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route", "timing", b"timing"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["candidates", b"candidates", "device", b"device", "height", b"height", "masks", b"masks", "points", b"points", "route", b"route", "session_id", b"session_id", "timing", b"timing", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SegmentEverythingResult: _TypeAlias = SegmentEverythingResult  # noqa: Y015
+
+@_typing.final
+class SegmentEverythingEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> _common_pb2.Progress: ...
+    @_builtins.property
+    def notice(self) -> _common_pb2.Notice: ...
+    @_builtins.property
+    def result(self) -> Global___SegmentEverythingResult: ...
+    def __init__(
+        self,
+        *,
+        progress: _common_pb2.Progress | None = ...,
+        notice: _common_pb2.Notice | None = ...,
+        result: Global___SegmentEverythingResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "notice", b"notice", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "notice", b"notice", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["progress", "notice", "result"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___SegmentEverythingEvent: _TypeAlias = SegmentEverythingEvent  # noqa: Y015
 
 @_typing.final
 class CloseSessionRequest(_message.Message):

@@ -64,6 +64,11 @@ class InferServiceStub:
                 request_serializer=craftai_dot_v1_dot_infer__pb2.SegmentOnceRequest.SerializeToString,
                 response_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentEvent.FromString,
                 _registered_method=True)
+        self.SegmentEverything = channel.unary_stream(
+                '/craftai.v1.InferService/SegmentEverything',
+                request_serializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.SerializeToString,
+                response_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/craftai.v1.InferService/CloseSession',
                 request_serializer=craftai_dot_v1_dot_infer__pb2.CloseSessionRequest.SerializeToString,
@@ -116,6 +121,14 @@ class InferServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SegmentEverything(self, request, context):
+        """image.segment: every object of a kept picture (the automatic mask generator: a grid of
+        single-point prompts, filtered and de-duplicated), streamed with progress.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSession(self, request, context):
         """Forget a session before its idle time runs out.
         """
@@ -155,6 +168,11 @@ def add_InferServiceServicer_to_server(servicer, server):
                     servicer.SegmentOnce,
                     request_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentOnceRequest.FromString,
                     response_serializer=craftai_dot_v1_dot_infer__pb2.SegmentEvent.SerializeToString,
+            ),
+            'SegmentEverything': grpc.unary_stream_rpc_method_handler(
+                    servicer.SegmentEverything,
+                    request_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.FromString,
+                    response_serializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -324,6 +342,33 @@ class InferService:
             '/craftai.v1.InferService/SegmentOnce',
             craftai_dot_v1_dot_infer__pb2.SegmentOnceRequest.SerializeToString,
             craftai_dot_v1_dot_infer__pb2.SegmentEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SegmentEverything(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/craftai.v1.InferService/SegmentEverything',
+            craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.SerializeToString,
+            craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -46,6 +46,10 @@ class InferServiceStub:
     """image.segment: prompts on a kept picture (the encoder is skipped)."""
     SegmentOnce: _grpc.UnaryStreamMultiCallable[_infer_pb2.SegmentOnceRequest, _infer_pb2.SegmentEvent]
     """image.segment: picture and prompt in one call, for apps that keep no sessions."""
+    SegmentEverything: _grpc.UnaryStreamMultiCallable[_infer_pb2.SegmentEverythingRequest, _infer_pb2.SegmentEverythingEvent]
+    """image.segment: every object of a kept picture (the automatic mask generator: a grid of
+    single-point prompts, filtered and de-duplicated), streamed with progress.
+    """
     CloseSession: _grpc.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]
     """Forget a session before its idle time runs out."""
 
@@ -64,6 +68,10 @@ class InferServiceAsyncStub(InferServiceStub):
     """image.segment: prompts on a kept picture (the encoder is skipped)."""
     SegmentOnce: _aio.UnaryStreamMultiCallable[_infer_pb2.SegmentOnceRequest, _infer_pb2.SegmentEvent]  # type: ignore[assignment]
     """image.segment: picture and prompt in one call, for apps that keep no sessions."""
+    SegmentEverything: _aio.UnaryStreamMultiCallable[_infer_pb2.SegmentEverythingRequest, _infer_pb2.SegmentEverythingEvent]  # type: ignore[assignment]
+    """image.segment: every object of a kept picture (the automatic mask generator: a grid of
+    single-point prompts, filtered and de-duplicated), streamed with progress.
+    """
     CloseSession: _aio.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """Forget a session before its idle time runs out."""
 
@@ -115,6 +123,16 @@ class InferServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_infer_pb2.SegmentEvent], _abc.AsyncIterator[_infer_pb2.SegmentEvent]]:
         """image.segment: picture and prompt in one call, for apps that keep no sessions."""
+
+    @_abc_1.abstractmethod
+    def SegmentEverything(
+        self,
+        request: _infer_pb2.SegmentEverythingRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_infer_pb2.SegmentEverythingEvent], _abc.AsyncIterator[_infer_pb2.SegmentEverythingEvent]]:
+        """image.segment: every object of a kept picture (the automatic mask generator: a grid of
+        single-point prompts, filtered and de-duplicated), streamed with progress.
+        """
 
     @_abc_1.abstractmethod
     def CloseSession(

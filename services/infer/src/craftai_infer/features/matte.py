@@ -1,20 +1,57 @@
-"""image.matte: remove a picture's background.
+"""image.matte: remove a picture's background, and make what the app asked from the matte.
 
-resolve -> load (first use) -> decode (limits checked before any pixel) -> the route's MATTE
-operation on its worker (batched with like pictures where the route batches) -> the matte PNG, and
-the RGBA cutout when asked, encoded on the CPU pool.
+options checked (matte_options: before any work) -> resolve -> load (first use) -> decode (the
+picture, and a background picture if one came; limits checked before any pixel) -> the route's
+MATTE operation on its worker (batched with like pictures where the route batches): the matte,
+then the cutout, composite and mask made from it on the route's device -> each output encoded
+(PNG, WebP or JPEG) on the CPU pool, at the same time.
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Collection
+from typing import TypeVar
+
+from craftai_common.errors import ServiceError
+from craftai_infer import matte_options
+from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
-from craftai_infer.pipelines.cutout import cutout
-from craftai_infer.routes import MATTE, MatteRoute
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.matte_spec import Kind, Rendered
+from craftai_infer.routes import MATTE, MatteJob, MatteRoute
 from craftai_wire.v1 import infer_pb2
 
 FEATURE = "image.matte"
 STAGES = ("decode", "model", "encode")
+T = TypeVar("T")
+# What a request holds per pixel of its picture while its outputs are made, beyond
+# MATTE_BYTES_PER_PIXEL (the picture, the matte, the encoders), counted against the decode budget
+# (craftai_infer.memory); the peaks of pipelines/matte_outputs.py on the CPU, where they are made
+# on a CPU route (tests/unit/test_matte_memory.py measures them): the foreground estimation's
+# float planes (a cutout or a composite that is not naive), a composite's integer arithmetic and
+# its background layer, a naive cutout's RGBA, a mask.
+FOREGROUND_BYTES_PER_PIXEL = 200
+COMPOSITE_BYTES_PER_PIXEL = 160
+NAIVE_CUTOUT_BYTES_PER_PIXEL = 10
+MASK_BYTES_PER_PIXEL = 4
+# A background picture's own pixels: decoded (3-4 bytes) and the decoder's copy.
+BACKGROUND_BYTES_PER_PIXEL = 8
+
+
+def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
+    """What a request for these outputs holds per pixel of its picture (see the constants)."""
+    making = 0
+    if not naive and {"cutout", "composite"} & set(kinds):
+        making = FOREGROUND_BYTES_PER_PIXEL
+    elif "composite" in kinds:
+        making = COMPOSITE_BYTES_PER_PIXEL
+    elif "cutout" in kinds:
+        making = NAIVE_CUTOUT_BYTES_PER_PIXEL
+    elif "mask" in kinds:
+        making = MASK_BYTES_PER_PIXEL
+    return MATTE_BYTES_PER_PIXEL + making
 
 
 class MatteFeature:
@@ -23,29 +60,72 @@ class MatteFeature:
 
     async def matte(self, request: infer_pb2.MatteRequest, run: runs.Run) -> infer_pb2.MatteResult:
         c = self.context
+        asked = matte_options.check(request, c.settings.png_compress_level)
         run.stages = STAGES
         resolved = await runs.resolve(c.routes, request.route, FEATURE)
         loaded = await runs.load(c.routes, resolved, run)
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture = await c.decoded(request.picture.data, MATTE_BYTES_PER_PIXEL)
-        with run.stage("model", f"removing the background ({loaded.device})"):
-            matte = await loaded.submit(MATTE, picture, run.notices, route.batch_key(picture))
-        with run.stage("encode", "encoding the PNG"):
-            level = c.settings.png_compress_level
-            matte_png = await c.on_cpu(c.encode_png, matte, level)
-            cutout_png = b""
-            if request.want_cutout:
-                cutout_png = await c.on_cpu(lambda: c.encode_png(cutout(picture, matte), level))
-
+            picture, background = await self._decoded(request.picture.data, asked)
         height, width = picture.shape[:2]
-        return infer_pb2.MatteResult(
-            route=loaded.ref,
-            matte_png=matte_png,
-            cutout_png=cutout_png,
-            width=width,
-            height=height,
-            device=loaded.device,
-            timing=run.timing(),
+        spec = asked.within(width, height, background)
+        made = [kind for kind in asked.kinds if kind != "matte"]
+        doing = "removing the background" + (f" and making the {', '.join(made)}" if made else "")
+        with run.stage("model", f"{doing} ({loaded.device})"):
+            job = MatteJob(picture, spec)
+            rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
+        with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
+            encoded = await asyncio.gather(
+                *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)
+            )
+        images = dict(zip(asked.kinds, encoded, strict=True))
+        result = infer_pb2.MatteResult(
+            route=loaded.ref, width=width, height=height, device=loaded.device, timing=run.timing()
         )
+        if asked.legacy:
+            result.matte_png = images["matte"]
+            result.cutout_png = images.get("cutout", b"")
+        else:
+            for kind, data in images.items():
+                getattr(result, kind).CopyFrom(_image(kind, data, asked.encodings[kind].format, rendered))
+        return result
+
+    async def _decoded(self, data: bytes, asked: matte_options.Checked) -> tuple[Picture, Picture | None]:
+        """The picture and the background picture (when one came), decoded once the memory of the
+        request fits the decode budget (the headers read first: no pixel decoded before)."""
+        c = self.context
+        head = await c.on_cpu(c.header, data)
+        nbytes = head.width * head.height * bytes_per_pixel(asked.kinds, asked.naive)
+        what = f"a {head.width}x{head.height} picture"
+        back = asked.background_picture
+        if back is not None:
+            back_head = await c.on_cpu(self._background, c.header, back)
+            nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
+            what += f" over a {back_head.width}x{back_head.height} background"
+        async with c.admitted(nbytes, what) as hold:
+            picture = await c.on_cpu(c.decode, data)
+            hold(picture)  # the request holds its picture to the end: the whole cost goes with it
+            background = None if back is None else await c.on_cpu(self._background, c.decode, back)
+        return picture, background
+
+    @staticmethod
+    def _background(step: Callable[[bytes], T], data: bytes) -> T:
+        """`step` (header or decode) on the background picture; its refusals name its own field."""
+        try:
+            return step(data)
+        except ServiceError as error:
+            field = "background.picture.data"
+            raise ServiceError(
+                error.code,
+                error.reason,
+                f"the background picture: {error.message}",
+                metadata=error.metadata,
+                violations=[(field, f"the background picture: {error.message}")] if error.violations else [],
+            ) from error
+
+
+def _image(kind: Kind, data: bytes, fmt: Format, rendered: Rendered) -> infer_pb2.MatteImage:
+    pixels = getattr(rendered, kind)
+    has_alpha = kind == "cutout" or (kind == "composite" and pixels.shape[2] == 4)
+    return infer_pb2.MatteImage(data=data, format=matte_options.FORMAT_VALUES[fmt], has_alpha=has_alpha)

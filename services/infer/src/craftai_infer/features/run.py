@@ -25,8 +25,8 @@ Item = common_pb2.Progress | common_pb2.Notice
 _DONE = object()
 
 
-def progress(stage: str, done: int, total: int, message: str) -> common_pb2.Progress:
-    return common_pb2.Progress(stage=stage, done=done, total=total, unit="steps", message=message)
+def progress(stage: str, done: int, total: int, message: str, unit: str = "steps") -> common_pb2.Progress:
+    return common_pb2.Progress(stage=stage, done=done, total=total, unit=unit, message=message)
 
 
 class Run:
@@ -39,8 +39,8 @@ class Run:
         self.notices = Notices([])
         self._items: asyncio.Queue[Item | object] = asyncio.Queue()
 
-    def progress(self, stage: str, done: int, total: int, message: str) -> None:
-        self._items.put_nowait(progress(stage, done, total, message))
+    def progress(self, stage: str, done: int, total: int, message: str, unit: str = "steps") -> None:
+        self._items.put_nowait(progress(stage, done, total, message, unit))
 
     def publish_notices(self) -> None:
         """Send the notices raised so far (e.g. by the model's fallback) into the stream."""

@@ -1,34 +1,46 @@
 """image.segment: a picture encoded once, then prompts answered by the mask decoder alone.
 
-open:   resolve -> load -> decode -> the route's ENCODE (batched where the route batches) -> kept
-        in the session store under a new id (per app, LRU under a byte budget, idle expiry)
-prompt: the prompt checked -> the app's session -> the route's DECODE (prompts with as many points
-        batched together) -> 1-bit mask PNGs at the picture's size
-once:   open and prompt in one call, keeping nothing
+open:       resolve -> load -> decode -> the route's ENCODE (batched where the route batches) -> kept
+            in the session store under a new id (per app, LRU under a byte budget, idle expiry)
+prompt:     the call's prompts (one object or several) and output options checked -> the app's
+            session -> one DECODE for all of them (prompts with as many points share a decoder
+            call, and calls arriving together batch) -> each mask in the formats asked
+            (craftai_infer.masks: 1-bit PNG, RLE, polygons; box and area)
+once:       open and prompt in one call, keeping nothing
+everything: the automatic mask generator on a session (craftai_infer.pipelines.mask_generator):
+            the grid's points through GRID a batch at a time (progress after each; a cancelled
+            call stops before the next batch), box NMS, the masks written (RLE unless asked)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from craftai_common.errors import Reason, not_found, resource_exhausted
-from craftai_infer import pictures, prompts
+from craftai_infer import masks as answers
+from craftai_infer import prompts
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import SEGMENT_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.loader import LoadedRoute
 from craftai_infer.pictures import Picture
+from craftai_infer.pipelines import mask_generator
+from craftai_infer.pipelines.mask_generator import Candidates
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
-from craftai_infer.routes import DECODE, ENCODE, DecodeRequest, SegmentRoute
+from craftai_infer.routes import DECODE, ENCODE, GRID, DecodeRequest, GridRequest, SegmentRoute
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_wire.v1 import infer_pb2
 
 FEATURE = "image.segment"
 OPEN_STAGES = ("decode", "encode")
-PROMPT_STAGES = ("model", "png")
-ONCE_STAGES = ("decode", "encode", "model", "png")
+EVERYTHING_STAGES = ("model", "select", "masks")
+
+
+def _prompt_of(request: infer_pb2.SegmentRequest | infer_pb2.SegmentOnceRequest) -> infer_pb2.Prompt | None:
+    return request.prompt if request.HasField("prompt") else None
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,13 @@ class _Answer:
             session_id=session_id,
             route=self.loaded.ref,
         )
+
+
+def _answerable(loaded: LoadedRoute[SegmentRoute], checked: Sequence[prompts.Checked]) -> None:
+    """A prompt the route cannot answer is refused before any model work."""
+    for c in checked:
+        if c.single_mask_like_meta and not loaded.route.capabilities.single_mask_like_meta:
+            raise prompts.like_meta_refused(loaded.ref.engine, c.where)
 
 
 class SegmentFeature:
@@ -83,23 +102,63 @@ class SegmentFeature:
         )
 
     async def prompt(self, request: infer_pb2.SegmentRequest, app: str, run: runs.Run) -> infer_pb2.SegmentResult:
-        run.stages = PROMPT_STAGES
-        checked = prompts.check(request.prompt, self.context.settings.max_points)
+        checked, output = self._check(request)
+        run.stages = ("model", output.stage)
         session = self._session(app, request.session_id)
-        prompt = checked.within(session.width, session.height)
-        answered = await self._answer(session.route, session.embedding, prompt, checked.all_masks, run)
+        _answerable(session.route, checked)
+        asked = [(c.within(session.width, session.height), c.all_masks) for c in checked]
+        answered = await self._answer(session.route, session.embedding, asked, output, run)
         return answered.result(run, session.width, session.height, session.id)
 
     async def once(self, request: infer_pb2.SegmentOnceRequest, run: runs.Run) -> infer_pb2.SegmentResult:
-        run.stages = ONCE_STAGES
-        checked = prompts.check(request.prompt, self.context.settings.max_points)
+        checked, output = self._check(request)
+        run.stages = ("decode", "encode", "model", output.stage)
         loaded = await self._load(request.route, run)
+        _answerable(loaded, checked)
         rgb = await self._decode(request.picture.data, run)
         height, width = rgb.shape[:2]
-        prompt = checked.within(width, height)
+        asked = [(c.within(width, height), c.all_masks) for c in checked]
         embedding = await self._encode(loaded, rgb, run)
-        answered = await self._answer(loaded, embedding, prompt, checked.all_masks, run)
+        answered = await self._answer(loaded, embedding, asked, output, run)
         return answered.result(run, width, height)
+
+    async def everything(
+        self, request: infer_pb2.SegmentEverythingRequest, app: str, run: runs.Run
+    ) -> infer_pb2.SegmentEverythingResult:
+        s = self.context.settings
+        settings = answers.check_everything(request.options, s.max_points_per_side, s.max_points_per_batch)
+        output = answers.check_output(request.output, answers.RLE, cleanup_allowed=False)
+        run.stages = EVERYTHING_STAGES
+        session = self._session(app, request.session_id)
+        height, width = session.height, session.width
+        points = mask_generator.grid_points(settings.points_per_side, height, width)
+        loaded = session.route
+        found: list[Candidates] = []
+        with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
+            done = 0
+            for chunk in mask_generator.batches(points, settings.points_per_batch):
+                grid = GridRequest(session.embedding, chunk, settings)
+                found.append(await loaded.submit(GRID, grid, run.notices))
+                done += len(chunk)
+                run.progress("points", done, len(points), f"{done} of {len(points)} points decoded", unit="points")
+        candidates = Candidates.concat(found)
+        with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
+            kept = await self.context.on_cpu(mask_generator.select, candidates, settings)
+        with run.stage("masks", f"writing {len(kept)} masks"):
+            written = await self.context.on_cpu(self._write_candidates, kept, output, height, width)
+        result = infer_pb2.SegmentEverythingResult(
+            masks=written,
+            width=width,
+            height=height,
+            device=loaded.device,
+            timing=run.timing(),
+            session_id=session.id,
+            route=loaded.ref,
+            points=len(points),
+            candidates=len(candidates),
+        )
+        self._check_size(result, "the masks")
+        return result
 
     def close(self, request: infer_pb2.CloseSessionRequest, app: str) -> infer_pb2.CloseSessionResponse:
         return infer_pb2.CloseSessionResponse(closed=self.sessions.close(app, request.session_id))
@@ -121,36 +180,86 @@ class SegmentFeature:
         with run.stage("encode", f"encoding the {width}x{height} picture ({loaded.device})"):
             return await loaded.submit(ENCODE, rgb, run.notices)
 
-    async def _answer(
-        self, loaded: LoadedRoute[SegmentRoute], embedding: Any, prompt: SamPrompt, all_masks: bool, run: runs.Run
-    ) -> _Answer:
-        """The prompt's half of Segment and SegmentOnce: decode, then the mask PNGs."""
-        with run.stage("model", f"decoding the mask ({loaded.device})"):
-            request = DecodeRequest(embedding, prompt, all_masks)
-            masks = await loaded.submit(DECODE, request, run.notices, prompt_points(prompt))
-        with run.stage("png", "encoding the mask PNG"):
-            answered = await self._masks(masks)
-        return _Answer(loaded, answered)
+    def _check(
+        self, request: infer_pb2.SegmentRequest | infer_pb2.SegmentOnceRequest
+    ) -> tuple[list[prompts.Checked], answers.Output]:
+        """Everything about the call that needs no picture: its prompts, and what it asks of the masks."""
+        s = self.context.settings
+        checked = prompts.check_call(_prompt_of(request), request.prompts, s.max_points, s.max_prompts)
+        return checked, answers.check_output(request.output, answers.PNG)
 
-    async def _masks(self, masks: SamMasks) -> list[infer_pb2.Mask]:
-        """The answer's masks as 1-bit grayscale PNGs at the picture's size, best first (a bit per pixel
-        is an eighth of the bytes to compress: the PNG is most of a click's time on a GPU machine)."""
+    async def _answer(
+        self,
+        loaded: LoadedRoute[SegmentRoute],
+        embedding: Any,
+        asked: list[tuple[SamPrompt, bool]],
+        output: answers.Output,
+        run: runs.Run,
+    ) -> _Answer:
+        """The prompts' half of Segment and SegmentOnce (each prompt with its all_masks): one decode
+        for all of them, then the masks written."""
+        what = "the mask" if len(asked) == 1 else f"{len(asked)} masks"
+        with run.stage("model", f"decoding {what} ({loaded.device})"):
+            request = DecodeRequest(embedding, tuple(p for p, _ in asked), tuple(a for _, a in asked), output.cleanup)
+            key = tuple(sorted({prompt_points(p) for p, _ in asked}))
+            decoded = await loaded.submit(DECODE, request, run.notices, key)
+        formats = ", ".join(answers.NAMES[f] for f in sorted(output.formats))
+        with run.stage(output.stage, f"writing {what} ({formats})"):
+            written = await self._masks(decoded, output)
+        answer = _Answer(loaded, written)
+        return answer
+
+    async def _masks(self, decoded: list[SamMasks], output: answers.Output) -> list[infer_pb2.Mask]:
+        """Each prompt's masks, best first, in the formats asked (1-bit PNGs by default: a bit per
+        pixel is an eighth of the bytes to compress, and the PNG is most of a click's time on a GPU
+        machine)."""
         level = self.context.settings.png_compress_level
 
-        def work() -> list[bytes]:
-            return [pictures.encode_mask_png(np.asarray(m, dtype=np.bool_), level) for m in masks.masks]
+        def work() -> list[infer_pb2.Mask]:
+            out = []
+            for index, masks in enumerate(decoded):
+                for k, pixels in enumerate(masks.masks):
+                    message = answers.written(np.asarray(pixels, dtype=np.bool_), output, level)
+                    message.predicted_iou = float(masks.ious[k])
+                    message.empty = bool(masks.empty[k])
+                    message.selected_fraction = float(masks.fractions[k])
+                    message.low_res.CopyFrom(prompts.low_res_message(masks.low_res[k]))
+                    message.prompt_index = index
+                    out.append(message)
+            return out
 
-        pngs = await self.context.on_cpu(work)
-        return [
-            infer_pb2.Mask(
-                png=png,
-                predicted_iou=float(masks.ious[k]),
-                empty=bool(masks.empty[k]),
-                selected_fraction=float(masks.fractions[k]),
-                low_res=prompts.low_res_message(masks.low_res[k]),
+        return await self.context.on_cpu(work)
+
+    def _write_candidates(
+        self, kept: Candidates, output: answers.Output, height: int, width: int
+    ) -> list[infer_pb2.Mask]:
+        """The generator's masks from their RLE counts (pixels made only for PNG or polygons)."""
+        level = self.context.settings.png_compress_level
+        out = []
+        for k, counts in enumerate(kept.counts):
+            x0, y0, x1, y1 = (int(v) for v in kept.boxes[k])
+            area = int(counts[1::2].sum())
+            extent = (x0, y0, x1 + 1, y1 + 1) if area else (0, 0, 0, 0)
+            message = answers.written(None, output, level, counts=counts, size=(height, width), extent=extent)
+            message.predicted_iou = float(kept.ious[k])
+            message.stability_score = float(kept.stability[k])
+            message.empty = area == 0
+            message.selected_fraction = area / (height * width)
+            px, py = (float(v) for v in kept.points[k])
+            message.point.CopyFrom(infer_pb2.Point(x=px, y=py, label=infer_pb2.POINT_LABEL_FOREGROUND))
+            out.append(message)
+        return out
+
+    def _check_size(self, result: infer_pb2.SegmentEverythingResult, what: str) -> None:
+        """An answer larger than the message limit cannot be sent: say so in words a caller can act on."""
+        size, limit = result.ByteSize(), self.context.settings.max_message_bytes
+        if size > limit:
+            raise resource_exhausted(
+                Reason.LIMIT_REACHED,
+                f"{what} come to {size:,} bytes, more than the {limit:,} bytes a message may carry "
+                "(CRAFTAI_MAX_MESSAGE_BYTES); ask for RLE rather than PNGs or polygons, or fewer masks "
+                "(a higher pred_iou_thresh or stability_score_thresh, or a sparser grid)",
             )
-            for k, png in enumerate(pngs)
-        ]
 
     def _session(self, app: str, session_id: str) -> Session:
         if not session_id:

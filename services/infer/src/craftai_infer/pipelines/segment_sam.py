@@ -12,7 +12,9 @@ onnxruntime route answers what the reference answers:
   an optional previous low-res answer (1x1x256x256 logits) with has_mask_input = 1;
 * decoder outputs -> answer: the three low-res logit maps, best first by predicted IoU (only the
   best unless all are asked), upscaled bilinearly (align_corners=False) straight to the picture size
-  and thresholded at 0; a mask with no pixel set is flagged empty (an answer, not an error).
+  and thresholded at 0; a mask with no pixel set is flagged empty (an answer, not an error);
+  optionally, before the upscale, Meta's clean-up of small holes and islands on the low-res logits
+  (craftai_infer.pipelines.mask_cleanup; the low-res logits answered stay the decoder's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup, clean_logits
 from craftai_models import imagenet
 from craftai_models.sam2.contract import (
     BACKGROUND,
@@ -124,13 +127,16 @@ class SamPrompt:
     mask_input: a previous answer's low-res logits (256x256, any of 256x256 / 1x256x256 /
     1x1x256x256) to refine. At least one point or the box is needed: the samexporter decoder always
     appends a padding point, which Meta's predictor does not do for a mask-only prompt, so a
-    mask-only prompt would not mean the same thing on both.
+    mask-only prompt would not mean the same thing on both. single_mask_like_meta: answer the one
+    mask Meta's predictor answers with multimask_output=False (a route that has the single-mask
+    token only: the torch route; the feature refuses it elsewhere).
     """
 
     points: Sequence[Sequence[float]] | npt.NDArray[Any] = ()
     labels: Sequence[int] | npt.NDArray[Any] = ()
     box: Sequence[float] | npt.NDArray[Any] | None = None
     mask_input: npt.NDArray[Any] | None = None
+    single_mask_like_meta: bool = False
 
 
 def prompt_points(prompt: SamPrompt) -> int:
@@ -225,7 +231,13 @@ def order_by_score(ious: F32, *, all_masks: bool = False) -> I64:
 
 
 def postprocess(
-    low_res: F32, ious: F32, picture_height: int, picture_width: int, *, all_masks: bool = False
+    low_res: F32,
+    ious: F32,
+    picture_height: int,
+    picture_width: int,
+    *,
+    all_masks: bool = False,
+    cleanup: Cleanup = NO_CLEANUP,
 ) -> SamMasks:
     """Decoder outputs (masks [1,3,256,256] or [3,256,256], iou_predictions [1,3] or [3]) -> the answer."""
     logits = np.asarray(low_res, dtype=np.float32).reshape(-1, LOW_RES, LOW_RES)
@@ -234,7 +246,8 @@ def postprocess(
         raise ValueError(f"{len(logits)} masks but {len(scores)} IoU predictions")
     chosen = order_by_score(scores, all_masks=all_masks)
     picked = np.ascontiguousarray(logits[chosen])
+    cleaned = clean_logits(picked, cleanup, MASK_THRESHOLD)
     # One mask at a time: the float logits at full size are the largest thing held (48 MB for 12 MP).
-    masks = np.stack([upscale_logits(one, picture_height, picture_width) > MASK_THRESHOLD for one in picked])
+    masks = np.stack([upscale_logits(one, picture_height, picture_width) > MASK_THRESHOLD for one in cleaned])
     fractions = masks.reshape(len(chosen), -1).mean(axis=1, dtype=np.float64)
     return SamMasks(masks=masks, ious=scores[chosen], low_res=picked, indices=chosen, fractions=fractions)

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup, clean_logits
 from craftai_infer.pipelines.segment_sam import MASK_THRESHOLD, MEAN, STD, SamMasks, order_by_score
 from craftai_models.sam2.contract import IMAGE_SIZE, LOW_RES
 
@@ -33,15 +34,28 @@ def _statistics(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.as_tensor(MEAN, device=device).view(1, 3, 1, 1), torch.as_tensor(STD, device=device).view(1, 3, 1, 1)
 
 
-def answer(low_res: torch.Tensor, ious: torch.Tensor, height: int, width: int, *, all_masks: bool) -> SamMasks:
+def answer(
+    low_res: torch.Tensor,
+    ious: torch.Tensor,
+    height: int,
+    width: int,
+    *,
+    all_masks: bool,
+    cleanup: Cleanup = NO_CLEANUP,
+) -> SamMasks:
     """One prompt's decoder outputs (logits [3, 256, 256], IoUs [3], on the device) -> masks at the
-    picture's size, best first (upscaled and thresholded on the device)."""
+    picture's size, best first (upscaled and thresholded on the device; the clean-up, when asked,
+    on the host: connected regions of 256² logits)."""
     scores = ious.float().cpu().numpy()  # the one read-back the choice needs
     chosen = order_by_score(scores, all_masks=all_masks)
     index = torch.from_numpy(chosen).to(low_res.device)
     with torch.inference_mode():
         picked = low_res.index_select(0, index)  # [K, 256, 256]
-        up = F.interpolate(picked[:, None], size=(height, width), mode="bilinear", align_corners=False)[:, 0]
+        source = picked
+        if cleanup.active:
+            cleaned = clean_logits(picked.float().cpu().numpy(), cleanup, MASK_THRESHOLD)
+            source = torch.from_numpy(cleaned).to(low_res.device)
+        up = F.interpolate(source[:, None], size=(height, width), mode="bilinear", align_corners=False)[:, 0]
         masks = up > MASK_THRESHOLD
         counts = masks.flatten(1).sum(dim=1)
         host_masks = masks.cpu().numpy()

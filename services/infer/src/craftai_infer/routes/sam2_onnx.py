@@ -13,8 +13,19 @@ import numpy as np
 import numpy.typing as npt
 
 from craftai_infer.pictures import Picture
+from craftai_infer.pipelines import mask_generator
+from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
+from craftai_infer.pipelines.mask_generator import Candidates, Everything
 from craftai_infer.pipelines.segment_sam import F32, SamMasks, SamPrompt, encode_prompt, postprocess, preprocess
-from craftai_infer.routes import Capabilities, DecodeRequest, ModelRefusedError, RouteFiles, SegmentRoute, Step
+from craftai_infer.routes import (
+    Capabilities,
+    DecodeRequest,
+    GridRequest,
+    ModelRefusedError,
+    RouteFiles,
+    SegmentRoute,
+    Step,
+)
 from craftai_models.onnx_sessions import open_session, session_device
 from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 
@@ -76,10 +87,22 @@ class SamOnnxRunner:
         masks, ious = self.decoder.run(list(DECODER_OUTPUTS), feed)
         return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
 
-    def decode(self, embedding: SamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
+    def decode(
+        self, embedding: SamEmbedding, prompt: SamPrompt, *, all_masks: bool = False, cleanup: Cleanup = NO_CLEANUP
+    ) -> SamMasks:
         """Masks at the picture's size, IoUs and low-res logits for one prompt, best first."""
         low_res, ious = self.decode_raw(embedding, prompt)
-        return postprocess(low_res, ious, embedding.picture_height, embedding.picture_width, all_masks=all_masks)
+        h, w = embedding.picture_height, embedding.picture_width
+        return postprocess(low_res, ious, h, w, all_masks=all_masks, cleanup=cleanup)
+
+    def grid(self, embedding: SamEmbedding, points: F32, settings: Everything) -> Candidates:
+        """One batch of the automatic mask generator: the published decoder takes one prompt set a
+        call, so one call per point, then the filters on the host."""
+        decoded = [self.decode_raw(embedding, SamPrompt(points=[tuple(p)], labels=[1])) for p in points]
+        low_res = np.stack([d[0] for d in decoded])
+        ious = np.stack([d[1] for d in decoded])
+        h, w = embedding.picture_height, embedding.picture_width
+        return mask_generator.batch_candidates(low_res, ious, points, h, w, settings=settings)
 
 
 def _check_contract(part: str, session: Any, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
@@ -120,5 +143,14 @@ class Sam2Onnx(SegmentRoute):
     def encode(self, pictures: Sequence[Picture]) -> list[Any]:
         return [self.runner.encode(picture) for picture in pictures]
 
-    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
-        return [self.runner.decode(r.embedding, r.prompt, all_masks=r.all_masks) for r in requests]
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[list[SamMasks]]:
+        return [
+            [
+                self.runner.decode(r.embedding, p, all_masks=a, cleanup=r.cleanup or NO_CLEANUP)
+                for p, a in zip(r.prompts, r.all_masks, strict=True)
+            ]
+            for r in requests
+        ]
+
+    def grid(self, requests: Sequence[GridRequest]) -> list[Candidates]:
+        return [self.runner.grid(r.embedding, r.points, r.settings) for r in requests]

@@ -4,12 +4,21 @@ after decoding on the device (craftai_infer.pipelines.segment_sam_torch).
 
 The picture is decoded on the CPU and copied once to the device; embeddings stay on the device,
 where a session keeps them. On a GPU the encoder (per batch size) and the decoder (per batch size
-and number of prompt points) replay CUDA graphs captured at load for the common shapes.
+and number of prompt points) replay CUDA graphs captured at load for the common shapes; a decoder
+batch is padded to the next power of two there (prompts of a batch never see each other), so that
+a few graphs serve every number of prompts. Prompts on one picture share its embedding (batch 1,
+broadcast by the decoder) rather than a copy each: the automatic mask generator's batches of
+points (GRID) and a call's several objects cost one embedding, not one per prompt.
+
+A prompt with `single_mask_like_meta` is answered by the network's `decode_single` (Meta's
+single-mask rule, on the device) instead of the three multimask outputs; its graphs are captured
+on first use.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +31,21 @@ import torch
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, check_picture, encode_prompt
+from craftai_infer.pipelines import mask_generator_torch
+from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
+from craftai_infer.pipelines.mask_generator import Candidates, Everything
+from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, check_picture, encode_prompt, prompt_points
 from craftai_infer.pipelines.segment_sam_torch import answer, network_input
-from craftai_infer.routes import DECODE, ENCODE, Capabilities, DecodeRequest, RouteFiles, SegmentRoute, Step
+from craftai_infer.routes import (
+    DECODE,
+    ENCODE,
+    Capabilities,
+    DecodeRequest,
+    GridRequest,
+    RouteFiles,
+    SegmentRoute,
+    Step,
+)
 from craftai_models.sam2.contract import WEIGHTS
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
@@ -85,9 +106,11 @@ class SamTorchRunner:
         self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
         self._decoder_graphs: GraphCache | None = None
+        self._single_graphs: GraphCache | None = None  # decode_single: Meta's one-mask answer
         if graphs and self.device.type == "cuda":
             self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=4)
             self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
+            self._single_graphs = GraphCache(self.net.decode_single, self.device, capacity=16)
 
     def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         autocast = (
@@ -135,17 +158,27 @@ class SamTorchRunner:
         return self.encode_batch([picture])[0]
 
     def _decode_network(
-        self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt]]
+        self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt]], *, single: bool = False
     ) -> tuple[list[TorchSamEmbedding], torch.Tensor, torch.Tensor]:
-        """The decoder once for prompts with as many points each (the batcher groups them so), on
-        one picture or several: low-res logits [N, 3, 256, 256] and IoUs [N, 3], on the device."""
+        """The decoder once for prompts with as many points each (the route groups them so), on
+        one picture or several: low-res logits [N, 3, 256, 256] and IoUs [N, 3], on the device
+        ([N, 1, ...] and [N, 1], Meta's single-mask answer, when `single`)."""
         d = self.device
+        n = len(items)
         embeddings = [e if e.image_embed.device == d else e.to(d) for e, _ in items]
+        shared = all(e is items[0][0] for e, _ in items)
+        if shared:
+            embeddings = [embeddings[0]] * n
         feeds = [
             encode_prompt(p, e.picture_height, e.picture_width) for e, (_, p) in zip(embeddings, items, strict=True)
         ]
+        size = _bucket(n) if self._decoder_graphs is not None else n
+        pad = [feeds[-1]] * (size - n)  # copies of the last prompt, answers dropped
 
         def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
+            if shared:
+                return tensors[0]  # batch 1: the decoder broadcasts it over the prompts
+            tensors = tensors + [tensors[-1]] * (size - n)
             return tensors[0] if len(tensors) == 1 else torch.cat(tensors)  # no copy for one prompt
 
         with torch.inference_mode():
@@ -154,39 +187,75 @@ class SamTorchRunner:
                 stacked([e.high_res_feats_0 for e in embeddings]),
                 stacked([e.high_res_feats_1 for e in embeddings]),
                 *(
-                    torch.from_numpy(np.concatenate([f[k] for f in feeds])).to(d, non_blocking=True)
+                    torch.from_numpy(np.concatenate([f[k] for f in [*feeds, *pad]])).to(d, non_blocking=True)
                     for k in DECODER_FEEDS
                 ),
             ]
-            if self._decoder_graphs is not None:
-                masks, ious = self._decoder_graphs.run((len(items), inputs[3].shape[1]), inputs)
+            graphs = self._single_graphs if single else self._decoder_graphs
+            if graphs is not None:
+                key = (size, inputs[3].shape[1], shared and size > 1)
+                masks, ious = graphs.run(key, inputs)
             else:
-                masks, ious = self.net.decode(*inputs)
-        return embeddings, masks, ious
+                masks, ious = (self.net.decode_single if single else self.net.decode)(*inputs)
+        return embeddings, masks[:n], ious[:n]
 
     def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
         """low-res logits [3, 256, 256] and IoUs [3], on the device."""
         _, masks, ious = self._decode_network([(embedding, prompt)])
         return masks[0], ious[0]
 
-    def decode(self, embedding: TorchSamEmbedding, prompt: SamPrompt, *, all_masks: bool = False) -> SamMasks:
-        return self.decode_batch([(embedding, prompt, all_masks)])[0]
+    def decode(
+        self,
+        embedding: TorchSamEmbedding,
+        prompt: SamPrompt,
+        *,
+        all_masks: bool = False,
+        cleanup: Cleanup = NO_CLEANUP,
+    ) -> SamMasks:
+        return self.decode_batch([(embedding, prompt, all_masks)], [cleanup])[0]
 
-    def decode_batch(self, items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]]) -> list[SamMasks]:
-        """Prompts on several pictures (or one) in one decoder call; every prompt must have as many
-        points (`prompt_points`)."""
-        embeddings, masks, ious = self._decode_network([(e, p) for e, p, _ in items])
-        return [
-            answer(masks[i], ious[i], e.picture_height, e.picture_width, all_masks=all_masks)
-            for i, (e, (_, _, all_masks)) in enumerate(zip(embeddings, items, strict=True))
-        ]
+    def decode_batch(
+        self,
+        items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]],
+        cleanups: Sequence[Cleanup] | None = None,
+    ) -> list[SamMasks]:
+        """Prompts on several pictures (or one) in one decoder call (two when some ask for Meta's
+        single mask and some do not); every prompt must have as many points (`prompt_points`).
+        `cleanups`: Meta's clean-up per item (default: none)."""
+        cleanups = cleanups or [NO_CLEANUP] * len(items)
+        answers: dict[int, SamMasks] = {}
+        for single in (False, True):
+            part = [i for i, (_, p, _) in enumerate(items) if p.single_mask_like_meta == single]
+            if not part:
+                continue
+            embeddings, masks, ious = self._decode_network([items[i][:2] for i in part], single=single)
+            for k, (i, e) in enumerate(zip(part, embeddings, strict=True)):
+                answers[i] = answer(
+                    masks[k], ious[k], e.picture_height, e.picture_width, all_masks=items[i][2], cleanup=cleanups[i]
+                )
+        return [answers[i] for i in range(len(items))]
+
+    def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
+        """One batch of the automatic mask generator: every point in one decoder call, the filters on the device."""
+        prompts = [(embedding, SamPrompt(points=[(float(x), float(y))], labels=[1])) for x, y in points]
+        embeddings, masks, ious = self._decode_network(prompts)
+        e = embeddings[0]
+        with torch.inference_mode():
+            return mask_generator_torch.batch_candidates(
+                masks, ious, points, e.picture_height, e.picture_width, settings=settings
+            )
+
+
+def _bucket(n: int) -> int:
+    """The batch a CUDA graph is captured for: the next power of two (1, 2, 4, ...)."""
+    return 1 << max(0, n - 1).bit_length()
 
 
 class Sam2Torch(SegmentRoute):
     """Loads only the prepared weights (the loader checked the manifest), never the ONNX files; the
     encoder batches pictures and the decoder batches prompts (grouped by their number of points)."""
 
-    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}))
+    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}), single_mask_like_meta=True)
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
@@ -205,5 +274,26 @@ class Sam2Torch(SegmentRoute):
     def encode(self, pictures: Sequence[Picture]) -> list[Any]:
         return list(self.runner.encode_batch(pictures))
 
-    def decode(self, requests: Sequence[DecodeRequest]) -> list[SamMasks]:
-        return self.runner.decode_batch([(r.embedding, r.prompt, r.all_masks) for r in requests])
+    def decode(self, requests: Sequence[DecodeRequest]) -> list[list[SamMasks]]:
+        """Every prompt of every request, one decoder call per number of points."""
+        items = [
+            (k, (r.embedding, p, a), r.cleanup or NO_CLEANUP)
+            for k, r in enumerate(requests)
+            for p, a in zip(r.prompts, r.all_masks, strict=True)
+        ]
+        groups: dict[int, list[int]] = defaultdict(list)
+        for index, (_, (_, prompt, _), _) in enumerate(items):
+            groups[prompt_points(prompt)].append(index)
+        answers: list[SamMasks | None] = [None] * len(items)
+        for indices in groups.values():
+            batch = self.runner.decode_batch([items[i][1] for i in indices], [items[i][2] for i in indices])
+            for i, masks in zip(indices, batch, strict=True):
+                answers[i] = masks
+        out: list[list[SamMasks]] = [[] for _ in requests]
+        for (k, _, _), answered in zip(items, answers, strict=True):
+            assert answered is not None
+            out[k].append(answered)
+        return out
+
+    def grid(self, requests: Sequence[GridRequest]) -> list[Candidates]:
+        return [self.runner.grid(r.embedding, r.points, r.settings) for r in requests]

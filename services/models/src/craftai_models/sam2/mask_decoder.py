@@ -7,6 +7,12 @@ image encoder added in (SAM 2's high-resolution path), and each mask token, thro
 ("hypernetwork"), becomes a 32-vector dotted with every upscaled cell. The IoU token predicts one
 quality per mask (sigmoid). The object-score head is not part of this network: the image path
 never returns it and the published decoder graph does not contain it.
+
+One mask rather than three (`single_mask_by_stability`): Meta's rule for SAM 2
+(`dynamic_multimask_via_stability`, switched on by `build_sam2`): token 0's mask when it is stable,
+i.e. when thresholding its logits at +0.05 and at -0.05 selects nearly the same pixels (the area
+above +0.05 is at least 98 % of the area above -0.05); otherwise the best of tokens 1-3 by
+predicted IoU.
 """
 
 from __future__ import annotations
@@ -18,6 +24,29 @@ from .layers import MLP, LayerNorm2d
 from .two_way_transformer import TwoWayTransformer
 
 NUM_MULTIMASK_OUTPUTS = 3
+# build_sam2's dynamic_multimask_stability_delta and _thresh (sam2/build_sam.py).
+STABILITY_DELTA = 0.05
+STABILITY_THRESHOLD = 0.98
+
+
+def stability_scores(logits: torch.Tensor, delta: float = STABILITY_DELTA) -> torch.Tensor:
+    """[..., h, w] logits -> [...]: area(logits > delta) / area(logits > -delta), 1 where nothing is above -delta."""
+    flat = logits.flatten(-2)
+    inner = (flat > delta).sum(dim=-1).float()
+    outer = (flat > -delta).sum(dim=-1).float()
+    return torch.where(outer > 0, inner / outer.clamp(min=1.0), torch.ones_like(inner))
+
+
+def single_mask_by_stability(masks: torch.Tensor, iou: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """All four tokens' masks [L, 4, h, w] and IoUs [L, 4] -> Meta's one answer: masks [L, 1, h, w],
+    IoUs [L, 1]. Token 0 where it is stable, else the first of tokens 1-3 with the highest IoU.
+    Device ops only (no read-back), so that it runs inside a captured CUDA graph."""
+    best = iou[:, 1:].argmax(dim=1) + 1  # [L], first of equal maxima (as torch.argmax in Meta's code)
+    stable = stability_scores(masks[:, 0]) >= STABILITY_THRESHOLD  # [L]
+    token = torch.where(stable, torch.zeros_like(best), best)  # [L]
+    h, w = masks.shape[-2:]
+    chosen = masks.gather(1, token.view(-1, 1, 1, 1).expand(-1, 1, h, w))
+    return chosen, iou.gather(1, token.view(-1, 1))
 
 
 class MaskDecoder(nn.Module):

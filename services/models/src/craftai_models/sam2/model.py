@@ -3,8 +3,11 @@
 `encode` is what `encoder.onnx` computes: image encoder, the decoder's two 1x1 convs on the two fine
 FPN levels, and `no_mem_embed` added to the stride-16 level (SAM 2 adds it to a frame without
 memory). `decode` is what `decoder.onnx` computes: prompt encoder, mask decoder, the three
-multimask outputs (tokens 1-3) and their sigmoid IoUs, logits clamped to ±32. No memory, video
-or training code.
+multimask outputs (tokens 1-3) and their sigmoid IoUs, logits clamped to ±32. `decode_single`
+answers one mask as Meta's `SAM2ImagePredictor.predict(multimask_output=False)` does: the
+single-mask token 0 when it is stable, else the best of the three (the published decoder graph
+computes token 0 too, and slices it off; the converter recovers its weights). No memory, video or
+training code.
 
 Batching (beyond the published graphs, which take one picture and one prompt set): `encode` takes
 N pictures; `decode` takes L prompt sets against one picture (embeddings of batch 1) or against L
@@ -21,7 +24,7 @@ from torch import nn
 from .contract import IMAGE_SIZE
 from .contract import LOW_RES as LOW_RES_MASK_SIZE  # mask logits and mask_input: a quarter of the frame
 from .image_encoder import ImageEncoder
-from .mask_decoder import MaskDecoder
+from .mask_decoder import MaskDecoder, single_mask_by_stability
 from .prompt_encoder import PromptEncoder
 
 EMBED_DIM = 256
@@ -75,6 +78,21 @@ class Sam2ImageModel(nn.Module):
         corners, -1 padding; mask_input [L,1,256,256] previous logits; has_mask_input [L] (1 uses
         mask_input, 0 the no-mask embedding). One padding point is appended to every set.
         """
+        masks, iou = self.decode_tokens(
+            image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input
+        )
+        return masks[:, 1:].clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP), iou[:, 1:]
+
+    def decode_single(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode`'s seven inputs, in its order -> Meta's single-mask answer: masks f32[L,1,256,256]
+        (clamped ±32), iou_predictions f32[L,1] (mask_decoder.single_mask_by_stability)."""
+        masks, iou = single_mask_by_stability(*self.decode_tokens(*feeds))
+        return masks.clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP), iou
+
+    def decode_tokens(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode`'s seven inputs, in its order -> all four mask tokens, unclamped: masks
+        [L,4,256,256], IoUs [L,4] (token 0 the single-mask answer, 1-3 the multimask ones)."""
+        image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input = feeds
         n = point_coords.shape[0]
         if point_coords.ndim != 3 or point_coords.shape[2] != 2 or point_labels.shape != point_coords.shape[:2]:
             raise ValueError(
@@ -90,6 +108,8 @@ class Sam2ImageModel(nn.Module):
             raise ValueError(f"image embeddings have batch {image_embed.shape[0]}; expected 1 or {n}")
         sparse = self.prompt_encoder.embed_points(point_coords, point_labels)  # [L, P+1, C]
         dense = self.prompt_encoder.embed_mask(mask_input, has_mask_input)  # [L, C, 64, 64]
+        masks: torch.Tensor
+        iou: torch.Tensor
         masks, iou = self.mask_decoder(
             image_embed,
             self.prompt_encoder.dense_positional_encoding(),
@@ -98,8 +118,7 @@ class Sam2ImageModel(nn.Module):
             high_res_feats_0=high_res_feats_0,
             high_res_feats_1=high_res_feats_1,
         )
-        masks = masks[:, 1:].clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP)
-        return masks, iou[:, 1:]
+        return masks, iou
 
 
 def state_dict_from_meta(meta: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -1,0 +1,49 @@
+"""`craftai setup image.segment` on a fresh store sets up the default recipe, SAM 2.1 tiny, from its
+archive source: the SAM 2.1 fixture's encoder and decoder in a zip laid out like the publisher's,
+served on loopback (tests/support/segment.py), the archive fetched once, each member found by its
+pin, progress for the archive and each member, nothing left under tmp/.
+
+About 5 s on 2 cores (126 MB unpacked and hashed; the archive itself is cached by the fixture's key).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.support import segment, servers
+from tests.support.sam_fixture import Sam21Fixture
+
+pytestmark = pytest.mark.slow
+
+
+def test_craftai_setup_image_segment_takes_sam21_tiny_from_the_archive(
+    sam_store: segment.SetUpStore, sam21_files: Sam21Fixture, tmp_path: Path
+) -> None:
+    assert sam_store.files is not None
+    with servers.FileServer(sam_store.files) as files:
+        recipes = segment.catalogue(tmp_path / "recipes.toml", sam21_files, files.url)
+        process = servers.embedded(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(recipes)})
+        with servers.running(process):
+            env = {**os.environ, "CRAFTAI_ADDRESS": process.address}
+            run = subprocess.run(
+                [str(servers.BIN / "craftai"), "setup", "image.segment"],
+                check=False,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+    assert run.returncode == 0, run.stderr
+    assert "image.segment sam2.1-hiera-tiny (onnxruntime): set up in" in run.stdout
+    for role, member in segment.ARCHIVE_MEMBERS.items():
+        name = f"sam2.1_hiera_tiny.{role}.onnx"
+        size = sam21_files.manifest["files"][segment.ROLE_FILES[role]]["size"]
+        assert f"sam2.1-hiera-tiny/{name}  {size:,} bytes" in run.stdout
+        assert f"from member {member} of the archive {files.url}/{segment.ARCHIVE}" in run.stdout
+    assert files.requests == {f"/{segment.ARCHIVE}": 1}  # one download for both files
+    assert "download" in run.stderr and "extract" in run.stderr  # a progress bar for the archive and the members
+    assert not [p for p in (tmp_path / "store" / "tmp").rglob("*") if p.is_file()]  # the archive is gone

@@ -1,0 +1,185 @@
+"""Segment everything on the GPU: this project's generator through gRPC (torch route, `craftai
+serve` on loopback) against Meta's SAM2AutomaticMaskGenerator in-process, same weights, picture
+and parameters, one run each after a warm-up.
+
+    python tools/bench/amg_gpu.py [--out DIR] [--size 1024x768] [--side 32]
+
+Weights: the random-weight SAM 2.1 tiny fixture (tools/fixtures/sam21.py); Meta's model loads
+its state_dict, ours is prepared from its ONNX pair by the prepare service. Meta's generator
+runs as published (output_mode "binary_mask", its default), with torchvision's NMS where
+torchvision imports (else tests/support/amg_reference.py's stand-in, said in the output).
+
+Parameter sets: Meta's defaults (on random weights no mask passes pred_iou_thresh 0.8, so this
+times the decoder and the filters), and "calibrated" (pred_iou_thresh 0.3, stability 0.5: many
+masks survive and every step has work). Times (device synchronised, as the caller sees them):
+
+- ours: SegmentEverything on an open session (the picture already encoded) and OpenSession +
+  SegmentEverything (the encoder included), round trips through gRPC;
+- Meta: `generate(picture)` (its set_image, the encoder, included).
+
+Parity on the same run: how many of Meta's masks have one of ours with IoU >= 0.9, the counts.
+Writes amg_gpu.json and amg_gpu.md into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+REPO = Path(__file__).resolve().parents[2]
+for src in ("clients/wire/src", "clients/python/src", "services/common/src", "services/models/src", "."):
+    if str(REPO / src) not in sys.path:
+        sys.path.insert(0, str(REPO / src))
+
+from craftai import AiClient  # noqa: E402
+from tools.bench import harness  # noqa: E402
+
+CASES: dict[str, dict[str, Any]] = {
+    "meta-defaults": {},
+    "calibrated": {"pred_iou_thresh": 0.3, "stability_score_thresh": 0.5},
+}
+
+
+def picture(size: tuple[int, int]) -> np.ndarray:
+    from tools.samples import photos
+
+    image = Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC)
+    return np.asarray(image)
+
+
+def png(pixels: np.ndarray) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = int(np.logical_or(a, b).sum())
+    return 1.0 if union == 0 else int(np.logical_and(a, b).sum()) / union
+
+
+def parity(ours: list[np.ndarray], theirs: list[np.ndarray]) -> dict[str, Any]:
+    matched = sum(1 for t in theirs if max((_iou(t, m) for m in ours), default=0.0) >= 0.9)
+    return {"ours": len(ours), "meta": len(theirs), "meta_matched": matched}
+
+
+def meta_runs(weights: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
+    import torch
+
+    from tests.support import amg_reference, sam_fixture
+
+    amg_reference.install_standins()
+    from torchvision.ops import boxes
+
+    nms_source = "torchvision" if hasattr(boxes, "__file__") else "tests/support/amg_reference.py stand-in"
+    from sam2.automatic_mask_generator import SAM2AutomaticMaskGenerator
+
+    model = sam_fixture.reference_model(weights).to("cuda")
+    SAM2AutomaticMaskGenerator(model, points_per_side=8).generate(pixels)  # warm-up
+    results: dict[str, Any] = {"nms": nms_source}
+    for name, parameters in CASES.items():
+        generator = SAM2AutomaticMaskGenerator(model, points_per_side=side, **parameters)
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        found = generator.generate(pixels)
+        torch.cuda.synchronize()
+        results[name] = {"ms": (time.perf_counter() - started) * 1000, "masks": [r["segmentation"] for r in found]}
+    return results
+
+
+def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
+    with harness.scratch("bench-amg-") as work:
+        results: dict[str, Any] = {}
+        with harness.files_on_loopback(fixture.folder) as url:
+            files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+            pins = {
+                "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
+            }
+            recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
+            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda"}
+            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
+                list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+                data = png(pixels)
+                with ai.open_session(data, "sam2-hiera-tiny", "torch") as session:
+                    session.segment_everything(points_per_side=8)  # warm-up: graphs captured
+                    for name, parameters in CASES.items():
+                        started = time.perf_counter()
+                        found = session.segment_everything(points_per_side=side, **parameters)
+                        everything_ms = (time.perf_counter() - started) * 1000
+                        started = time.perf_counter()
+                        with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
+                            fresh.segment_everything(points_per_side=side, **parameters)
+                        results[name] = {
+                            "everything_ms": everything_ms,
+                            "open_and_everything_ms": (time.perf_counter() - started) * 1000,
+                            "server_stages_ms": found.timing_ms,
+                            "device": found.device,
+                            "candidates": found.candidates,
+                            "masks": [m.array() for m in found.masks],
+                        }
+        return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("out/gpu"))
+    parser.add_argument("--size", default="1024x768")
+    parser.add_argument("--side", type=int, default=32)
+    options = parser.parse_args(argv)
+    options.out.mkdir(parents=True, exist_ok=True)
+    from tools.fixtures import sam21
+
+    fixture = sam21.ensure_fixture()
+    width, height = (int(v) for v in options.size.split("x"))
+    pixels = picture((width, height))
+    ours = our_runs(fixture, pixels, options.side)
+    theirs = meta_runs(fixture.weights, pixels, options.side)
+    rows = []
+    summary: dict[str, Any] = {
+        "picture": f"{width}x{height} PNG",
+        "points_per_side": options.side,
+        "nms": theirs["nms"],
+    }
+    for name in CASES:
+        o, t = ours[name], theirs[name]
+        stats = parity(o["masks"], [np.asarray(m, dtype=bool) for m in t["masks"]])
+        speedup = t["ms"] / o["open_and_everything_ms"]
+        summary[name] = {
+            "ours_everything_ms": o["everything_ms"],
+            "ours_open_and_everything_ms": o["open_and_everything_ms"],
+            "ours_server_stages_ms": o["server_stages_ms"],
+            "meta_generate_ms": t["ms"],
+            "speedup_with_encoder": speedup,
+            "candidates": o["candidates"],
+            **stats,
+        }
+        rows.append(
+            f"| {name} | {o['everything_ms']:.0f} | {o['open_and_everything_ms']:.0f} | {t['ms']:.0f} | "
+            f"{speedup:.1f}x | {stats['ours']} / {stats['meta']} | {stats['meta_matched']} |"
+        )
+    table = "\n".join(
+        [
+            f"Picture {width}x{height}, points_per_side {options.side}, Meta's NMS: {theirs['nms']}",
+            "",
+            "| parameters | ours: SegmentEverything ms | ours: OpenSession + SegmentEverything ms | "
+            "Meta generate ms | speed-up | masks ours / Meta | Meta's matched (IoU >= 0.9) |",
+            "|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    (options.out / "amg_gpu.json").write_text(json.dumps(summary, indent=2))
+    (options.out / "amg_gpu.md").write_text(table + "\n")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

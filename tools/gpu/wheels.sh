@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The wheels the GPU machine lacks (python3.12 there, no network), into .whl/ (git-ignored), to be
+# carried with every GPU call (tools library: device). Run here, where pip reaches PyPI:
+#
+#   bash tools/gpu/wheels.sh
+#
+# What the GPU image already has (torch, torchvision, onnx, onnxruntime, numpy, pillow, httpx,
+# pytest, timm, transformers, einops, ...) is not fetched; versions come from constraints.txt.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+mkdir -p .whl
+target=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d .whl)
+for n in 17 24 27 28 31 34; do target+=(--platform "manylinux_2_${n}_x86_64"); done
+target+=(--platform manylinux2014_x86_64)
+pip=(.venv/bin/python -m pip download --disable-pip-version-check -q -c constraints.txt "${target[@]}")
+noise="is ignored: it is neither a file nor a directory"
+# The services' own dependencies missing there (or at versions the generated stubs refuse).
+"${pip[@]}" grpcio grpcio-status grpcio-health-checking grpcio-reflection googleapis-common-protos protobuf \
+    pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
+    simplejpeg prometheus-client filelock 2> >(grep -v "$noise" >&2)
+# Test tools and test-only references.
+"${pip[@]}" pytest-asyncio transparent-background==1.3.4 kornia==0.9.0 kornia-rs==0.2.0 \
+    hydra-core==1.3.8 omegaconf==2.3.1 tomli-w 2> >(grep -v "$noise" >&2)
+# rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.
+"${pip[@]}" rembg==2.0.86 pymatting pooch platformdirs jsonschema jsonschema-specifications referencing rpds-py \
+    2> >(grep -v "$noise" >&2)
+# Published as sdists only: built here as pure-Python wheels (Meta's sam2 without its CUDA extension).
+for sdist in sam2==1.1.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10; do
+    name=${sdist%%==*}
+    if ! ls .whl/"${name//-/_}"-*.whl >/dev/null 2>&1; then
+        SAM2_BUILD_CUDA=0 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .whl "$sdist" \
+            2> >(grep -v "$noise" >&2)
+    fi
+done
+du -sh .whl
+ls .whl
