@@ -14,12 +14,13 @@ import pytest
 
 from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL
 from craftai_infer.features.matte import BACKGROUND_BYTES_PER_PIXEL, bytes_per_pixel
+from craftai_infer.pipelines.matte_spec import Kind
 
 WIDTH, HEIGHT = 800, 600
 MiB = 1 << 20
 SLACK = 8 * MiB  # torch's and the allocator's own blocks
 
-CASES = {  # name -> (kinds, naive, background)
+CASES: dict[str, tuple[list[Kind], bool, str]] = {  # name -> (kinds, naive, background)
     "matte": (["matte"], False, "solid"),
     "mask": (["mask"], False, "solid"),
     "cutout": (["cutout"], False, "solid"),
