@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import stat
 import threading
-import time
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, archive_pin
 from craftai_wire.v1 import common_pb2, prepare_pb2
 from tests.support import catalogues, servers
+from tests.support.stops import stopped_while_waiting
 
 RECIPE = "sam2.1-hiera-tiny"
 WHEN = (2026, 2, 21, 12, 0, 0)
@@ -329,32 +329,14 @@ def test_a_stop_ends_a_wait_for_another_job_archive_at_once(tmp_path: Path, file
     other.acquire()
     stopping = threading.Event()
     heard = Heard([])
-    outcome: list[BaseException | Any] = []
-
-    def job() -> None:
-        try:
-            reporter = Reporter(heard.events.append, min_interval=0.0)
-            outcome.append(
-                ensure_file(store, ENCODER_PIN, [files.source("good", ENCODER_PIN)], reporter, stopping=stopping)
-            )
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=job)
-    worker.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not any(stage == "wait" for stage, _ in heard.stages()):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        stopped = time.monotonic()
-        stopping.set()
-        worker.join(timeout=10)
-        assert time.monotonic() - stopped < 2.0
-    finally:
-        other.release()
-        worker.join(timeout=10)
-    (error,) = outcome
+    reporter = Reporter(heard.events.append, min_interval=0.0)
+    error, took = stopped_while_waiting(
+        lambda: ensure_file(store, ENCODER_PIN, [files.source("good", ENCODER_PIN)], reporter, stopping=stopping),
+        lambda: any(stage == "wait" for stage, _ in heard.stages()),
+        stopping.set,
+        other.release,
+    )
+    assert took < 2.0
     assert isinstance(error, ServiceError)
     assert (error.code, error.reason, error.retry_after) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", 1.0)
     assert "taking files out of the archive good.zip" in error.message

@@ -5,8 +5,6 @@ present file: tests/integration/test_prepare_faults.py."""
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import grpc
@@ -21,6 +19,7 @@ from craftai_prepare.sources import HttpSource, Timeouts
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 from tests.support import servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
+from tests.support.stops import stopped_while_waiting
 
 PIN = FilePin("u2netp", "u2netp.onnx", U2NETP_SIZE, U2NETP_SHA256)
 SOMEONE_ELSES = b"a file the store has no business writing\n"
@@ -86,38 +85,20 @@ def test_a_stopping_server_does_not_wait_on_another_process_lock(
     other.acquire()
     jobs = JobRegistry()
     events: list[prepare_pb2.SetupEvent] = []
-    outcome: list[BaseException | prepare_pb2.SetupResult] = []
-
-    def job() -> None:
-        try:
-            outcome.append(
-                run_setup(
-                    store,
-                    _resolved(f"{model_files.url}/good/u2netp.onnx"),
-                    _reporter(events),
-                    Timeouts(),
-                    3600.0,
-                    jobs.stopping,
-                )
-            )
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=job)
-    worker.start()
-    try:
-        deadline = time.monotonic() + 10
-        while not any(e.progress.stage == "wait" for e in events):
-            assert time.monotonic() < deadline
-            time.sleep(0.01)
-        stopped = time.monotonic()
-        jobs.stop_waiting()
-        worker.join(timeout=10)
-        assert time.monotonic() - stopped < 2.0
-    finally:
-        other.release()
-        worker.join(timeout=10)
-    (error,) = outcome
+    error, took = stopped_while_waiting(
+        lambda: run_setup(
+            store,
+            _resolved(f"{model_files.url}/good/u2netp.onnx"),
+            _reporter(events),
+            Timeouts(),
+            3600.0,
+            jobs.stopping,
+        ),
+        lambda: any(e.progress.stage == "wait" for e in events),
+        jobs.stop_waiting,
+        other.release,
+    )
+    assert took < 2.0
     assert isinstance(error, ServiceError)
     assert (error.code, error.reason, error.retry_after) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", 1.0)
     assert not store.model_path(PIN).exists()
