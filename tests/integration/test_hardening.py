@@ -31,6 +31,7 @@ from craftai_wire.keys import key_line, new_key
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.integration.test_bad_input import damaged_jpegs
+from tests.integration.test_cli_remove_background import _craftai
 from tests.integration.test_limits import Flood, timed
 from tests.support import certs, servers
 from tests.support.files import U2NETP_SHA256
@@ -214,6 +215,41 @@ def test_large_pictures_wait_for_the_decode_budget_and_memory_is_given_back(
     )
     assert peak - warm < BUDGET + MARGIN, (warm, peak)
     assert after - warm < MARGIN // 2, (warm, after)
+
+
+def test_the_command_over_a_folder_waits_out_the_decode_budget(
+    u2netp_store: Path, local_catalogue: Path, tmp_path: Path, photos: dict[str, Path]
+) -> None:
+    """`craftai remove-background` on a folder, 2 pictures at once, on a server whose decode budget
+    holds one picture and lets a request wait 0.2 s (each model call takes SLOW_SECONDS): the other
+    is refused MEMORY_BUDGET with a RetryInfo, and the command waits and tries again, so every
+    picture is done (it used to report them failed)."""
+    tree = tmp_path / "photos"
+    tree.mkdir()
+    for n in range(2):
+        (tree / f"chelsea-{n}.png").write_bytes(photos["chelsea.png"].read_bytes())
+    env = {
+        "CRAFTAI_DECODE_BUDGET_BYTES": "1",
+        "CRAFTAI_DECODE_WAIT_SECONDS": "0.2",
+        "CRAFTAI_FAULT_INJECTION": "slow-model",
+    }
+    with servers.running(_serve(u2netp_store, tmp_path, env, local_catalogue)) as server:
+        run = _craftai(
+            server.address,
+            "remove-background",
+            str(tree),
+            "-o",
+            str(tmp_path / "out"),
+            "--jobs",
+            "2",
+            "--outputs",
+            "matte",
+        )
+        refused = server.logs().count("RESOURCE_EXHAUSTED")  # the access log: only the budget refuses here
+    assert run.returncode == 0, run.stderr.decode()
+    assert "2 done" in run.stdout.decode()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [f"chelsea-{n}.matte.png" for n in range(2)]
+    assert refused > 0  # the budget did refuse some, and they were tried again
 
 
 def test_streams_a_client_never_reads_are_ended_and_their_slots_and_memory_freed(
