@@ -30,6 +30,7 @@ from craftai_infer.pipelines.mask_cleanup import Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.sam_fixture import Sam21Fixture
@@ -79,7 +80,7 @@ def session(ai: AiClient, photos: dict[str, Path]) -> Iterator[SegmentSession]:
 
 @pytest.fixture(scope="module")
 def stub(server: servers.Process) -> Iterator[infer_pb2_grpc.InferServiceStub]:
-    with grpc.insecure_channel(server.address) as channel:
+    with loopback_channel(server.address) as channel:
         yield infer_pb2_grpc.InferServiceStub(channel)
 
 

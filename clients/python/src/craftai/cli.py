@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
 from craftai.outputs import SUFFIXES
 from craftai_wire import keys
+from craftai_wire.metadata import APP_ID_PATTERN
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
 if TYPE_CHECKING:
@@ -136,7 +136,9 @@ def cmd_setup(options: argparse.Namespace) -> int:
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 STDIO = "-"
 FORMAT_OF_SUFFIX: dict[str, calls.FormatName] = {".png": "png", ".webp": "webp", ".jpg": "jpeg", ".jpeg": "jpeg"}
-TOO_MANY_REQUESTS_TRIES = 20  # the per-app limit answers RESOURCE_EXHAUSTED with RetryInfo: wait, try again
+# The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
+TOO_MANY_REQUESTS_TRIES = 20
+BUSY_REASONS = ("TOO_MANY_REQUESTS", "MEMORY_BUDGET")
 
 
 @dataclass(frozen=True)
@@ -272,7 +274,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
                 result = ai.remove_background(data, outputs=missing, **options)
                 break
             except CraftAiError as error:
-                if error.reason != "TOO_MANY_REQUESTS" or attempt == TOO_MANY_REQUESTS_TRIES - 1:
+                if error.reason not in BUSY_REASONS or attempt == TOO_MANY_REQUESTS_TRIES - 1:
                     raise
                 time.sleep(error.retry_after or 1.0)
     except OSError as error:
@@ -580,7 +582,7 @@ def cmd_segment_all(options: argparse.Namespace) -> int:
 
 def cmd_keys_add(options: argparse.Namespace) -> int:
     """A new key for an app: its hash is added to the keys file, the key is printed once."""
-    if options.app != keys.WILDCARD and not _APP_ID.match(options.app):
+    if options.app != keys.WILDCARD and not APP_ID_PATTERN.match(options.app):
         print(
             "craftai: an app id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
             file=sys.stderr,
@@ -589,9 +591,7 @@ def cmd_keys_add(options: argparse.Namespace) -> int:
     chosen = options.keys_file or os.environ.get("CRAFTAI_KEYS_FILE")
     path = Path(chosen) if chosen else keys.default_keys_file()
     key = keys.new_key()
-    if not keys.write_private(path, keys.key_line(options.app, key)):
-        with path.open("a") as out:  # the servers re-read the file within a second
-            out.write(keys.key_line(options.app, key))
+    keys.add_key_line(path, keys.key_line(options.app, key))  # whole, atomically; servers re-read it within 1 s
     print(key)
     print(
         f"added a key for {options.app} to {path} (only its hash is kept there); give the key above to the app "
@@ -626,9 +626,6 @@ def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
 def _web_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--web-host", default=None, help="the gateway's address (default CRAFTAI_WEB_HOST or 127.0.0.1)")
     s.add_argument("--web-port", type=int, default=None, help="its port (default CRAFTAI_WEB_PORT or 8080)")
-
-
-_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -29,6 +29,7 @@ from craftai.transport import (
     ProgressCallback,
     Reading,
     RequestT,
+    Security,
     StreamEvent,
     new_request_id,
     stream_item,
@@ -51,26 +52,35 @@ class AsyncTransport:
         self.connection = connection
         self.deadlines = deadlines
         self.retries = retries
-        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._channels: dict[str, tuple[grpc.aio.Channel, Security]] = {}
+        self._retired: list[grpc.aio.Channel] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._reached: set[str] = set()  # addresses whose channel was READY once
 
     def for_app(self, app_id: str, app_key: str | None) -> AsyncTransport:
-        """The same channels, calls made as another app (with exactly this key, or none)."""
+        """The same channels, calls made as another app with exactly this key, or none: never the
+        local key (a gateway's callers prove who they are themselves)."""
         clone = copy.copy(self)
-        clone.connection = dataclasses.replace(self.connection, app_id=app_id, app_key=app_key)
+        clone.connection = dataclasses.replace(self.connection, app_id=app_id, callers_key=(app_key,))
         return clone
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        if address not in self._channels:
-            options = self.connection.options
-            if self.connection.credentials is None:
-                channel = grpc.aio.insecure_channel(address, options=options)
-            else:
-                channel = grpc.aio.secure_channel(address, self.connection.credentials, options=options)
-            self._channels[address] = channel
-            self._watchers.append(asyncio.get_running_loop().create_task(self._watch(address, channel)))
-        return self._channels[address]
+    def _channel(self, address: str) -> tuple[grpc.aio.Channel, Security]:
+        """The channel to `address` as it should be now (Connection.security, as Transport's), and
+        how it was made. One event loop owns the transport: no lock."""
+        security = self.connection.security(address)
+        kept = self._channels.get(address)
+        if kept is not None and kept[1].pinned == security.pinned:
+            return kept[0], security
+        if kept is not None:
+            self._retired.append(kept[0])  # calls in flight on it finish there; closed with the transport
+        options = list(security.options)
+        if security.credentials is None:
+            channel = grpc.aio.insecure_channel(address, options=options)
+        else:
+            channel = grpc.aio.secure_channel(address, security.credentials, options=options)
+        self._channels[address] = (channel, security)
+        self._watchers.append(asyncio.get_running_loop().create_task(self._watch(address, channel)))
+        return channel, security
 
     async def _watch(self, address: str, channel: grpc.aio.Channel) -> None:
         """Note when the channel is READY the first time (grpc.aio has no subscribe)."""
@@ -82,8 +92,9 @@ class AsyncTransport:
             state = channel.get_state(try_to_connect=False)
         self._reached.add(address)
 
-    def _method(self, service: ServiceName, name: str) -> Any:
-        return getattr(STUBS[service](self._channel(self.connection.addresses[service])), name)
+    def _method(self, service: ServiceName, name: str) -> tuple[Any, Security]:
+        channel, security = self._channel(self.connection.addresses[service])
+        return getattr(STUBS[service](channel), name), security
 
     async def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -95,21 +106,25 @@ class AsyncTransport:
         started = time.monotonic()
         await asyncio.sleep(pause)
         try:
-            await asyncio.wait_for(self._channel(address).channel_ready(), plan.wait_left(time.monotonic() - started))
+            ready = self._channel(address)[0].channel_ready()
+            await asyncio.wait_for(ready, plan.wait_left(time.monotonic() - started))
         except TimeoutError:
             raise error from None
         plan.tried(time.monotonic() - started)
 
     async def unary(self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None) -> AnswerT:
         """One unary call to its answer, tried again after UNAVAILABLE (Retries)."""
-        call = self._method(rpc.service, rpc.name)
-        metadata = self.connection.metadata(request_id or new_request_id())
+        address = self.connection.addresses[rpc.service]
+        request_id = request_id or new_request_id()
         plan = self.retries.plan()
         while True:
+            call, security = self._method(rpc.service, rpc.name)
+            metadata = self.connection.metadata(request_id, security.app_key)
             try:
                 answer = await call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
-                await self._wait_again(self.connection.addresses[rpc.service], CraftAiError.from_rpc(exc), plan)
+                error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                await self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
             return answer
@@ -120,27 +135,32 @@ class AsyncTransport:
         """The one reader of server streams, as Transport.stream: progress and notices as they come,
         the result last; cancelled when the reader stops early (or its task is cancelled); tried
         again under `retries` after a `Retrying` event."""
-        call = self._method(rpc.service, rpc.name)
-        metadata = self.connection.metadata(request_id)
+        address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
         while True:
+            call, security = self._method(rpc.service, rpc.name)
+            metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
-            answered = False
+            answered = delivered = False
+            started = time.monotonic()
             error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
             try:
                 async for event in events:  # read to the end: the result is the last message, then the status
+                    delivered = True
                     item = stream_item(rpc, event)
                     answered = answered or isinstance(item, rpc.answer)
                     if item is not None:
                         yield item
             except grpc.RpcError as exc:
                 if not answered:
-                    error = CraftAiError.from_rpc(exc)
+                    error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
-            await self._wait_again(self.connection.addresses[rpc.service], error, plan)
+            if delivered and time.monotonic() - started > self.retries.wait_seconds:
+                plan = self.retries.plan()  # a long try that delivered (a renewed connection) uses up no tries
+            await self._wait_again(address, error, plan)
             yield Retrying(error)
 
     async def result(
@@ -169,6 +189,7 @@ class AsyncTransport:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._watchers.clear()
-        for channel in self._channels.values():
+        for channel in [*(kept for kept, _ in self._channels.values()), *self._retired]:
             await channel.close()
         self._channels.clear()
+        self._retired.clear()

@@ -155,7 +155,7 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
-        collectors.add([metrics.InferCollector(servicer.sessions, servicer.routes)])
+        collectors.add([metrics.InferCollector(servicer.sessions, servicer.routes, servicer.context.budget)])
         servicer.sessions.start_sweeping()
         log.info(
             "device: %s%s",

@@ -28,6 +28,12 @@ class InferSettings(ServerSettings):
         256, gt=0, description="SegmentEverything: the most points one decoder call may take (points_per_batch)"
     )
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
+    decode_budget_bytes: int = Field(
+        2 << 30, gt=0, description="memory for the decoded pictures of the requests in progress (wait beyond it)"
+    )
+    decode_wait_seconds: float = Field(
+        30.0, gt=0, description="how long a request waits for room in the decode budget before MEMORY_BUDGET"
+    )
     session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
     batch_window_ms: float = Field(
         3.0, ge=0, description="requests arriving within this many ms run as one batch (models that batch)"
