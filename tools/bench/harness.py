@@ -166,3 +166,68 @@ def timed_on(fn: Callable[[], Any], reps: int, warmup: int, device: Any) -> floa
         sync()
         samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """Rates of several contenders measured in rounds (A B C, A B C, ...): each round's ratio to the
+    reference is taken within the round, so a machine whose load drifts biases no contender."""
+
+    rates: dict[str, list[float]]  # calls per second of each contender, one per round
+    reference: str
+
+    def median_rate(self, name: str) -> float:
+        return statistics.median(self.rates[name])
+
+    def ratios(self, name: str) -> list[float]:
+        return [a / b for a, b in zip(self.rates[name], self.rates[self.reference], strict=True)]
+
+    def median_ratio(self, name: str) -> float:
+        return statistics.median(self.ratios(name))
+
+
+def interleaved(
+    contenders: dict[str, Callable[[int], Callable[[], Any]]],
+    reference: str,
+    *,
+    rounds: int,
+    calls: int,
+    concurrency: int = 1,
+) -> Interleaved:
+    """Each round runs every contender in turn (the order rotated each round), `calls` calls spread
+    over `concurrency` threads; a contender's rate in a round is its calls over the round's wall time.
+
+    contenders: name -> (thread index -> a call). One untimed call per thread warms each first.
+    """
+    names = list(contenders)
+    calls_of = {name: [contenders[name](i) for i in range(concurrency)] for name in names}
+    for name in names:
+        _spread(calls_of[name], concurrency)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            started = time.perf_counter()
+            _spread(calls_of[name], max(calls, concurrency))
+            rates[name].append(max(calls, concurrency) / (time.perf_counter() - started))
+    return Interleaved(rates, reference)
+
+
+def _spread(calls: list[Callable[[], Any]], count: int) -> None:
+    """`count` calls over len(calls) threads (thread i makes its own call), errors re-raised."""
+    errors: list[BaseException] = []
+    shares = [count // len(calls) + (1 if i < count % len(calls) else 0) for i in range(len(calls))]
+
+    def worker(i: int) -> None:
+        try:
+            for _ in range(shares[i]):
+                calls[i]()
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
