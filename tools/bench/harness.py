@@ -11,6 +11,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -27,6 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A work folder (store, catalogue, copied files) removed when the measure ends, even on a
+    failure: a served store holds hundreds of MB and the test suite runs these benches often."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield Path(folder)
 
 
 @contextlib.contextmanager

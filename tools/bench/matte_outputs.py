@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -245,34 +244,34 @@ def grpc_inspyrenet(device: str, reps: int) -> dict[str, Any]:
     from tests.support.inspyrenet_fixture import checkpoints
 
     made = checkpoints()["random"]  # the test suite's randomised checkpoint, made once and cached
-    work = Path(tempfile.mkdtemp(prefix="bench-outputs-"))
-    width, height = 4000, 3000
-    with harness.files_on_loopback(made.path.parent) as url:
-        pin = {"size": made.pin.size, "sha256": made.pin.sha256, "url": f"{url}/{made.path.name}"}
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"inspyrenet-swinb": {"weights": pin}})
-        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
-        with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-            list(ai.setup("image.matte", "inspyrenet-swinb"))
-            found = round_trips(ai, _picture(width, height), tuple(SETS), reps, "inspyrenet-swinb")
-            served_on = ai.runtime().device
-    return {"picture": f"{width}x{height} JPEG", "recipe": "InSPyReNet", "device": served_on, "sets": found}
+    with harness.scratch("bench-outputs-") as work:
+        width, height = 4000, 3000
+        with harness.files_on_loopback(made.path.parent) as url:
+            pin = {"size": made.pin.size, "sha256": made.pin.sha256, "url": f"{url}/{made.path.name}"}
+            recipes = harness.pinned_catalogue(work / "recipes.toml", {"inspyrenet-swinb": {"weights": pin}})
+            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
+            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
+                list(ai.setup("image.matte", "inspyrenet-swinb"))
+                found = round_trips(ai, _picture(width, height), tuple(SETS), reps, "inspyrenet-swinb")
+                served_on = ai.runtime().device
+        return {"picture": f"{width}x{height} JPEG", "recipe": "InSPyReNet", "device": served_on, "sets": found}
 
 
 def cpu_ratios(width: int, height: int, reps: int, names: tuple[str, ...] = tuple(SETS)) -> dict[str, Any]:
     """u2netp (the real file) through craftai serve on the CPU: each set against the matte alone."""
     from tests.support.files import u2netp_onnx
 
-    work = Path(tempfile.mkdtemp(prefix="bench-outputs-cpu-"))
-    with harness.serve_u2netp_cpu(work, u2netp_onnx()) as address, AiClient(app_id="bench", target=address) as ai:
-        list(ai.setup("image.matte", "u2netp", "onnxruntime"))
-        found = round_trips(ai, _picture(width, height), names, reps, "u2netp")
-    return {
-        "picture": f"{width}x{height} JPEG",
-        "recipe": "u2netp",
-        "device": "cpu",
-        "cpu_cores": os.cpu_count(),
-        "sets": found,
-    }
+    with harness.scratch("bench-outputs-cpu-") as work:
+        with harness.serve_u2netp_cpu(work, u2netp_onnx()) as address, AiClient(app_id="bench", target=address) as ai:
+            list(ai.setup("image.matte", "u2netp", "onnxruntime"))
+            found = round_trips(ai, _picture(width, height), names, reps, "u2netp")
+        return {
+            "picture": f"{width}x{height} JPEG",
+            "recipe": "u2netp",
+            "device": "cpu",
+            "cpu_cores": os.cpu_count(),
+            "sets": found,
+        }
 
 
 def table(sets: dict[str, dict[str, Any]]) -> str:
