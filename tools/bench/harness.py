@@ -122,9 +122,10 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
+def serve_u2netp_cpu(work: Path, model: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """`craftai serve` on the CPU with u2netp pinned to `model` (a copy served on loopback from
-    work/files, as its prepare service downloads it); yields the address (set it up first)."""
+    work/files, as its prepare service downloads it), `env` added to its environment; yields the
+    address (set it up first)."""
     import hashlib
     import shutil
 
@@ -133,7 +134,7 @@ def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
     with files_on_loopback(work / "files") as url:
         pin = {"size": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
         recipes = pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": {**pin, "url": f"{url}/u2netp.onnx"}}})
-        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu", **(env or {})}) as address:
             yield address
 
 

@@ -168,12 +168,13 @@ def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable
 # ---- matte ------------------------------------------------------------------------------------
 
 
-def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
-    """A random-weight checkpoint with the published key names: the tests' own (seed 7, made once
-    and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py), linked into `folder`."""
+def inspyrenet_checkpoint(folder: Path, made: Any = None) -> dict[str, Any]:
+    """A random-weight checkpoint with the published key names, linked into `folder`: `made` (a
+    tests.support.inspyrenet_fixture Checkpoint, e.g. the calibrated one), else the tests' own (seed
+    7, made once and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py)."""
     from tests.support.inspyrenet_fixture import checkpoints
 
-    made = checkpoints()["random"]
+    made = made or checkpoints()["random"]
     path = folder / "inspyrenet.safetensors"
     if not path.exists():
         try:
@@ -185,11 +186,13 @@ def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
     return {"size": made.pin.size, "sha256": made.pin.sha256}
 
 
-def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> dict[str, Any]:
+    """InSPyReNet through `craftai serve`: `checkpoint` (tools/gpu/speed_check.py passes the
+    calibrated one, whose matte the refinement works on), else the uncalibrated random file."""
     with harness.scratch("bench-matte-") as work:
         files = work / "files"
         files.mkdir()
-        pin = inspyrenet_checkpoint(files)
+        pin = inspyrenet_checkpoint(files, checkpoint)
         sizes = [(61, 41)] if tiny else [(1280, 960), (4000, 3000)]
         result: dict[str, Any] = {}
         with harness.files_on_loopback(files) as url:
@@ -218,9 +221,10 @@ def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
 
 
 def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
-    """rembg's `remove` (bytes in, PNG bytes out), the route in this process (decode, matte, PNG) and
-    `craftai serve` (the same through gRPC), interleaved in rounds: each round runs the three in turn
-    and the ratios are taken within the round, so a machine whose load drifts biases none of them."""
+    """rembg's `remove` (bytes in, PNG bytes out), the route in this process (decode, matte, PNG),
+    `craftai serve` (the same through gRPC) and a second server whose onnxruntime threads spin
+    between runs (CRAFTAI_CPU_SPIN=1, onnxruntime's default), interleaved in rounds: each round runs
+    them in turn and the ratios are taken within the round, so a drifting load biases none of them."""
     import shutil
 
     from tests.support.files import u2netp_onnx
@@ -228,7 +232,7 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
 
     names = ["chelsea.png"] if tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]
     pictures = [photos()[n].read_bytes() for n in names]
-    rounds, calls = (1, 1) if tiny else (9, 8)
+    rounds, calls = (1, 1) if tiny else (7, 4)
     with harness.scratch("bench-u2netp-") as work:
         (work / "files").mkdir()
         model = u2netp_onnx()
@@ -270,24 +274,33 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
             return encodings.png(route.matte([decoding.decode(data, limits)])[0], 1)
 
         result: dict[str, Any] = {"photos": names, "rounds": rounds, "calls_per_round": calls, "rembg": {}, "ours": {}}
-        with harness.serve_u2netp_cpu(work, model) as address:
+        with (
+            harness.serve_u2netp_cpu(work, model) as address,
+            harness.serve_u2netp_cpu(work / "spinning", model, {"CRAFTAI_CPU_SPIN": "1"}) as spinning_address,
+        ):
             clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
+            spinning = [AiClient(app_id=f"bench-{i}", target=spinning_address) for i in range(2)]
             try:
                 list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
+                list(spinning[0].setup("image.matte", "u2netp", "onnxruntime"))
                 ours_masks = [
                     np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
                     for p in pictures
                 ]
 
-                def through_service(i: int) -> Callable[[], Any]:
-                    return cycling(lambda data: clients[i].remove_background(data, recipe="u2netp"))(i)
+                def through(served: list[AiClient]) -> Callable[[int], Callable[[], Any]]:
+                    def make(i: int) -> Callable[[], Any]:
+                        return cycling(lambda data: served[i].remove_background(data, recipe="u2netp"))(i)
+
+                    return make
 
                 for concurrency in (1, 2):
                     measured = harness.interleaved(
                         {
                             "rembg": cycling(lambda data: remove(data, session=session, only_mask=True)),
                             "in_process": cycling(in_process),
-                            "ours": through_service,
+                            "ours": through(clients),
+                            "ours_spinning": through(spinning),
                         },
                         "rembg",
                         rounds=rounds,
@@ -300,13 +313,14 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
                     result[f"ours_in_process_{c}"] = measured.median_rate("in_process")
                     result.setdefault("ratio", {})[c] = measured.median_ratio("ours")
                     result.setdefault("ratio_in_process", {})[c] = measured.median_ratio("in_process")
+                    result.setdefault("ratio_spinning", {})[c] = measured.median_ratio("ours_spinning")
                     result.setdefault("service_over_in_process", {})[c] = statistics.median(
                         a / b for a, b in zip(measured.rates["ours"], measured.rates["in_process"], strict=True)
                     )
                     result.setdefault("rounds_ratios", {})[c] = measured.ratios("ours")
                     result.setdefault("rates", {})[c] = measured.rates
             finally:
-                for client in clients:
+                for client in clients + spinning:
                     client.close()
     pairs = list(zip(ours_masks, theirs_masks, strict=True))
     result["same_output"] = all(np.array_equal(a, b) for a, b in pairs)
@@ -385,12 +399,13 @@ def report(results: dict[str, Any]) -> str:
         lines += [
             "### u2netp on the CPU against rembg (pictures/s)",
             "",
-            "| clients | rembg | ours | ratio | the route in this process | its ratio | service / in-process |",
-            "|---|---|---|---|---|---|---|",
+            "| clients | rembg | ours | ratio | the route in this process | its ratio | service / in-process "
+            "| ratio, onnxruntime threads spinning |",
+            "|---|---|---|---|---|---|---|---|",
             *(
                 f"| {c} | {r['rembg'][c]:.2f} | {r['ours'][c]:.2f} | {r['ratio'][c]:.2f} | "
                 f"{r['ours_in_process_' + c]:.2f} | {r['ratio_in_process'][c]:.2f} | "
-                f"{r['service_over_in_process'][c]:.2f} |"
+                f"{r['service_over_in_process'][c]:.2f} | {r['ratio_spinning'][c]:.2f} |"
                 for c in r["ours"]
             ),
             "",
