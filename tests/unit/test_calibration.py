@@ -10,17 +10,17 @@ from tests.support.calibration import calibrate_batchnorm, fit_readout, readout_
 
 def test_batchnorm_calibration_brings_every_layer_to_unit_scale() -> None:
     torch.manual_seed(0)
-    net = nn.Sequential(
-        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.Conv2d(8, 8, 3, padding=1), nn.BatchNorm2d(8)
-    )
+    convs = [nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)]
+    norms = [nn.BatchNorm2d(8), nn.BatchNorm2d(8)]
+    net = nn.Sequential(convs[0], norms[0], convs[1], norms[1])
     with torch.no_grad():
-        for conv in (net[0], net[2]):
+        for conv in convs:
             conv.weight.mul_(50.0)  # activations that grow layer after layer
     x = torch.randn(1, 3, 24, 24) * 7 + 3
     state = calibrate_batchnorm(net, lambda: net(x))
     assert not net.training and set(state) == set(net.state_dict())
     with torch.no_grad():
-        first, out = net[1](net[0](x)), net(x)
+        first, out = norms[0](convs[0](x)), net(x)
     for t in (first, out):
         assert t.mean(dim=(0, 2, 3)).abs().max() < 1e-3  # BatchNorm's own bias is 0 here
         assert (t.std(dim=(0, 2, 3)) - 1).abs().max() < 0.05
