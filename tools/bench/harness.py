@@ -224,17 +224,26 @@ def interleaved(
 
 def _spread(calls: list[Callable[[], Any]], count: int) -> None:
     """`count` calls over len(calls) threads (thread i makes its own call), errors re-raised."""
-    errors: list[BaseException] = []
     shares = [count // len(calls) + (1 if i < count % len(calls) else 0) for i in range(len(calls))]
 
     def worker(i: int) -> None:
+        for _ in range(shares[i]):
+            calls[i]()
+
+    in_threads(worker, len(calls))
+
+
+def in_threads(worker: Callable[[int], Any], count: int) -> None:
+    """worker(0) ... worker(count - 1) on as many threads at once; the first error is re-raised."""
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
         try:
-            for _ in range(shares[i]):
-                calls[i]()
+            worker(i)
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(calls))]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:

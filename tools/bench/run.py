@@ -33,7 +33,6 @@ import os
 import platform
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,27 +76,17 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
     makes at least one call: `seconds=0` is one call per thread, what the tiny run checks)."""
     counts = [0] * concurrency
     stop = time.monotonic() + seconds
-    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
         call = make_call(i)
-        try:
-            while True:
-                call()
-                counts[i] += 1
-                if time.monotonic() >= stop:
-                    break
-        except BaseException as exc:
-            errors.append(exc)
+        while True:
+            call()
+            counts[i] += 1
+            if time.monotonic() >= stop:
+                break
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    harness.in_threads(worker, concurrency)
     return sum(counts) / (time.monotonic() - started)
 
 
@@ -458,10 +447,16 @@ def main(argv: list[str] | None = None) -> int:
             args = ["--device", torch_device, "--out", str(options.out)]
             # fp32 only on the tiny CPU run, as for SAM: CPU autocast to fp16/bf16 cost over a minute
             tiny = ["--reps", "1", "--warmup", "0", "--sizes", "64", "--pictures", "80x60", "--dtypes", "fp32"]
-            matte_gpu.main(args + (tiny if options.tiny else []))
+            # the pipeline's rows with the calibrated checkpoint: the refinement does its real work
+            matte_gpu.main(args + (tiny if options.tiny else ["--calibrated", "1280"]))
             results[section] = json.loads((options.out / "matte_gpu.json").read_text())
         elif section == "matte_grpc":
-            results[section] = matte_grpc(options.out, options.device, options.tiny)
+            checkpoint = None
+            if not options.tiny:
+                from tests.support.inspyrenet_fixture import calibrated
+
+                checkpoint = calibrated(1280, torch_device)
+            results[section] = matte_grpc(options.out, options.device, options.tiny, checkpoint)
         elif section == "matte_outputs":
             from tools.bench import matte_outputs
 
