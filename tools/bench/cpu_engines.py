@@ -13,7 +13,8 @@ session, the median of the rounds' ratios, so a drifting load biases none of the
 Engines: onnxruntime as rembg opens it; onnxruntime as the route opened it before (all graph
 optimisations, one inter-op thread); onnxruntime with the intra-op threads sleeping instead of
 spinning when idle (what the route does now: craftai_models.onnx_sessions); OpenVINO (runs the
-ONNX file directly; when the `openvino` package is installed); torch (the converted network, fp32,
+ONNX file directly; when the `openvino` package is installed; latency and throughput hints, in its
+default precision, bf16 on CPUs that have it, and in f32); torch (the converted network, fp32,
 contiguous and channels-last, oneDNN as torch ships it).
 """
 
@@ -69,15 +70,18 @@ def openvino_engines(model: Path) -> dict[str, Forward]:
         return {}
     core = ov.Core()
     engines: dict[str, Forward] = {}
-    for hint in ("LATENCY", "THROUGHPUT"):
-        compiled = core.compile_model(str(model), "CPU", {"PERFORMANCE_HINT": hint})
+    # Its CPU plugin computes in bf16 where the CPU has it unless told f32 (INFERENCE_PRECISION_HINT).
+    for hint, precision in (("LATENCY", ""), ("THROUGHPUT", ""), ("LATENCY", "f32"), ("THROUGHPUT", "f32")):
+        config = {"PERFORMANCE_HINT": hint, **({"INFERENCE_PRECISION_HINT": precision} if precision else {})}
+        compiled = core.compile_model(str(model), "CPU", config)
         request = compiled.create_infer_request()
         output = compiled.outputs[0]
 
         def forward(x: np.ndarray, request: Any = request, output: Any = output) -> np.ndarray:
             return np.asarray(request.infer({0: x})[output])
 
-        engines[f"OpenVINO {ov.__version__.split('-')[0]}, {hint.lower()} hint"] = forward
+        chosen = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # "bf16", "f32"
+        engines[f"OpenVINO {ov.__version__.split('-')[0]}, {hint.lower()} hint, {chosen}"] = forward
     return engines
 
 
@@ -116,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tiny", action="store_true", help="one photo, one round: checks that it runs")
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--only", default="", help="the engines whose name holds this text (and the reference)")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
@@ -131,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [matte_u2netp.preprocess(p) for p in pictures]
     engines = {**onnxruntime_engines(model), **openvino_engines(model), **torch_engines(model)}
     reference = next(iter(engines))
+    engines = {k: v for k, v in engines.items() if k == reference or options.only in k}
 
     def matte(forward: Forward, i: int) -> np.ndarray:
         h, w = pictures[i].shape[:2]
