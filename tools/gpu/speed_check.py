@@ -208,7 +208,7 @@ def table(results: dict[str, Any]) -> str:
                 rows.append((f"InSPyReNet {size} JPEG through gRPC", measured, target))
     r = results.get("sam_grpc")
     if isinstance(r, dict):
-        rates = ", ".join(f"{c}: {v:.0f}/s" for c, v in r["encoder_pictures_per_s"].items())
+        rates = ", ".join(f"{c}: {v:.1f}/s" for c, v in r["encoder_pictures_per_s"].items())
         rows.append((f"SAM encoder pictures/s through gRPC by concurrency ({r['picture']})", rates, ">= 450 at 32"))
     r = results.get("u2netp_cpu")
     if isinstance(r, dict):
