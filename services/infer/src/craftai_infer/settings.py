@@ -44,4 +44,9 @@ class InferSettings(ServerSettings):
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )
     cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")
+    cpu_spin: bool = Field(
+        False,
+        description="onnxruntime's CPU threads spin between runs (its default); off: they sleep, leaving the"
+        " cores to the server's decoding, encoding and gRPC threads (docs/PERFORMANCE.md)",
+    )
     png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")

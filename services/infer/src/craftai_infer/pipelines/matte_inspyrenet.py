@@ -36,10 +36,13 @@ __all__ = [
     "matte_inspyrenet",
     "matte_inspyrenet_batch",
     "matte_inspyrenet_float",
+    "network_input",
     "network_shape",
     "normalise_imagenet",
     "refine_edges",
     "refine_radius",
+    "refined_tiles",
+    "tile_count",
 ]
 
 MatteNetwork = Callable[[Tensor], Tensor]
@@ -157,17 +160,44 @@ def network_input(
     return NetworkInput(pixels, normalise_imagenet(reduced), reduced=True)
 
 
+def _enlarged(prepared: NetworkInput, out: Tensor) -> Tensor:
+    """A reduced picture's network output enlarged back to the picture: (1, 1, H, W)."""
+    h, w = prepared.pixels.shape[:2]
+    side = max(h, w)
+    return F.interpolate(out, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
+
+
+def _refine_scale(prepared: NetworkInput, settings: MatteSettings) -> float | None:
+    """The reduction's scale when the matte is refined, else None."""
+    scale = settings.max_side / max(prepared.pixels.shape[:2])
+    return scale if prepared.reduced and scale < settings.refine_below_scale else None
+
+
 def matte_from_network(prepared: NetworkInput, out: Tensor, settings: MatteSettings = MatteSettings()) -> Tensor:
     """Stage three: the network's (1, 1, h, w) output -> the matte before the fringe shrink, (H, W)."""
     h, w = prepared.pixels.shape[:2]
     if not prepared.reduced:
         return out[0, 0, :h, :w]
-    side = max(h, w)
-    alpha = F.interpolate(out, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
-    scale = settings.max_side / side
-    if scale < settings.refine_below_scale:
+    alpha = _enlarged(prepared, out)
+    scale = _refine_scale(prepared, settings)
+    if scale is not None:
         alpha = refine_edges(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings)
     return alpha[0, 0]
+
+
+def refined_tiles(prepared: NetworkInput, out: Tensor, settings: MatteSettings = MatteSettings()) -> int:
+    """How many tiles the edge refinement filters for this network output (0 when it does not
+    refine), of `tile_count`: what a benchmark reports, so that its timing is seen to include them."""
+    scale = _refine_scale(prepared, settings)
+    if scale is None:
+        return 0
+    margin = 2 * refine_radius(scale)
+    return len(edge_tiles(_enlarged(prepared, out).contiguous(), settings.tile, margin, settings.edge_margin))
+
+
+def tile_count(height: int, width: int, settings: MatteSettings = MatteSettings()) -> int:
+    """The tiles of a picture (the refinement's candidates)."""
+    return math.ceil(height / settings.tile) * math.ceil(width / settings.tile)
 
 
 def matte_inspyrenet_float(
