@@ -17,7 +17,7 @@ noise="is ignored: it is neither a file nor a directory"
 # The services' own dependencies missing there (or at versions the generated stubs refuse).
 "${pip[@]}" grpcio grpcio-status grpcio-health-checking grpcio-reflection googleapis-common-protos protobuf \
     pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
-    simplejpeg isal prometheus-client filelock 2> >(grep -v "$noise" >&2)
+    simplejpeg isal prometheus-client filelock cryptography cffi pycparser 2> >(grep -v "$noise" >&2)
 # Test tools and test-only references (nobg: BiRefNet's reference network; there, transformers 5.17
 # and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 kornia==0.9.0 kornia-rs==0.2.0 \
