@@ -20,6 +20,8 @@ import pytest
 from PIL import Image
 
 from craftai import CraftAiError, Retries
+from craftai_wire import local_tls
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc, prepare_pb2
 from tests.support import servers
 from tests.support.clients import KINDS, Kind, LoopThread, both
@@ -54,7 +56,7 @@ def _raw_matte(address: str, picture: bytes) -> infer_pb2.MatteResult:
             infer_pb2.MatteOutputSpec(kind=infer_pb2.MATTE_OUTPUT_KIND_CUTOUT, format=infer_pb2.MATTE_FORMAT_PNG),
         ],
     )
-    with grpc.insecure_channel(address) as channel:
+    with loopback_channel(address) as channel:  # the local server speaks TLS, its certificate pinned
         events = list(infer_pb2_grpc.InferServiceStub(channel).Matte(request, metadata=servers.app_metadata()))
     return events[-1].result
 
@@ -112,7 +114,9 @@ def test_a_route_not_set_up_says_so(matte_ai: Any, photos: dict[str, Path]) -> N
 
 
 def test_keys_a_wrong_one_and_none(kind: Kind, loop: LoopThread, matte_server: servers.Process) -> None:
-    with both(kind, loop, target=matte_server.address, app_key="craftai_not-a-key") as ai:
+    # a key of one's own goes over TLS of one's own: here the local server's certificate as the root
+    tls = {"root_certificates": local_tls.certificate_file()}
+    with both(kind, loop, target=matte_server.address, app_key="craftai_not-a-key", **tls) as ai:
         with pytest.raises(CraftAiError) as raised:
             ai.runtime()
         assert raised.value.reason == "BAD_APP_KEY"
@@ -170,7 +174,7 @@ def sam_ai(kind: Kind, loop: LoopThread, sam_server: servers.Process) -> Iterato
 
 def _forget(address: str, session_id: str) -> None:
     """Close the session on the server behind the SDK's back (as an eviction would)."""
-    with grpc.insecure_channel(address) as channel:
+    with loopback_channel(address) as channel:  # the local server speaks TLS, its certificate pinned
         infer_pb2_grpc.InferServiceStub(channel).CloseSession(
             infer_pb2.CloseSessionRequest(session_id=session_id), metadata=servers.app_metadata()
         )
