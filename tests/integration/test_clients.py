@@ -115,8 +115,8 @@ def test_a_route_not_set_up_says_so(matte_ai: Any, photos: dict[str, Path]) -> N
 
 def test_keys_a_wrong_one_and_none(kind: Kind, loop: LoopThread, matte_server: servers.Process) -> None:
     # a key of one's own goes over TLS of one's own: here the local server's certificate as the root
-    tls = {"root_certificates": local_tls.certificate_file()}
-    with both(kind, loop, target=matte_server.address, app_key="craftai_not-a-key", **tls) as ai:
+    root = local_tls.certificate_file()
+    with both(kind, loop, target=matte_server.address, app_key="craftai_not-a-key", root_certificates=root) as ai:
         with pytest.raises(CraftAiError) as raised:
             ai.runtime()
         assert raised.value.reason == "BAD_APP_KEY"
