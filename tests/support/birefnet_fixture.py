@@ -13,6 +13,7 @@ the picture, with a subject-sized share above 0.5).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,6 +113,12 @@ def _folder() -> Path:
     return CACHE / "fixtures" / f"birefnet-lite-random-{SEED}"
 
 
+def _partial(path: Path) -> Path:
+    """A partial file of this process's own: two test workers may make the same fixture at once (each
+    renames its own whole file into place; the files are the same)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.part")
+
+
 def _pinned(path: Path, folder: str, name: str) -> Checkpoint:
     return Checkpoint(path, FilePin(folder, name, path.stat().st_size, sha256_of(path)))
 
@@ -119,7 +126,7 @@ def _pinned(path: Path, folder: str, name: str) -> Checkpoint:
 def _save(path: Path, state: dict[str, Tensor]) -> Checkpoint:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".part")
+        partial = _partial(path)
         save_file({k: v.contiguous() for k, v in state.items()}, str(partial), metadata=METADATA)
         partial.replace(path)
     return _pinned(path, "birefnet-lite", "model.safetensors")
@@ -147,7 +154,7 @@ def export_onnx(network: BiRefNet, path: Path, side: int = 1024) -> Path:
     """`network` as a one-file ONNX graph with the published contract: input `input_image`
     f32[1,3,side,side], one output `output_image` f32[1,1,side,side] (logits), opset 17."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".part")
+    partial = _partial(path)
     with torch.no_grad():
         torch.onnx.export(
             network.eval(),
