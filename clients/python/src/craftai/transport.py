@@ -133,6 +133,11 @@ class Connection:
             return dataclasses.replace(security, app_key=self.callers_key[0])
         return security
 
+    def for_caller(self, app_id: str, app_key: str | None) -> Connection:
+        """The calls a gateway makes for a caller: the same addresses and TLS (so the same channels),
+        with exactly the caller's key, or none: never the local key."""
+        return dataclasses.replace(self, app_id=app_id, callers_key=(app_key,))
+
     def _security(self, address: str) -> Security:
         options = tuple(self.options)
         if self.credentials is not None or self.app_key is not None or not is_loopback(address):
@@ -245,7 +250,7 @@ class Transport:
         """The same channels, calls made as another app with exactly this key, or none: never the
         local key (a gateway's callers prove who they are themselves)."""
         clone = copy.copy(self)
-        clone.connection = dataclasses.replace(self.connection, app_id=app_id, callers_key=(app_key,))
+        clone.connection = self.connection.for_caller(app_id, app_key)
         return clone
 
     @property

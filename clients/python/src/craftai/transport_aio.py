@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import dataclasses
 import time
 from collections.abc import AsyncGenerator
 from typing import Any
@@ -61,7 +60,7 @@ class AsyncTransport:
         """The same channels, calls made as another app with exactly this key, or none: never the
         local key (a gateway's callers prove who they are themselves)."""
         clone = copy.copy(self)
-        clone.connection = dataclasses.replace(self.connection, app_id=app_id, callers_key=(app_key,))
+        clone.connection = self.connection.for_caller(app_id, app_key)
         return clone
 
     def _channel(self, address: str) -> tuple[grpc.aio.Channel, Security]:
