@@ -547,7 +547,11 @@ EVERYTHING_FLAGS = (
 def cmd_segment_all(options: argparse.Namespace) -> int:
     out = Path(options.output)
     picture = Path(options.input)
-    chosen = {name: getattr(options, name) for name, _ in EVERYTHING_FLAGS if getattr(options, name) is not None}
+    chosen: dict[str, Any] = {
+        name: getattr(options, name) for name, _ in EVERYTHING_FLAGS if getattr(options, name) is not None
+    }
+    if options.single_mask:
+        chosen["multimask_output"] = False
     formats: list[MaskFormat] = ["rle", "png"] if options.format == "png" else [options.format]
     bar = _Bar("segment-all", options.quiet)
     started = time.perf_counter()
@@ -780,6 +784,11 @@ def parser() -> argparse.ArgumentParser:
     )
     for name, kind in EVERYTHING_FLAGS:
         s.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help="Meta's parameter (docs/API.md)")
+    s.add_argument(
+        "--single-mask",
+        action="store_true",
+        help="one mask per point, Meta's single-mask answer (multimask_output=False); needs --engine torch",
+    )
     _format_flags(s, "rle")
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])

@@ -133,6 +133,8 @@ class SegmentFeature:
         height, width = session.height, session.width
         points = mask_generator.grid_points(settings.points_per_side, height, width)
         loaded = session.route
+        if not settings.multimask_output and not loaded.route.capabilities.single_mask_like_meta:
+            raise prompts.like_meta_refused(loaded.ref.engine, "options", "multimask_output", Reason.BAD_OPTIONS)
         found: list[Candidates] = []
         with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
             done = 0
