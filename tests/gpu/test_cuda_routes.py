@@ -123,7 +123,7 @@ def test_sam_several_objects_and_segment_everything_on_cuda(
         a = ours.segment_everything(**EVERYTHING)
         b = reference.segment_everything(**EVERYTHING)
         assert a.device.startswith("cuda") and len(b.masks) > 10
-        overlaps = iou_matrix([m.array() for m in b.masks], [m.array() for m in a.masks])
+        overlaps = iou_matrix([m.array() for m in b.masks], [m.array() for m in a.masks], "cuda")
         matched = int((overlaps.max(axis=1, initial=0.0) >= 0.9).sum())
         print(
             f"segment everything on cuda ({precision}): {len(a.masks)} masks, onnxruntime {len(b.masks)}, "

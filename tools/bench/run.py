@@ -25,6 +25,7 @@ same architecture and sizes), the real u2netp file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import functools
 import io
@@ -34,7 +35,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,61 +94,65 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
 # ---- SAM --------------------------------------------------------------------------------------
 
 
-def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+@contextlib.contextmanager
+def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
+    """`craftai serve` with the SAM 2.1 fixture pinned as sam2-hiera-tiny (downloaded from
+    loopback by its prepare service) and its torch route set up; `env` added to the server's."""
     from tools.fixtures import sam21
 
     fixture = sam21.ensure_fixture()
-    with harness.scratch("bench-sam-") as work:
-        size = (256, 192) if tiny else (2048, 1536)
-        picture = jpeg(size)
-        with harness.files_on_loopback(fixture.folder) as url:
-            files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-            pins = {
-                "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
-            }
-            recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
-            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
-            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-                list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
-                session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
-                w, h = size
-                # tiny: each measure once or twice (an encoder run takes seconds on a shared CPU)
-                clicks = harness.timed_ms(
-                    lambda: session.segment([(w * 0.5, h * 0.45, True)]), *((2, 1) if tiny else (200, 5))
+    with harness.scratch("bench-sam-") as work, harness.files_on_loopback(fixture.folder) as url:
+        files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+        pins = {"sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}}
+        recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
+        full = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device, **(env or {})}
+        with harness.serve_process(work, full) as served, AiClient(app_id="bench", target=served.address) as ai:
+            list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+            yield served
+
+
+def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+    size = (256, 192) if tiny else (2048, 1536)
+    picture = jpeg(size)
+    with sam_served(device) as served, AiClient(app_id="bench", target=served.address) as ai:
+        address = served.address
+        session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
+        w, h = size
+        # tiny: each measure once or twice (an encoder run takes seconds on a shared CPU)
+        clicks = harness.timed_ms(lambda: session.segment([(w * 0.5, h * 0.45, True)]), *((2, 1) if tiny else (200, 5)))
+        boxes = harness.timed_ms(
+            lambda: session.segment(box=(w * 0.25, h * 0.2, w * 0.75, h * 0.8)), *((1, 0) if tiny else (100, 2))
+        )
+        opens = harness.timed_ms(
+            lambda: ai.open_session(picture, "sam2-hiera-tiny", "torch").close(), *((1, 0) if tiny else (50, 2))
+        )
+        rates = {}
+        for concurrency in (1, 2) if tiny else (1, 8, 32):
+            clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(concurrency)]
+            try:
+                rates[str(concurrency)] = throughput(
+                    functools.partial(_open_and_close, clients, picture), concurrency, 0.0 if tiny else 8.0
                 )
-                boxes = harness.timed_ms(
-                    lambda: session.segment(box=(w * 0.25, h * 0.2, w * 0.75, h * 0.8)), *((1, 0) if tiny else (100, 2))
-                )
-                opens = harness.timed_ms(
-                    lambda: ai.open_session(picture, "sam2-hiera-tiny", "torch").close(), *((1, 0) if tiny else (50, 2))
-                )
-                rates = {}
-                for concurrency in (1, 2) if tiny else (1, 8, 32):
-                    clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(concurrency)]
-                    try:
-                        rates[str(concurrency)] = throughput(
-                            functools.partial(_open_and_close, clients, picture), concurrency, 0.0 if tiny else 8.0
-                        )
-                    finally:
-                        for client in clients:
-                            client.close()
-                runtime = ai.runtime()
-                opened = ai.open_session(picture, "sam2-hiera-tiny", "torch")
-                click_stages = opened.segment([(w * 0.5, h * 0.45, True)]).timing_ms
-                open_stages = opened.timing_ms
-                opened.close()
-        result = {
-            "picture": f"{w}x{h} JPEG",
-            "device": runtime.device,
-            "click_round_trip_ms": harness.percentiles(clicks),
-            "box_round_trip_ms": harness.percentiles(boxes),
-            "picture_set_round_trip_ms": harness.percentiles(opens),
-            "encoder_pictures_per_s": rates,
-            "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
-            "server_stages_ms": {"open_session": open_stages, "click": click_stages},
-        }
-        (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
-        return result
+            finally:
+                for client in clients:
+                    client.close()
+        runtime = ai.runtime()
+        opened = ai.open_session(picture, "sam2-hiera-tiny", "torch")
+        click_stages = opened.segment([(w * 0.5, h * 0.45, True)]).timing_ms
+        open_stages = opened.timing_ms
+        opened.close()
+    result = {
+        "picture": f"{w}x{h} JPEG",
+        "device": runtime.device,
+        "click_round_trip_ms": harness.percentiles(clicks),
+        "box_round_trip_ms": harness.percentiles(boxes),
+        "picture_set_round_trip_ms": harness.percentiles(opens),
+        "encoder_pictures_per_s": rates,
+        "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
+        "server_stages_ms": {"open_session": open_stages, "click": click_stages},
+    }
+    (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
+    return result
 
 
 def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable[[], Any]:

@@ -43,6 +43,7 @@ run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/
 run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 run speed 330 python3 tools/gpu/speed_check.py --out "$out/speed"
+run sam_load 300 python3 tools/gpu/sam_throughput.py --out "$out/sam_load"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"

@@ -10,8 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .whl
 target=(--no-deps --only-binary=:all: --python-version 3.12 --implementation cp -d .whl)
-for n in 17 24 27 28 31 34; do target+=(--platform "manylinux_2_${n}_x86_64"); done
-target+=(--platform manylinux2014_x86_64)
+for n in 5 17 24 27 28 31 34; do target+=(--platform "manylinux_2_${n}_x86_64"); done
+target+=(--platform manylinux2014_x86_64 --platform manylinux1_x86_64)
 pip=(.venv/bin/python -m pip download --disable-pip-version-check -q -c constraints.txt "${target[@]}")
 noise="is ignored: it is neither a file nor a directory"
 # The services' own dependencies missing there (or at versions the generated stubs refuse).
@@ -22,11 +22,14 @@ noise="is ignored: it is neither a file nor a directory"
 # and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 kornia==0.9.0 kornia-rs==0.2.0 \
     hydra-core==1.3.8 omegaconf==2.3.1 tomli-w nobg==0.3.1 2> >(grep -v "$noise" >&2)
+# py-spy: the sampling profiler tools/gpu/profile_sam.sh runs on the server (one binary, no dependencies).
+"${pip[@]}" py-spy==0.4.3 2> >(grep -v "$noise" >&2)
 # rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.
 "${pip[@]}" rembg==2.0.86 pymatting pooch platformdirs jsonschema jsonschema-specifications referencing rpds-py \
     2> >(grep -v "$noise" >&2)
-# Published as sdists only: built here as pure-Python wheels (Meta's sam2 without its CUDA extension).
-for sdist in sam2==1.1.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10; do
+# Published as sdists only: built here as pure-Python wheels (Meta's sam2 without its CUDA extension;
+# wget, which transparent-background imports at the top of its module).
+for sdist in sam2==1.1.0 antlr4-python3-runtime==4.9.3 iopath==0.1.10 wget==3.2; do
     name=${sdist%%==*}
     if ! ls .whl/"${name//-/_}"-*.whl >/dev/null 2>&1; then
         SAM2_BUILD_CUDA=0 .venv/bin/python -m pip wheel -q --no-deps --no-build-isolation -w .whl "$sdist" \
