@@ -76,6 +76,32 @@ async def test_the_window_caps_the_wait_behind_a_long_batch(worker: ThreadPoolEx
     assert (await first, await second) == (0, 10)
 
 
+async def test_with_a_capacity_the_window_waits_for_a_free_worker(worker: ThreadPoolExecutor) -> None:
+    """One worker busy: what arrives behind it is held past the window and runs as one batch when
+    the worker is free (not as many small batches queued on it); a full batch still goes at once."""
+    release = threading.Event()
+    batches: list[list[int]] = []
+
+    def slow(items: Sequence[int]) -> list[int]:
+        batches.append(list(items))
+        if items == [0]:
+            release.wait(5)
+        return [i * 10 for i in items]
+
+    batcher = MicroBatcher(slow, worker, max_batch=4, window_s=0.01, capacity=1)
+    first = asyncio.ensure_future(batcher.submit(0))
+    await asyncio.sleep(0.01)
+    held = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+    await asyncio.sleep(0.1)  # many windows have passed; the worker is still busy
+    assert (batcher.stats.batches, batcher.waiting) == (1, 2)
+    held += [asyncio.ensure_future(batcher.submit(i)) for i in (3, 4, 5, 6, 7)]
+    await asyncio.sleep(0.05)
+    assert batcher.stats.batches == 2 and batcher.waiting == 3  # 1-4 made a full batch: queued at once
+    release.set()
+    assert (await first, *[await h for h in held]) == (0, 10, 20, 30, 40, 50, 60, 70)
+    assert batches == [[0], [1, 2, 3, 4], [5, 6, 7]]
+
+
 async def test_a_caller_that_leaves_is_dropped(worker: ThreadPoolExecutor) -> None:
     recorder = Recorder()
     batcher = MicroBatcher(recorder.run, worker, max_batch=8, window_s=0.05)

@@ -2,8 +2,13 @@
 
 A request that finds the model idle runs at once (no added latency when the load is light);
 requests that arrive while a batch runs wait for it and then run together (up to `max_batch`), or
-after `window_s` at the latest. Each caller still awaits its own result (and its own stream goes
-on); a caller that leaves before its batch starts is dropped from it. Items are grouped by a key
+after `window_s` at the latest. With a `capacity` (how many batches the executor runs at once: the
+loader gives the route's `concurrent_runs`), the window only dispatches while a worker is free: a
+partial batch sent to busy workers would only wait in their queue, smaller than it could be (one
+GPU worker at 32 requests in flight ran batches of 1.7 so, docs/PERFORMANCE.md); a full batch still
+goes at once, queued, so that the worker never waits for the event loop between batches. Each
+caller still awaits its own result (and its own stream goes on); a caller that leaves before its
+batch starts is dropped from it. Items are grouped by a key
 (e.g. the input shape) because only like items stack into one tensor. Batches run on the model's
 own worker, never on the event loop.
 """
@@ -50,9 +55,13 @@ class MicroBatcher(Generic[T, R]):
         max_batch: int,
         window_s: float,
         key: Callable[[T], Hashable] = lambda _item: None,
+        capacity: int | None = None,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
+        if capacity is not None and capacity < 1:
+            raise ValueError("capacity must be at least 1")
+        self.capacity = capacity
         self._run = run
         self._executor = executor
         self.max_batch = max_batch
@@ -84,8 +93,21 @@ class MicroBatcher(Generic[T, R]):
         if len(group.items) >= self.max_batch or self.window_s <= 0 or self._running == 0:
             self._dispatch(key)
         elif group.timer is None:
-            group.timer = loop.call_later(self.window_s, self._dispatch, key)
+            group.timer = loop.call_later(self.window_s, self._window_closed, key)
         return await future
+
+    def _busy(self) -> bool:
+        return self.capacity is not None and self._running >= self.capacity
+
+    def _window_closed(self, key: Hashable) -> None:
+        """The window's end: the batch goes now, unless every worker is busy (then it goes, fuller,
+        when one is free: `_finished`)."""
+        group = self._groups.get(key)
+        if group is None:
+            return
+        group.timer = None
+        if not self._busy():
+            self._dispatch(key)
 
     def _dispatch(self, key: Hashable) -> None:
         group = self._groups.pop(key, None)
@@ -107,8 +129,11 @@ class MicroBatcher(Generic[T, R]):
     def _finished(self, done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:
         self._running -= 1
         _deliver(done, futures)
-        if self._running == 0 and self._groups:  # what arrived meanwhile runs now, as one batch per key
+        # what arrived meanwhile runs now, as one batch per key (up to the free workers)
+        if self._groups and (self._running == 0 or (self.capacity is not None and not self._busy())):
             for key in list(self._groups):
+                if self._running > 0 and self._busy():
+                    break
                 self._dispatch(key)
 
 

@@ -112,6 +112,7 @@ class LoadedRoute(Generic[RouteT]):
                 max_batch=self._batching.max_batch,
                 window_s=self._batching.window_s,
                 key=lambda item: item[0],
+                capacity=self.route.capabilities.concurrent_runs,
             )
             self._batchers[operation] = batcher
         return batcher

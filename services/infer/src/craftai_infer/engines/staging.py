@@ -1,14 +1,41 @@
-"""Host-to-device copies through one reused page-locked buffer.
+"""Host-to-device copies of pictures: from page-locked memory, the only kind a GPU copies from
+while the host goes on.
 
-`Tensor.pin_memory()` allocates and locks fresh host memory on every call (milliseconds for a
-photo); a model worker copies one picture at a time, so one buffer, grown when needed and reused
-once the previous asynchronous copy has finished, does the same job at memcpy speed.
+A picture decoded by a route that asks for it (`Capabilities.pinned_pictures`) is copied into
+page-locked memory on the CPU pool, beside its decode (`pinned_copy`): the model worker's upload is
+then the DMA alone. Before, the worker copied every picture of a batch into one reused buffer,
+waiting for the previous copy each time: at 32 requests in flight that serial copy was most of the
+SAM route's worker time (docs/PERFORMANCE.md). Any other array goes through that one reused buffer
+(`Tensor.pin_memory()` would allocate and lock fresh host memory on every call).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+
+def pinned_copy(array: np.ndarray) -> np.ndarray:
+    """`array` copied into page-locked memory from torch's caching host allocator (a block is
+    reused only once the copies out of it have finished); an array like any other for the host."""
+    tensor = torch.empty(array.shape, dtype=torch.uint8, pin_memory=True)
+    out: np.ndarray = tensor.numpy()
+    np.copyto(out, array)
+    return out
+
+
+def _pinned_tensor(array: np.ndarray) -> torch.Tensor | None:
+    """The page-locked tensor `pinned_copy` made `array` from, itself (the copy to the device must
+    be made from it, so that the allocator knows to wait for the copy before reusing the block)."""
+    base = array.base
+    if (
+        isinstance(base, torch.Tensor)
+        and tuple(base.shape) == array.shape
+        and base.data_ptr() == array.__array_interface__["data"][0]
+        and base.is_pinned()
+    ):
+        return base
+    return None
 
 
 class HostStaging:
@@ -23,6 +50,9 @@ class HostStaging:
         """`array` on the device (same shape and dtype); the copy is asynchronous."""
         if self.device.type != "cuda":
             return torch.from_numpy(np.require(array, requirements=("C", "W"))).to(self.device)
+        pinned = _pinned_tensor(array)
+        if pinned is not None:
+            return pinned.to(self.device, non_blocking=True)
         if self._done is not None:
             self._done.synchronize()  # the previous copy out of the buffer has finished
         nbytes = array.nbytes

@@ -52,9 +52,10 @@ class FeatureContext:
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._cpu, context.run, fn, *args)
 
-    def decode(self, data: bytes) -> Picture:
-        """The one picture type, limits checked before any pixel is decoded (craftai_infer.pictures)."""
-        return pictures.decode(data, self.limits)
+    def decode(self, data: bytes, pinned: bool = False) -> Picture:
+        """The one picture type, limits checked before any pixel is decoded (craftai_infer.pictures);
+        `pinned`: in page-locked memory, for a route on a GPU (`Capabilities.pinned_pictures`)."""
+        return _pinned(pictures.decode(data, self.limits), pinned)
 
     def header(self, data: bytes) -> pictures.Header:
         """The picture's size from its header, limits checked, no pixel decoded."""
@@ -79,15 +80,16 @@ class FeatureContext:
             if not held:
                 self.budget.release(nbytes)
 
-    async def decoded(self, data: bytes, bytes_per_pixel: int, *, rgb: bool = False) -> Picture:
+    async def decoded(self, data: bytes, bytes_per_pixel: int, *, rgb: bool = False, pinned: bool = False) -> Picture:
         """The picture decoded on the CPU pool once its memory fits the decode budget (waiting its
         turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `rgb`:
-        transparency composited over white."""
+        transparency composited over white; `pinned`: as in `decode`."""
         head = await self.on_cpu(self.header, data)
         async with self.admitted(
             head.width * head.height * bytes_per_pixel, f"a {head.width}x{head.height} picture"
         ) as hold:
-            picture = await self.on_cpu(pictures.decode_rgb if rgb else pictures.decode, data, self.limits)
+            decode = pictures.decode_rgb if rgb else pictures.decode
+            picture = await self.on_cpu(lambda: _pinned(decode(data, self.limits), pinned))
             hold(picture)
         return picture
 
@@ -98,3 +100,11 @@ class FeatureContext:
     def close(self) -> None:
         self._cpu.shutdown(wait=False, cancel_futures=True)
         self._bands.shutdown(wait=False, cancel_futures=True)
+
+
+def _pinned(picture: Picture, pinned: bool) -> Picture:
+    if not pinned:
+        return picture
+    from craftai_infer.engines.staging import pinned_copy  # torch: only routes on a GPU ask
+
+    return pinned_copy(picture)

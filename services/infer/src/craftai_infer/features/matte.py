@@ -67,7 +67,7 @@ class MatteFeature:
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture, background = await self._decoded(request.picture.data, asked)
+            picture, background = await self._decoded(request.picture.data, asked, route.capabilities.pinned_pictures)
         height, width = picture.shape[:2]
         spec = asked.within(width, height, background)
         made = [kind for kind in asked.kinds if kind != "matte"]
@@ -91,7 +91,7 @@ class MatteFeature:
                 getattr(result, kind).CopyFrom(_image(kind, data, asked.encodings[kind].format, rendered))
         return result
 
-    async def _decoded(self, data: bytes, asked: matte_options.Checked) -> tuple[Picture, Picture | None]:
+    async def _decoded(self, data: bytes, asked: matte_options.Checked, pinned: bool) -> tuple[Picture, Picture | None]:
         """The picture and the background picture (when one came), decoded once the memory of the
         request fits the decode budget (the headers read first: no pixel decoded before)."""
         c = self.context
@@ -104,7 +104,7 @@ class MatteFeature:
             nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
             what += f" over a {back_head.width}x{back_head.height} background"
         async with c.admitted(nbytes, what) as hold:
-            picture = await c.on_cpu(c.decode, data)
+            picture = await c.on_cpu(c.decode, data, pinned)
             hold(picture)  # the request holds its picture to the end: the whole cost goes with it
             background = None if back is None else await c.on_cpu(self._background, c.decode, back)
         return picture, background

@@ -80,7 +80,7 @@ class SegmentFeature:
         run.stages = OPEN_STAGES
         self.sessions.check_room(app)  # TOO_MANY_SESSIONS before any work
         loaded = await self._load(request.route, run)
-        rgb = await self._decode(request.picture.data, run)
+        rgb = await self._decode(request.picture.data, loaded, run)
         embedding = await self._encode(loaded, rgb, run)
         height, width = rgb.shape[:2]
         try:
@@ -115,7 +115,7 @@ class SegmentFeature:
         run.stages = ("decode", "encode", "model", output.stage)
         loaded = await self._load(request.route, run)
         _answerable(loaded, checked)
-        rgb = await self._decode(request.picture.data, run)
+        rgb = await self._decode(request.picture.data, loaded, run)
         height, width = rgb.shape[:2]
         asked = [(c.within(width, height), c.all_masks) for c in checked]
         embedding = await self._encode(loaded, rgb, run)
@@ -171,11 +171,12 @@ class SegmentFeature:
         resolved = await runs.resolve(self.context.routes, route, FEATURE)
         return await runs.load(self.context.routes, resolved, run)
 
-    async def _decode(self, data: bytes, run: runs.Run) -> Picture:
+    async def _decode(self, data: bytes, loaded: LoadedRoute[SegmentRoute], run: runs.Run) -> Picture:
         """RGB: transparency composited over white (colours under transparent pixels are arbitrary)."""
         c = self.context
+        pinned = loaded.route.capabilities.pinned_pictures
         with run.stage("decode", "decoding the picture"):
-            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True)
+            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True, pinned=pinned)
 
     async def _encode(self, loaded: LoadedRoute[SegmentRoute], rgb: Picture, run: runs.Run) -> Any:
         height, width = rgb.shape[:2]

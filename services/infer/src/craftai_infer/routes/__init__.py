@@ -90,11 +90,14 @@ class Capabilities:
     """What the loader may do with a route's calls: batch some operations (requests that arrive
     together run as one call, grouped by the operation's batch key), and overlap `concurrent_runs`
     calls (1 for a GPU model, which runs one batch at a time); and what the feature may ask of it:
-    `single_mask_like_meta`, a segment route that answers Meta's single-mask output (token 0)."""
+    `single_mask_like_meta`, a segment route that answers Meta's single-mask output (token 0);
+    `pinned_pictures`, a route on a GPU that wants its pictures decoded into page-locked memory
+    (craftai_infer.engines.staging: the copy is made on the CPU pool, not by the model worker)."""
 
     batched: frozenset[Operation[Any, Any, Any]] = frozenset()
     concurrent_runs: int = 1
     single_mask_like_meta: bool = False
+    pinned_pictures: bool = False
 
 
 class Route(Protocol):

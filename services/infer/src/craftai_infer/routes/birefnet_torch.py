@@ -48,7 +48,7 @@ class BirefnetTorch(MatteRoute):
             self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
             fold_batchnorm(self.network)
             self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
-            self.capabilities = Capabilities(batched=frozenset({MATTE}))
+            self.capabilities = Capabilities(batched=frozenset({MATTE}), pinned_pictures=True)
 
     def warm_up(self, step: Step) -> None:
         """Capture the graph of one picture (no-op on the CPU)."""

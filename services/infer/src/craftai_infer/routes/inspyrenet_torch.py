@@ -5,6 +5,7 @@ preparation; the loader has hashed it), the any-size pipeline of DESIGN.md 5
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Hashable, Sequence
 
 import numpy as np
@@ -43,6 +44,7 @@ class InspyrenetTorch(MatteRoute):
         self._graphs: ChannelsLastGraphs | None = None
         self._staging = HostStaging(torch.device(device))
         if on_gpu:
+            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True)
             fold_batchnorm(self.network)
             self._graphs = ChannelsLastGraphs(self.network, torch.device(device), capacity=6)
 

@@ -18,6 +18,7 @@ on first use.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -262,6 +263,8 @@ class Sam2Torch(SegmentRoute):
         assert files.prepared is not None
         precision = GPU_ENCODER_DEFAULT if files.gpu_precision == "auto" else files.gpu_precision
         on_gpu = device.startswith("cuda")
+        if on_gpu:
+            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True)
         self.runner = SamTorchRunner(
             load_network(files.prepared / WEIGHTS, device),
             device,
