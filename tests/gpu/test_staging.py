@@ -3,10 +3,13 @@ and their blocks not reused by the allocator before those copies have finished."
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
 
+from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging, _pinned_tensor, pinned_copy
 
 pytestmark = pytest.mark.gpu
@@ -26,3 +29,29 @@ def test_pinned_pictures_upload_as_they_are_and_are_not_overwritten_in_flight() 
         assert on_device.device.type == "cuda" and np.array_equal(on_device.cpu().numpy(), picture)
     ordinary = staging.upload(pictures[0])  # not pinned: through the one reused buffer
     assert np.array_equal(ordinary.cpu().numpy(), pictures[0]) and len(reused) == 8
+
+
+def test_captures_are_not_broken_by_another_thread_pinning_pictures() -> None:
+    """Graphs captured (a new shape each time) while another thread keeps allocating page-locked
+    memory, as the CPU pool does under load: every capture succeeds and replays right."""
+    weight = torch.randn(512, 512, device="cuda")
+    cache = GraphCache(lambda x: (torch.tanh(x @ weight) @ weight,), torch.device("cuda"), capacity=4)
+    stop = threading.Event()
+    made = [0]
+
+    def pin() -> None:
+        while not stop.is_set():
+            pinned_copy(np.zeros((int(256 + made[0] % 64), 640, 3), np.uint8))  # new sizes: fresh host allocations
+            made[0] += 1
+
+    thread = threading.Thread(target=pin)
+    thread.start()
+    try:
+        for n in range(1, 25):
+            x = torch.randn(n, 512, device="cuda")
+            (out,) = cache.run(n, [x])
+            torch.testing.assert_close(out, torch.tanh(x @ weight) @ weight)
+    finally:
+        stop.set()
+        thread.join()
+    assert made[0] > 10

@@ -5,6 +5,11 @@ cost of launching hundreds of small kernels, not by arithmetic; a replayed graph
 at once. Captures share one memory pool and are made on first use of a shape (or at load, for the
 shapes a route always uses), kept in an LRU of bounded size. Replays return the graph's own output
 tensors: a caller that keeps a result past the next replay must clone it.
+
+A capture is checked for unsafe calls on its own thread only (`capture_error_mode="thread_local"`):
+the CPU pool copies pictures into page-locked memory meanwhile (craftai_infer.engines.staging), and
+in the default global mode such a call from another thread broke the capture (a SAM encoder graph
+captured under load failed so, and the route fell back to the CPU).
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class GraphCache:
                 self._fn(*static)
         torch.cuda.current_stream(self._device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), torch.inference_mode():
+        with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"), torch.inference_mode():
             outputs = list(self._fn(*static))
         return _Captured(graph, static, outputs)
 

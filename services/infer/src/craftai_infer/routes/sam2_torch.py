@@ -109,7 +109,8 @@ class SamTorchRunner:
         self._decoder_graphs: GraphCache | None = None
         self._single_graphs: GraphCache | None = None  # decode_single: Meta's one-mask answer
         if graphs and self.device.type == "cuda":
-            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=4)
+            # one graph per batch size up to the default max_batch (8): none evicted and recaptured under load
+            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=8)
             self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
             self._single_graphs = GraphCache(self.net.decode_single, self.device, capacity=16)
 
