@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from craftai_common.errors import Reason, ServiceError
-from craftai_infer import pictures
+from craftai_infer import encodings, pictures
 
 LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
 
@@ -83,7 +83,7 @@ def test_exif_orientation_is_applied() -> None:
 def test_mask_png_is_a_1_bit_png_pillow_reads_back(shape: tuple[int, int]) -> None:
     rng = np.random.default_rng(sum(shape))
     mask = rng.random(shape) < 0.3
-    image = Image.open(io.BytesIO(pictures.encode_mask_png(mask)))
+    image = Image.open(io.BytesIO(encodings.encode_mask_png(mask)))
     image.load()
     assert (image.format, image.mode, image.size) == ("PNG", "1", (shape[1], shape[0]))
     np.testing.assert_array_equal(np.asarray(image), mask)
@@ -91,7 +91,7 @@ def test_mask_png_is_a_1_bit_png_pillow_reads_back(shape: tuple[int, int]) -> No
 
 def test_mask_png_refuses_what_is_not_a_boolean_mask() -> None:
     with pytest.raises(ValueError, match="boolean mask"):
-        pictures.encode_mask_png(np.zeros((4, 4), np.uint8))
+        encodings.encode_mask_png(np.zeros((4, 4), np.uint8))
 
 
 # -- plain JPEGs: simplejpeg, the same pixels as Pillow ---------------------------------

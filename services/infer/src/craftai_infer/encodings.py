@@ -1,6 +1,6 @@
 """Encoding image.matte's outputs: PNG, lossless WebP, JPEG (docs/API.md states what each costs).
 
-- PNG: 8-bit grayscale, RGB or RGBA (a boolean mask: 1-bit grayscale, pictures.encode_mask_png),
+- PNG: 8-bit grayscale, RGB or RGBA (a boolean mask: 1-bit grayscale, `encode_mask_png`),
   every row with the "Up" filter, zlib at the level asked. A large picture is compressed in
   horizontal bands on several threads at once (zlib releases the GIL): each band is a raw deflate
   stream ended by a sync flush, the bands are joined into the one zlib stream of the IDAT chunk and
@@ -31,8 +31,6 @@ import numpy.typing as npt
 import simplejpeg
 from isal import isal_zlib
 from PIL import Image
-
-from craftai_infer.pictures import encode_mask_png
 
 __all__ = ["WEBP_MAX_SIDE", "Encoding", "Format", "adler32_combine", "encode", "png"]
 
@@ -134,3 +132,30 @@ def encode(
     if encoding.format == "webp":
         return _webp(grey_or_colour)
     return png(grey_or_colour, encoding.png_level, pool, bands)
+
+
+def encode_mask_png(mask: np.ndarray, compress_level: int = 1) -> bytes:
+    """A boolean (H, W) mask as a 1-bit grayscale PNG, written directly (filter 0 on packed rows).
+
+    Pillow writes the same file format but tries every PNG filter on every row; for a mask at a
+    photo's size that is most of a click's time on a GPU machine (7.5 ms against 1.5 ms for
+    2048x1536 on one core here), and filters gain nothing on packed bits. Deflated as the other
+    PNGs (ISA-L at levels 1 to 3): on a speckled 2048x1536 mask (the random-weight fixture's)
+    zlib level 1 took 5.2 ms and ISA-L 1.0 ms, the file 6% smaller.
+    """
+    if mask.ndim != 2 or mask.dtype != np.bool_:
+        raise ValueError(f"expected an (H, W) boolean mask, got {mask.dtype} {mask.shape}")
+    height, width = mask.shape
+    rows = np.packbits(mask, axis=1)  # 1 = selected = white, most significant bit first
+    raw = np.concatenate([np.zeros((height, 1), np.uint8), rows], axis=1).tobytes()  # filter byte 0 per row
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # bit depth 1, grayscale, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", (isal_zlib if compress_level in ISAL_LEVELS else zlib).compress(raw, compress_level))
+        + chunk(b"IEND", b"")
+    )

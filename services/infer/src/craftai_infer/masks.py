@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from craftai_common.errors import Reason, ServiceError, invalid_argument
-from craftai_infer import pictures
+from craftai_infer import encodings
 from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
@@ -179,7 +179,7 @@ def written(
     message = infer_pb2.Mask()
     if PNG in output.formats:
         assert mask is not None
-        message.png = pictures.encode_mask_png(mask, png_level)
+        message.png = encodings.encode_mask_png(mask, png_level)
     if RLE in output.formats:
         assert counts is not None
         message.rle.CopyFrom(rle_message(counts, height, width))
