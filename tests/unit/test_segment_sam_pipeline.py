@@ -208,3 +208,20 @@ def test_runner_refuses_files_of_another_contract(tmp_path: Path) -> None:
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
     with pytest.raises(ValueError, match="not a SAM 2 samexporter encoder"):
         SamOnnxRunner(path, path, use_gpu=False)
+
+
+def test_grid_point_feeds_are_each_click_s_encode_prompt() -> None:
+    """The generator's batch of clicks, made at once, gives the decoder what each click's own
+    encode_prompt gives (the torch route feeds it; the mask feeds are zeros there)."""
+    from craftai_infer.pipelines.mask_generator import grid_points
+    from craftai_infer.pipelines.segment_sam import grid_point_feeds
+
+    points = grid_points(7, 301, 451)
+    coords, labels = grid_point_feeds(points, 301, 451)
+    feeds = [
+        segment_sam.encode_prompt(SamPrompt(points=[(float(x), float(y))], labels=[1]), 301, 451) for x, y in points
+    ]
+    assert coords.dtype == labels.dtype == np.float32
+    np.testing.assert_array_equal(coords, np.concatenate([f["point_coords"] for f in feeds]))
+    np.testing.assert_array_equal(labels, np.concatenate([f["point_labels"] for f in feeds]))
+    assert all(not f["has_mask_input"].any() and not f["mask_input"].any() for f in feeds)

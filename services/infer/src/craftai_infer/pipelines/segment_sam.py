@@ -185,6 +185,17 @@ def encode_prompt(prompt: SamPrompt, picture_height: int, picture_width: int) ->
     }
 
 
+def grid_point_feeds(points: F32, picture_height: int, picture_width: int) -> tuple[F32, F32]:
+    """N single foreground clicks (the automatic mask generator's grid) as the decoder's
+    point_coords [N, 1, 2] and point_labels [N, 1]: what `encode_prompt` gives each click, made
+    at once (64 prompts built one by one cost ~15 ms of host time a batch; the mask feeds, zeros
+    with has_mask_input 0, are the caller's to make where they are used)."""
+    size = np.array([picture_width, picture_height], dtype=np.float32)
+    coords = np.asarray(points, dtype=np.float32).reshape(-1, 1, 2)
+    scaled = (coords / size * np.float32(IMAGE_SIZE)).astype(np.float32)
+    return scaled, np.full((len(scaled), 1), FOREGROUND, dtype=np.float32)
+
+
 def _mask_feed(mask_input: npt.NDArray[Any] | None) -> tuple[F32, F32]:
     if mask_input is None:
         return np.zeros((1, 1, LOW_RES, LOW_RES), dtype=np.float32), np.zeros(1, dtype=np.float32)

@@ -35,7 +35,14 @@ from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import mask_generator_torch
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
-from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, check_picture, encode_prompt, prompt_points
+from craftai_infer.pipelines.segment_sam import (
+    SamMasks,
+    SamPrompt,
+    check_picture,
+    encode_prompt,
+    grid_point_feeds,
+    prompt_points,
+)
 from craftai_infer.pipelines.segment_sam_torch import answer, network_input
 from craftai_infer.routes import (
     DECODE,
@@ -47,7 +54,7 @@ from craftai_infer.routes import (
     SegmentRoute,
     Step,
 )
-from craftai_models.sam2.contract import WEIGHTS
+from craftai_models.sam2.contract import LOW_RES, WEIGHTS
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
 DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
@@ -174,8 +181,30 @@ class SamTorchRunner:
         feeds = [
             encode_prompt(p, e.picture_height, e.picture_width) for e, (_, p) in zip(embeddings, items, strict=True)
         ]
-        size = _bucket(n) if self._decoder_graphs is not None else n
+        size = self._batch_size(n)
         pad = [feeds[-1]] * (size - n)  # copies of the last prompt, answers dropped
+        with torch.inference_mode():
+            prompt_feeds = [
+                torch.from_numpy(np.concatenate([f[k] for f in [*feeds, *pad]])).to(d, non_blocking=True)
+                for k in DECODER_FEEDS
+            ]
+        masks, ious = self._decoder(embeddings, shared, size, prompt_feeds, single)
+        return embeddings, masks[:n], ious[:n]
+
+    def _batch_size(self, n: int) -> int:
+        return _bucket(n) if self._decoder_graphs is not None else n
+
+    def _decoder(
+        self,
+        embeddings: list[TorchSamEmbedding],
+        shared: bool,
+        size: int,
+        prompt_feeds: list[torch.Tensor],
+        single: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoder (or its graph) on `size` prompts' feeds (DECODER_FEEDS, on the device) over
+        their pictures' embeddings (one, broadcast, when `shared`)."""
+        n = len(embeddings)
 
         def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
             if shared:
@@ -188,10 +217,7 @@ class SamTorchRunner:
                 stacked([e.image_embed for e in embeddings]),
                 stacked([e.high_res_feats_0 for e in embeddings]),
                 stacked([e.high_res_feats_1 for e in embeddings]),
-                *(
-                    torch.from_numpy(np.concatenate([f[k] for f in [*feeds, *pad]])).to(d, non_blocking=True)
-                    for k in DECODER_FEEDS
-                ),
+                *prompt_feeds,
             ]
             graphs = self._single_graphs if single else self._decoder_graphs
             if graphs is not None:
@@ -199,7 +225,7 @@ class SamTorchRunner:
                 masks, ious = graphs.run(key, inputs)
             else:
                 masks, ious = (self.net.decode_single if single else self.net.decode)(*inputs)
-        return embeddings, masks[:n], ious[:n]
+        return masks, ious
 
     def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
         """low-res logits [3, 256, 256] and IoUs [3], on the device."""
@@ -240,12 +266,26 @@ class SamTorchRunner:
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
         """One batch of the automatic mask generator: every point in one decoder call, the filters on
         the device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
-        prompts = [(embedding, SamPrompt(points=[(float(x), float(y))], labels=[1])) for x, y in points]
-        embeddings, masks, ious = self._decode_network(prompts, single=not settings.multimask_output)
-        e = embeddings[0]
+        d = self.device
+        e = embedding if embedding.image_embed.device == d else embedding.to(d)
+        n = len(points)
+        size = self._batch_size(n)
+        coords, labels = grid_point_feeds(points, e.picture_height, e.picture_width)
+        pad = size - n  # copies of the last point, answers dropped
+        coords, labels = (
+            np.concatenate([coords, coords[-1:].repeat(pad, 0)]),
+            np.concatenate([labels, labels[-1:].repeat(pad, 0)]),
+        )
         with torch.inference_mode():
+            feeds = [
+                torch.from_numpy(coords).to(d, non_blocking=True),
+                torch.from_numpy(labels).to(d, non_blocking=True),
+                torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
+                torch.zeros((size,), dtype=torch.float32, device=d),
+            ]
+            masks, ious = self._decoder([e] * n, True, size, feeds, not settings.multimask_output)
             return mask_generator_torch.batch_candidates(
-                masks, ious, points, e.picture_height, e.picture_width, settings=settings
+                masks[:n], ious[:n], points, e.picture_height, e.picture_width, settings=settings
             )
 
 
