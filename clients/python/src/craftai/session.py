@@ -1,8 +1,13 @@
 """A picture kept on the server for prompts (image.segment sessions), re-opened with the kept
-bytes when the server has forgotten it."""
+bytes when the server has forgotten it or the replica that kept it is gone.
+
+A session lives on the infer replica that opened it (`replica`, answered with the session): its
+prompts, SegmentEverything and CloseSession go there (craftai.replicas), so the encoder runs once
+per picture however many replicas share the work. Opening goes to whichever replica gRPC picks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +26,7 @@ from craftai.outputs import (
     everything_output,
     segment_output,
 )
+from craftai.replicas import ReplicaLostError
 from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
 
@@ -28,8 +34,10 @@ AnswerT = TypeVar("AnswerT", bound=Message)
 
 
 def forgotten(error: CraftAiError) -> bool:
-    """The server no longer has the session (evicted, idle too long, closed, or it restarted):
-    open it again with the picture, then prompt."""
+    """The server no longer has the session (evicted, idle too long, closed, it restarted, or the
+    replica that kept it is gone or draining): open it again with the picture, then prompt."""
+    if isinstance(error, ReplicaLostError):
+        return True
     return error.code == grpc.StatusCode.NOT_FOUND and error.reason == "SESSION_NOT_FOUND"
 
 
@@ -42,6 +50,7 @@ class SessionState:
         self._recipe = recipe
         self._engine = engine
         self.session_id = ""
+        self.replica = ""  # the infer replica that keeps it (OpenSessionResult.replica)
         self.width = 0
         self.height = 0
         self.device = ""
@@ -64,6 +73,7 @@ class SessionState:
     def _opened(self, result: infer_pb2.OpenSessionResult) -> None:
         """Keep what the server answered, its route first (a re-opening asks for the same one)."""
         self.session_id = result.session_id
+        self.replica = result.replica
         self.width, self.height = result.width, result.height
         self._recipe, self._engine = result.route.recipe, result.route.engine
         self.device = result.device
@@ -168,22 +178,24 @@ class SegmentSession(SessionState):
         while True:
             notices: list[str] = []
             try:
-                result = self._transport.result(rpc, request(), on_progress, notices, request_id)
+                result = self._transport.result(rpc, request(), on_progress, notices, request_id, replica=self.replica)
             except CraftAiError as exc:
                 if reopened or not forgotten(exc):
                     raise
-                self.open(on_progress, request_id=request_id)  # evicted, expired or restarted: send it again
+                self.open(on_progress, request_id=request_id)  # evicted, expired, restarted, gone: send it again
                 self.reopened += 1
                 reopened = True
                 continue
             return result, notices, reopened
 
     def close(self) -> None:
-        """Forget the picture on the server (nothing happens if it is already gone)."""
+        """Forget the picture on the server (nothing happens if it is already gone, or the replica
+        that kept it is)."""
         if self.session_id:
             request = infer_pb2.CloseSessionRequest(session_id=self.session_id)
             self.session_id = ""
-            self._transport.unary(calls.CLOSE_SESSION, request)
+            with contextlib.suppress(ReplicaLostError):  # the replica went away with the session
+                self._transport.unary(calls.CLOSE_SESSION, request, replica=self.replica)
 
     def __enter__(self) -> SegmentSession:
         return self

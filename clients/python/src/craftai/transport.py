@@ -3,6 +3,10 @@ shared with any transport), and the blocking transport (`Transport`): one channe
 deadlines, the retry loop that waits for a server to come back, the unary caller and the one
 reader of server streams.
 
+Each address is a gRPC target: `host:port` (or `dns:///host:port`) resolving to every replica of a
+service spreads calls over the replicas that report SERVING (craftai_wire.channels); a session's
+calls go to the replica that keeps it (craftai.replicas). docs/DEPLOY.md, Scaling.
+
 Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else (for loopback addresses only)
 the local key that `craftai serve` generated (craftai_wire.keys). TLS: `root_certificates` (or
 CRAFTAI_TLS_CA), and for mutual TLS `certificate_chain` and `private_key` (or
@@ -24,8 +28,9 @@ from google.protobuf.message import Message
 
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
-from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
-from craftai_wire.channels import client_options
+from craftai.policy import Deadlines, Retries, Retrying, RetryPlan, unanswered
+from craftai.replicas import ReplicaLostError, Replicas
+from craftai_wire.channels import ChannelOptions, client_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
@@ -61,7 +66,7 @@ class Connection:
     addresses: Mapping[ServiceName, str]
     credentials: grpc.ChannelCredentials | None
     app_key: str | None
-    options: list[tuple[str, int]]
+    options: ChannelOptions
 
     @classmethod
     def from_arguments(
@@ -115,8 +120,10 @@ class Connection:
 
 class Transport:
     """Blocking calls to the three services: one channel per address (shared when services share
-    one), a deadline on every call, and calls the server could not answer tried again under
-    `retries` once the server is reachable again."""
+    one; spread over the replicas behind it), a deadline on every call, and calls the server could
+    not answer tried again under `retries` once the server is reachable again. A session's calls
+    (`replica=`) go to the replica that keeps the session, and are not tried elsewhere: the session
+    opens itself again instead (ReplicaLostError)."""
 
     def __init__(self, connection: Connection, deadlines: Deadlines, retries: Retries) -> None:
         self.connection = connection
@@ -128,14 +135,21 @@ class Transport:
         self.catalogue = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(at["catalogue"]))
         self.prepare = prepare_pb2_grpc.PrepareServiceStub(self._channel(at["prepare"]))
         self.infer = infer_pb2_grpc.InferServiceStub(self._channel(at["infer"]))
+        self.replicas = Replicas(at["infer"], self._pinned_channel, lambda: connection.metadata(new_request_id()))
+
+    def _open(self, target: str, options: ChannelOptions) -> grpc.Channel:
+        if self.connection.credentials is None:
+            return grpc.insecure_channel(target, options=options)
+        return grpc.secure_channel(target, self.connection.credentials, options=options)
+
+    def _pinned_channel(self, target: str, authority: str) -> grpc.Channel:
+        """A channel to one replica's address, presenting the service's name (TLS checks it)."""
+        extra: ChannelOptions = [("grpc.default_authority", authority)] if authority else []
+        return self._open(target, [*self.connection.options, *extra])
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
-            options = self.connection.options
-            if self.connection.credentials is None:
-                channel = grpc.insecure_channel(address, options=options)
-            else:
-                channel = grpc.secure_channel(address, self.connection.credentials, options=options)
+            channel = self._open(address, self.connection.options)
 
             def seen(state: grpc.ChannelConnectivity, address: str = address) -> None:
                 if state == grpc.ChannelConnectivity.READY:
@@ -145,8 +159,26 @@ class Transport:
             self._channels[address] = channel
         return self._channels[address]
 
-    def _method(self, service: ServiceName, name: str) -> Any:
-        return getattr({"catalogue": self.catalogue, "prepare": self.prepare, "infer": self.infer}[service], name)
+    def _method(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, bool]:
+        """The stub's method, and whether it is pinned to `replica` (a session's replica, reached
+        on a channel of its own where the infer target has several)."""
+        pinned = self.replicas.stub(replica) if service == "infer" else None
+        if pinned is not None:
+            return getattr(pinned, name), True
+        stubs = {"catalogue": self.catalogue, "prepare": self.prepare, "infer": self.infer}
+        return getattr(stubs[service], name), False
+
+    def _lost(self, replica: str, error: CraftAiError) -> ReplicaLostError:
+        """A pinned call the replica could not answer: the replica is taken as gone (its sessions
+        with it) rather than waited for, while the other replicas serve."""
+        self.replicas.lost(replica)
+        return ReplicaLostError(
+            error.code,
+            f"the infer replica {replica} that keeps this session did not answer: {error.message}",
+            error.reason,
+            retry_after=error.retry_after,
+            request_id=error.request_id,
+        )
 
     def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -164,30 +196,43 @@ class Transport:
             raise error from None
         plan.tried(time.monotonic() - started)
 
-    def unary(self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None) -> AnswerT:
-        """One unary call to its answer, tried again after UNAVAILABLE (Retries)."""
-        call = self._method(rpc.service, rpc.name)
+    def unary(
+        self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None, *, replica: str = ""
+    ) -> AnswerT:
+        """One unary call to its answer, tried again after UNAVAILABLE (Retries); on `replica`'s
+        own channel when it has one (then ReplicaLostError instead of another try)."""
+        call, pinned = self._method(rpc.service, rpc.name, replica)
         metadata = self.connection.metadata(request_id or new_request_id())
         plan = self.retries.plan()
         while True:
             try:
                 answer = call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
-                self._wait_again(self.connection.addresses[rpc.service], CraftAiError.from_rpc(exc), plan)
+                error = CraftAiError.from_rpc(exc)
+                if pinned and unanswered(error):
+                    raise self._lost(replica, error) from None
+                self._wait_again(self.connection.addresses[rpc.service], error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
             return answer
 
     def stream(
-        self, rpc: Stream[RequestT, AnswerT], request: RequestT, request_id: str, *, what: str = "the stream"
+        self,
+        rpc: Stream[RequestT, AnswerT],
+        request: RequestT,
+        request_id: str,
+        *,
+        what: str = "the stream",
+        replica: str = "",
     ) -> Generator[StreamEvent | AnswerT, None, None]:
         """The one reader of server streams: progress and notices as they come, the result last.
 
         Each stream is read to its end (so that the server sees the call finish) and cancelled when
         the reader stops early: that stops an inference, never a preparation (its job runs on and
         the next caller joins it). A stream that fails before its result is tried again under
-        `retries`, after a `Retrying` event: what it gave before is void and progress starts again."""
-        call = self._method(rpc.service, rpc.name)
+        `retries`, after a `Retrying` event: what it gave before is void and progress starts again;
+        a session's stream (`replica`) on its replica's own channel raises ReplicaLostError instead."""
+        call, pinned = self._method(rpc.service, rpc.name, replica)
         metadata = self.connection.metadata(request_id)
         plan = self.retries.plan()
         while True:
@@ -212,6 +257,8 @@ class Transport:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
+            if pinned and unanswered(error):
+                raise self._lost(replica, error)
             self._wait_again(self.connection.addresses[rpc.service], error, plan)
             yield Retrying(error)
 
@@ -222,11 +269,13 @@ class Transport:
         on_progress: ProgressCallback | None,
         notices: list[str],
         request_id: str,
+        *,
+        replica: str = "",
     ) -> AnswerT:
         """A stream run to its one result: progress to the callback, notices collected (those of
         the try that answered only)."""
         answer: AnswerT | None = None
-        for event in self.stream(rpc, request, request_id):
+        for event in self.stream(rpc, request, request_id, replica=replica):
             if isinstance(event, Retrying):
                 del notices[:]  # a retry starts the answer again
             elif isinstance(event, common_pb2.Progress):
@@ -240,6 +289,7 @@ class Transport:
         return answer
 
     def close(self) -> None:
+        self.replicas.close()
         for channel in self._channels.values():
             channel.close()
         self._channels.clear()

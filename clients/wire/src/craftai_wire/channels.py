@@ -2,6 +2,17 @@
 
 from __future__ import annotations
 
+import json
+
+ChannelOptions = list[tuple[str, int | str]]
+
+# Client-side load balancing (docs/DEPLOY.md, Scaling): a target that resolves to several addresses
+# (a Kubernetes headless Service, a compose service with replicas, an `ipv4:a,b` list) gets one
+# subchannel per address and calls spread over them in turn; a subchannel whose server reports
+# anything but SERVING on grpc.health.v1 (starting, or draining for a stop) gets none.
+# One address behaves as before: one connection.
+BALANCING = {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
+
 
 def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
     """Explicit message size limits, the same both ways (docs/API.md "Limits")."""
@@ -11,11 +22,13 @@ def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def client_options(max_message_bytes: int) -> list[tuple[str, int]]:
-    """A client channel: the message limits, and a restarted server found again within seconds
-    (gRPC's default reconnect backoff grows to two minutes)."""
+def client_options(max_message_bytes: int) -> ChannelOptions:
+    """A client channel: the message limits, a restarted server found again within seconds (gRPC's
+    default reconnect backoff grows to two minutes), and calls spread over every replica that
+    reports SERVING (`BALANCING`)."""
     return [
         *message_limits(max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", 250),
         ("grpc.max_reconnect_backoff_ms", 3000),
+        ("grpc.service_config", json.dumps(BALANCING)),
     ]

@@ -71,7 +71,12 @@ class Server:
         self.metrics_address = ""
         self.keys = KeyRing.configure(settings.keys_file, settings.keys, settings.auth == "on")
         self.gateway = Gateway(self.keys, max_requests_per_app=settings.max_requests_per_app)
-        self._server = grpc.aio.server(interceptors=[self.gateway], options=message_limits(settings.max_message_bytes))
+        options: list[tuple[str, int]] = message_limits(settings.max_message_bytes)
+        if settings.max_connection_age_seconds > 0:
+            # GOAWAY after this age (calls in progress run on): clients then resolve the name again
+            # (a headless Service, a scaled compose service) and spread over replicas added since.
+            options.append(("grpc.max_connection_age_ms", int(settings.max_connection_age_seconds * 1000)))
+        self._server = grpc.aio.server(interceptors=[self.gateway], options=options)
         self._probe: grpc.aio.Server | None = None
         self._metrics: observability.MetricsServer | None = None
         self._stopped = asyncio.Event()

@@ -34,6 +34,12 @@ class ServerSettings(BaseSettings):
     store: Path = Field(default_factory=default_store, description="the model store folder")
     max_message_bytes: int = Field(64 * MiB, ge=MiB, le=1024 * MiB, description="largest gRPC message accepted or sent")
     grace_seconds: float = Field(10.0, ge=0, description="how long in-flight streams may finish on SIGTERM")
+    max_connection_age_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="a client's connection is ended gently after this long (calls in progress finish), so that "
+        "clients resolve the service's name again and find replicas added since; 0: never",
+    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     ready_file: Path | None = Field(
         None, description="write the bound address here once serving (for supervisors and tests)"

@@ -97,6 +97,7 @@ class SessionStore:
         self._per_app: dict[str, int] = {}
         self._bytes = 0
         self._sweeper: asyncio.Task[None] | None = None
+        self.opened_total = 0
         self.evicted_total = 0
         self.expired_total = 0
         self.hits_total = 0  # prompts that found their session
@@ -170,6 +171,7 @@ class SessionStore:
         self._sessions[session_id] = session
         self._bytes += nbytes
         self._per_app[app_id] = self._per_app.get(app_id, 0) + 1
+        self.opened_total += 1
         return Opened(session, evicted)
 
     def close(self, app_id: str, session_id: str) -> bool:

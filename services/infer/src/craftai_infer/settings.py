@@ -11,6 +11,12 @@ from craftai_common.settings import ServerSettings
 
 class InferSettings(ServerSettings):
     catalogue_address: str = Field("", description="the catalogue service (host:port); embedded: this server")
+    replica: str = Field(
+        "",
+        max_length=128,
+        description="this process's name among the service's replicas (sessions name it, metrics carry it); "
+        "empty: the host name (a pod's name) and a per-process suffix",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: the GPU when one answers, else the CPU; cpu forces the CPU"
     )

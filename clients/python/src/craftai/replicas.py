@@ -1,0 +1,205 @@
+"""Which replica of the infer service keeps a session, and how this client reaches that one.
+
+A segment session lives on the replica that opened it (OpenSessionResult.replica names it). The
+transport's infer channel lets gRPC spread calls over every address its target resolves to (round
+robin over the replicas that report SERVING: craftai_wire.channels), but a call cannot choose its
+replica there. So for the calls of a session the client keeps one channel pinned to each address,
+and asks each one (GetRuntime) which replica answers there. Pinning is only needed, and only done,
+when the target resolves to several addresses: one address (a single server, a Service's virtual
+IP, `craftai serve`) is reached through the infer channel itself, one connection to one server.
+
+Targets are gRPC's (grpc/doc/naming.md): `host:port` and `dns:[//server/]host[:port]` are resolved
+here with getaddrinfo (the system's resolver, as the service's DNS name is: a Kubernetes headless
+Service, a compose service's replicas), `ipv4:`/`ipv6:` address lists are taken as listed, and any
+other scheme (unix:, xds:, ...) counts as one endpoint. The pinned channels present the target's
+own name as their authority, so TLS checks the same certificate name as for the infer channel.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from craftai.errors import CraftAiError
+from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
+
+log = logging.getLogger("craftai.replicas")
+
+DEFAULT_PORT = 443  # gRPC's default port for dns:, ipv4: and ipv6: targets without one
+SCHEMES = frozenset({"dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock", "xds", "google-c2p", "passthrough"})
+Metadata = tuple[tuple[str, str], ...]
+OpenChannel = Callable[[str, str], grpc.Channel]  # (pinned target, authority) -> a channel
+
+
+@dataclass(frozen=True)
+class Target:
+    """A gRPC target as far as pinning goes: a DNS name to resolve, a list of addresses, or
+    something this client cannot look into (`kind` "other": one endpoint)."""
+
+    kind: str  # "dns", "list" or "other"
+    host: str = ""  # dns: the name
+    port: int = DEFAULT_PORT
+    listed: tuple[str, ...] = ()  # list: pinned targets, as given
+    authority: str = ""  # dns: what pinned channels present (host:port as written)
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    """'name:50051', '1.2.3.4', '[::1]:50051' -> (host, port)."""
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        return host, int(rest[1:]) if rest.startswith(":") else DEFAULT_PORT
+    if text.count(":") == 1:
+        host, port = text.split(":")
+        return host, int(port)
+    return text, DEFAULT_PORT
+
+
+def _pinned(host: str, port: int) -> str:
+    """The gRPC target of one address: ipv4:1.2.3.4:50051 or ipv6:[::1]:50051."""
+    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+
+
+def parse_target(target: str) -> Target:
+    """What a gRPC target names, by gRPC's own rules: a scheme it knows, else `dns:///target`."""
+    scheme, colon, rest = target.partition(":")
+    if not colon or scheme not in SCHEMES:
+        scheme, rest = "dns", target
+    try:
+        if scheme == "dns":
+            if rest.startswith("//"):  # dns://server/host:port (the server is not ours to pick: the system's)
+                rest = rest[2:].partition("/")[2]
+            host, port = _host_port(rest)
+            return Target("dns", host=host, port=port, authority=rest)
+        if scheme in ("ipv4", "ipv6"):
+            listed = tuple(_pinned(*_host_port(item)) for item in rest.split(",") if item)
+            return Target("list", listed=listed)
+    except ValueError:  # a port that is not a number: gRPC will say so; nothing to pin here
+        pass
+    return Target("other")
+
+
+def resolve(target: Target) -> list[str]:
+    """The pinned targets of every address the target names now, in the resolver's order."""
+    if target.kind == "list":
+        return list(target.listed)
+    if target.kind != "dns":
+        return []
+    found: list[str] = []
+    for family, _, _, _, address in socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM):
+        if family in (socket.AF_INET, socket.AF_INET6):
+            pinned = _pinned(str(address[0]), target.port)
+            if pinned not in found:
+                found.append(pinned)
+    return found
+
+
+class ReplicaLostError(CraftAiError):
+    """A session's call could not reach the replica that keeps it (gone, draining, or no longer
+    reachable): its sessions are lost with it, and are opened again on another replica."""
+
+
+@dataclass
+class _Pinned:
+    channel: grpc.Channel
+    stub: infer_pb2_grpc.InferServiceStub
+    replica: str = ""  # the name it answered with; "" until asked (or after it was lost)
+
+
+class Replicas:
+    """The infer service's replicas behind one target, as this client reaches them: a channel
+    pinned to each address and the replica name each answered with. Thread-safe; owns the pinned
+    channels (`close`).
+
+    A name not known resolves the target again and asks the addresses not asked yet (at once for a
+    name never looked up, such as a session's new replica; then at most once every
+    `refresh_seconds` for that name); an address no longer resolved has its channel closed."""
+
+    def __init__(
+        self,
+        target: str,
+        open_channel: OpenChannel,
+        metadata: Callable[[], Metadata],
+        *,
+        timeout: float = 5.0,
+        refresh_seconds: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.target = parse_target(target)
+        self._open = open_channel
+        self._metadata = metadata
+        self.timeout = timeout
+        self.refresh_seconds = refresh_seconds
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._pinned: dict[str, _Pinned] = {}
+        self._by_name: dict[str, str] = {}
+        self._missed: dict[str, float] = {}  # names not found behind the target, and when
+
+    def stub(self, replica: str) -> infer_pb2_grpc.InferServiceStub | None:
+        """The stub pinned to `replica`; None when the target is one endpoint (the infer channel
+        reaches it) or the replica is not (or no longer) found behind the target."""
+        if not replica or self.target.kind == "other":
+            return None
+        with self._lock:
+            address = self._by_name.get(replica)
+            if address is None:
+                now = self._clock()
+                if now - self._missed.get(replica, -1e9) >= self.refresh_seconds:
+                    self._refresh()
+                    address = self._by_name.get(replica)
+                    if address is None:
+                        if len(self._missed) > 1000:
+                            self._missed.clear()
+                        self._missed[replica] = now
+            return self._pinned[address].stub if address is not None else None
+
+    def lost(self, replica: str) -> None:
+        """The replica did not answer a call of one of its sessions: forget its name (its address,
+        if still resolved, is asked again later and may answer as a new process)."""
+        with self._lock:
+            address = self._by_name.pop(replica, None)
+            if address is not None and address in self._pinned:
+                self._pinned[address].replica = ""
+
+    def _refresh(self) -> None:
+        """Resolve again, open channels to new addresses, close those of vanished ones, and ask the
+        addresses whose replica is not known (all at once, each within `timeout`)."""
+        try:
+            addresses = resolve(self.target)
+        except (OSError, UnicodeError) as exc:
+            log.info("could not resolve %s again (%s); keeping the addresses known", self.target.host, exc)
+            addresses = list(self._pinned)
+        if len(addresses) <= 1:
+            addresses = []  # one endpoint: the infer channel is the one connection to it
+        for gone in set(self._pinned) - set(addresses):
+            self._pinned.pop(gone).channel.close()
+        for address in addresses:
+            if address not in self._pinned:
+                channel = self._open(address, self.target.authority)
+                self._pinned[address] = _Pinned(channel, infer_pb2_grpc.InferServiceStub(channel))
+        asking = {
+            address: pinned.stub.GetRuntime.future(
+                infer_pb2.GetRuntimeRequest(), timeout=self.timeout, metadata=self._metadata()
+            )
+            for address, pinned in self._pinned.items()
+            if not pinned.replica
+        }
+        for address, future in asking.items():
+            try:
+                self._pinned[address].replica = future.result().replica
+            except grpc.RpcError as exc:
+                log.info("the infer replica at %s did not say its name (%s)", address, CraftAiError.from_rpc(exc))
+        self._by_name = {p.replica: address for address, p in self._pinned.items() if p.replica}
+
+    def close(self) -> None:
+        with self._lock:
+            for pinned in self._pinned.values():
+                pinned.channel.close()
+            self._pinned.clear()
+            self._by_name.clear()
