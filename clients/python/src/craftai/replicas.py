@@ -118,7 +118,8 @@ class Replicas:
 
     A name not known resolves the target again and asks the addresses not asked yet (at once for a
     name never looked up, such as a session's new replica; then at most once every
-    `refresh_seconds` for that name); an address no longer resolved has its channel closed."""
+    `refresh_seconds` for that name). The channel of an address no longer resolved is closed
+    `retire_seconds` later, so that a call still running on it (a replica draining) is not cut."""
 
     def __init__(
         self,
@@ -128,6 +129,7 @@ class Replicas:
         *,
         timeout: float = 5.0,
         refresh_seconds: float = 5.0,
+        retire_seconds: float = 900.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.target = parse_target(target)
@@ -135,17 +137,22 @@ class Replicas:
         self._metadata = metadata
         self.timeout = timeout
         self.refresh_seconds = refresh_seconds
+        self.retire_seconds = retire_seconds
         self._clock = clock
         self._lock = threading.Lock()
         self._pinned: dict[str, _Pinned] = {}
         self._by_name: dict[str, str] = {}
         self._missed: dict[str, float] = {}  # names not found behind the target, and when
+        self._retired: list[tuple[float, grpc.Channel]] = []  # channels of vanished addresses, since when
 
     def stub(self, replica: str) -> infer_pb2_grpc.InferServiceStub | None:
         """The stub pinned to `replica`; None when the target is one endpoint (the infer channel
         reaches it) or the replica is not (or no longer) found behind the target."""
         if not replica or self.target.kind == "other":
             return None
+        known = self._pinned.get(self._by_name.get(replica, ""))  # the common case, without the lock
+        if known is not None and known.replica == replica:
+            return known.stub
         with self._lock:
             address = self._by_name.get(replica)
             if address is None:
@@ -177,8 +184,11 @@ class Replicas:
             addresses = list(self._pinned)
         if len(addresses) <= 1:
             addresses = []  # one endpoint: the infer channel is the one connection to it
+        now = self._clock()
         for gone in set(self._pinned) - set(addresses):
-            self._pinned.pop(gone).channel.close()
+            self._retired.append((now, self._pinned.pop(gone).channel))
+        while self._retired and now - self._retired[0][0] >= self.retire_seconds:
+            self._retired.pop(0)[1].close()
         for address in addresses:
             if address not in self._pinned:
                 channel = self._open(address, self.target.authority)
@@ -199,7 +209,8 @@ class Replicas:
 
     def close(self) -> None:
         with self._lock:
-            for pinned in self._pinned.values():
-                pinned.channel.close()
+            for channel in [p.channel for p in self._pinned.values()] + [c for _, c in self._retired]:
+                channel.close()
             self._pinned.clear()
-            self._by_name.clear()
+            self._retired.clear()
+            self._by_name = {}

@@ -143,9 +143,13 @@ class Transport:
         return grpc.secure_channel(target, self.connection.credentials, options=options)
 
     def _pinned_channel(self, target: str, authority: str) -> grpc.Channel:
-        """A channel to one replica's address, presenting the service's name (TLS checks it)."""
-        extra: ChannelOptions = [("grpc.default_authority", authority)] if authority else []
-        return self._open(target, [*self.connection.options, *extra])
+        """A channel to one replica's address, presenting the service's name (TLS checks it), with
+        gRPC's default policy: it connects when called (an idle one to a replica gone costs
+        nothing), and a draining replica answers its sessions' calls SHUTTING_DOWN itself."""
+        options = [o for o in self.connection.options if o[0] != "grpc.service_config"]
+        if authority:
+            options.append(("grpc.default_authority", authority))
+        return self._open(target, options)
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
