@@ -14,6 +14,13 @@ import pytest
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
 
+# OpenMP threads (torch's CPU ops, in this process, the servers and tools/bench, which inherit it)
+# sleep as soon as they wait instead of spinning first: on a 2-core machine with more runnable
+# threads than cores (two pytest workers, the servers they start, other work beside them) the
+# spinning took most of the CPU (60 3x3 convolutions on 32x32, 20 times: 19 s spinning, 0.4 s with
+# PASSIVE, same results). Set before anything here imports torch; tools/test.sh exports it too.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 if TYPE_CHECKING:
     import onnx
     import torch
@@ -33,8 +40,32 @@ def pytest_configure(config: pytest.Config) -> None:
     servers.ensure_local_key()
 
 
+# The container suite runs after the integration suite: tools/test.sh builds the images beside
+# the tests, and they are ready by then (tests/containers/conftest.py waits for them otherwise).
+SUITE_ORDER = ("bench", "gpu", "integration", "containers", "parity", "unit")
+
+
+def _suite_rank(item: pytest.Item, root: Path) -> int:
+    parts = item.path.relative_to(root).parts
+    suite = parts[1] if len(parts) > 2 and parts[0] == "tests" else ""
+    return SUITE_ORDER.index(suite) if suite in SUITE_ORDER else len(SUITE_ORDER)
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """GPU tests run on the lent GPU machine only; CI has no GPU and says so."""
+    """GPU tests run on the lent GPU machine only; CI has no GPU and says so.
+
+    Suites run in SUITE_ORDER (files and tests within a suite keep their order). Under pytest-xdist's
+    `--dist loadgroup` (tools/test.sh), each test module is one unit of work, so that its
+    module-scoped servers start once, on one worker, and the container suite is one unit (its
+    session-scoped stack, network and store volume exist once)."""
+    root = config.rootpath
+    items.sort(key=lambda item: _suite_rank(item, root))  # stable: the order within a suite stays
+    if config.getoption("dist", "no") == "loadgroup":
+        for item in items:
+            path = item.path.relative_to(root)
+            group = "tests/containers" if path.parts[:2] == ("tests", "containers") else path.as_posix()
+            item.add_marker(pytest.mark.xdist_group(group))
     try:
         import torch
 

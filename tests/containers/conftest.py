@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,21 @@ os.environ["TESTCONTAINERS_RYUK_DISABLED"] = "true"
 
 def _skip_allowed() -> bool:
     return os.environ.get("CRAFTAI_ALLOW_NO_DOCKER", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def docker_stage() -> None:
+    """tools/test.sh installs the engine and builds the images beside the other suites, and writes
+    the file named by CRAFTAI_DOCKER_STAGE_DONE when that is over: this suite waits for it (its
+    outcome is tools/test.sh's to report; the fixtures below check the engine and the images)."""
+    done = os.environ.get("CRAFTAI_DOCKER_STAGE_DONE")
+    if not done:
+        return
+    deadline = time.monotonic() + 1800
+    while not os.path.exists(done):
+        if time.monotonic() > deadline:
+            pytest.fail(f"the Docker stage of tools/test.sh did not finish within 30 minutes ({done})", pytrace=False)
+        time.sleep(1)
 
 
 @pytest.fixture(scope="session")

@@ -79,8 +79,16 @@ def service(
             read_only=True,
             labels={LABEL: alias},
             # The image's HEALTHCHECK command (not repeated here: Test left empty inherits it),
-            # every second so that the wait below is short.
-            healthcheck={"interval": SECOND_NS, "timeout": 5 * SECOND_NS, "retries": 3, "start_period": 0},
+            # every second so that the wait below is short. The start period (as long as that wait)
+            # keeps the failed probes of a slow start from counting: a service still importing torch
+            # after 3 s on a busy 2-core machine is "starting", not "unhealthy"; the first probe
+            # that passes ends it.
+            healthcheck={
+                "interval": SECOND_NS,
+                "timeout": 5 * SECOND_NS,
+                "retries": 3,
+                "start_period": 120 * SECOND_NS,
+            },
         )
         .waiting_for(HealthcheckWaitStrategy().with_startup_timeout(120).with_poll_interval(0.5))
     )

@@ -9,7 +9,6 @@ InSPyReNet) within what the GPU checks measured, and each test prints what it fo
 
 from __future__ import annotations
 
-import contextlib
 import io
 import shutil
 from collections.abc import Iterator
@@ -25,7 +24,7 @@ from PIL import Image
 from craftai import AiClient, Prompt
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
-from tests.support import catalogues, segment, servers
+from tests.support import segment, servers
 from tests.support.inspyrenet_fixture import checkpoints
 from tests.support.sam_fixture import Sam21Fixture
 
@@ -217,35 +216,6 @@ def test_inspyrenet_network_on_cuda_agrees_with_the_cpu(photos: dict[str, Path])
                 assert relative <= 1e-3, (precision, level)
             else:
                 assert correlation >= 0.99, (precision, level)
-
-
-@pytest.fixture(scope="module")
-def inspyrenet_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, servers.Process]]:
-    """One checkpoint, three servers: the CPU (the reference), the GPU in fp32, the GPU's default."""
-    made = checkpoints()["random"]
-    root = tmp_path_factory.mktemp("inspyrenet-cuda")
-    (root / "files").mkdir()
-    shutil.copyfile(made.path, root / "files" / "inspyrenet.safetensors")
-    with servers.FileServer(root / "files") as files:
-        data = catalogues.real_data()
-        (pinned,) = catalogues.recipe(data, "inspyrenet-swinb")["files"]
-        pinned.update(
-            size=made.pin.size, sha256=made.pin.sha256, sources=[{"url": f"{files.url}/inspyrenet.safetensors"}]
-        )
-        recipes = catalogues.write(root / "recipes.toml", data)
-        settings = {
-            "cpu": {"CRAFTAI_DEVICE": "cpu"},
-            "fp32": {"CRAFTAI_GPU_PRECISION": "fp32"},
-            "auto": {"CRAFTAI_GPU_PRECISION": "auto"},
-        }
-        with contextlib.ExitStack() as stack:
-            started: dict[str, servers.Process] = {}
-            for name, env in settings.items():
-                process = servers.embedded(root / name / "store", root / name, {"CRAFTAI_RECIPES": str(recipes), **env})
-                started[name] = stack.enter_context(servers.running(process))
-                with AiClient(app_id="tests", target=process.address) as ai:
-                    list(ai.setup("image.matte", "inspyrenet-swinb"))
-            yield started
 
 
 def test_inspyrenet_service_answers_from_cuda(

@@ -11,9 +11,12 @@ from pathlib import Path
 import grpc
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from craftai import AiClient, CraftAiError
+from craftai_infer.pipelines import matte_outputs
+from craftai_infer.pipelines.matte_spec import Blur
 from tests.support import catalogues, servers
 from tests.support.inspyrenet_fixture import Checkpoint, checkpoints
 
@@ -64,6 +67,32 @@ def test_setup_load_and_matte_at_the_pictures_size(
         assert (image.mode, image.size) == ("L", (61, 41))
         assert np.isfinite(np.asarray(image)).all()
         assert Image.open(io.BytesIO(matte.cutout_png)).size == (61, 41)
+
+
+def test_every_output_from_the_matte_the_route_hands_over_on_its_device(
+    inspyrenet_server: tuple[servers.Process, servers.FileServer], photos: dict[str, Path]
+) -> None:
+    """The route answers its mattes as tensors on its device (routes.MATTE makes the outputs there):
+    each output is what its definition gives from the answered matte (the CPU here; tests/gpu on CUDA)."""
+    process, _ = inspyrenet_server
+    picture = Image.open(photos["chelsea.png"]).convert("RGB").resize((61, 41))
+    out = io.BytesIO()
+    picture.save(out, format="PNG")
+    with AiClient(app_id="tests", target=process.address) as ai:
+        list(ai.setup("image.matte", "inspyrenet-swinb"))
+        result = ai.remove_background(
+            out.getvalue(), recipe="inspyrenet-swinb", outputs="matte,cutout,composite,mask", bg_blur=3.0
+        )
+    assert result.matte is not None and result.cutout is not None and result.composite is not None
+    assert result.mask is not None
+    matte = np.asarray(Image.open(io.BytesIO(result.matte.data)))
+    cutout = np.array(Image.open(io.BytesIO(result.cutout.data)))
+    assert np.array_equal(cutout[:, :, 3], matte)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(result.mask.data))), matte > 127)
+    pixels = torch.from_numpy(np.array(picture))
+    behind = matte_outputs.background_layer(Blur(3.0), pixels)
+    expected = matte_outputs.composite(torch.from_numpy(cutout), behind, opaque=True).numpy()
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(result.composite.data))), expected)
 
 
 def test_other_bytes_are_refused_by_hash(

@@ -29,6 +29,7 @@ CLICK = infer_pb2.Prompt(points=[infer_pb2.Point(x=1, y=1, label=infer_pb2.POINT
 ANSWERED_WITH = {
     "OpenSession": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
     "Segment": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
+    "SegmentEverything": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     "SegmentOnce": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
 }
 
@@ -61,6 +62,9 @@ def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
         ),
         "Segment": lambda: list(
             i.Segment(infer_pb2.SegmentRequest(session_id="x", prompt=CLICK), metadata=APP, timeout=10)
+        ),
+        "SegmentEverything": lambda: list(
+            i.SegmentEverything(infer_pb2.SegmentEverythingRequest(session_id="x"), metadata=APP, timeout=10)
         ),
         "SegmentOnce": lambda: list(
             i.SegmentOnce(

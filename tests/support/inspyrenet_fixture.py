@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from craftai_common.store import FilePin
 from craftai_models.inspyrenet import inspyrenet_swin_b
-from tests.support.files import CACHE, sha256_of
+from tests.support.files import CACHE, exclusive, sha256_of
 from tests.support.inspyrenet_reference import randomised_state_dict
 
 SEED = 7
@@ -42,13 +42,17 @@ def checkpoints() -> dict[str, Checkpoint]:
     names = ("random", "missing-key", "extra-key", "wrong-shape")
     if all((folder / f"{n}.safetensors").exists() for n in names):
         return {n: _pinned(folder / f"{n}.safetensors") for n in names}
-    state = randomised_state_dict(inspyrenet_swin_b(), seed=SEED)
-    made = {"random": _save(folder / "random.safetensors", state)}
-    missing = dict(state)
-    del missing["decoder.conv5.conv.weight"]
-    made["missing-key"] = _save(folder / "missing-key.safetensors", missing)
-    made["extra-key"] = _save(folder / "extra-key.safetensors", {**state, "decoder.conv6.conv.weight": torch.zeros(1)})
-    wrong = dict(state)
-    wrong["attention0.threshold"] = torch.zeros(2)
-    made["wrong-shape"] = _save(folder / "wrong-shape.safetensors", wrong)
+    with exclusive(folder.name):
+        if all((folder / f"{n}.safetensors").exists() for n in names):  # made while this one waited
+            return {n: _pinned(folder / f"{n}.safetensors") for n in names}
+        state = randomised_state_dict(inspyrenet_swin_b(), seed=SEED)
+        made = {"random": _save(folder / "random.safetensors", state)}
+        missing = dict(state)
+        del missing["decoder.conv5.conv.weight"]
+        made["missing-key"] = _save(folder / "missing-key.safetensors", missing)
+        extra = {**state, "decoder.conv6.conv.weight": torch.zeros(1)}
+        made["extra-key"] = _save(folder / "extra-key.safetensors", extra)
+        wrong = dict(state)
+        wrong["attention0.threshold"] = torch.zeros(2)
+        made["wrong-shape"] = _save(folder / "wrong-shape.safetensors", wrong)
     return made

@@ -14,7 +14,6 @@ import torch
 from PIL import Image
 
 from craftai_infer.pipelines import matte_inspyrenet as pipeline
-from craftai_infer.pipelines.cutout import cutout
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import (
     MatteSettings,
@@ -24,9 +23,18 @@ from craftai_infer.pipelines.matte_inspyrenet import (
     matte_inspyrenet_float,
     refine_radius,
 )
+from craftai_infer.pipelines.matte_outputs import render
+from craftai_infer.pipelines.matte_spec import OutputsSpec
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
+
+
+def cutout(picture: np.ndarray, matte: np.ndarray) -> np.ndarray:
+    """The naive cutout (the picture's colours, the matte as alpha), as image.matte makes it."""
+    made = render(picture, matte, OutputsSpec(frozenset({"cutout"}), naive=True), "cpu").cutout
+    assert made is not None
+    return made
 
 
 class RedChannel:

@@ -3,13 +3,15 @@ parsing (what an asyncio client will share with the blocking one)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 import pytest
 
-from craftai import LowResMask, Point, Retries
+from craftai import LowResMask, Point, Retries, calls
 from craftai.calls import prompt, resolve_request, setup_request
 from craftai.errors import CraftAiError
-from craftai.outputs import segment_output
+from craftai.outputs import matte_output, segment_output
 from craftai.policy import RetryPlan
 from craftai_wire.v1 import common_pb2, infer_pb2
 
@@ -99,3 +101,107 @@ def test_a_segment_result_becomes_masks_best_first() -> None:
     assert (output.width, output.height, output.recipe, output.session_id) == (4, 3, "sam2-hiera-tiny", "s1")
     assert (output.timing_ms, output.server_ms, output.notices) == ({"model": 2.0}, 3.0, ["a notice"])
     assert output.reopened and output.request_id == "r1"
+
+
+@pytest.mark.parametrize(
+    ("given", "rgba"),
+    [
+        ("#2060f0", (32, 96, 240, 255)),
+        ("2060F0", (32, 96, 240, 255)),
+        ("#f80", (255, 136, 0, 255)),
+        ("#ff880080", (255, 136, 0, 128)),
+        ("255, 136, 0", (255, 136, 0, 255)),
+        ("255,136,0,128", (255, 136, 0, 128)),
+        ((1, 2, 3), (1, 2, 3, 255)),
+        ([1, 2, 3, 4], (1, 2, 3, 4)),
+    ],
+)
+def test_background_colours_from_hex_or_numbers(given: calls.Colour, rgba: tuple[int, int, int, int]) -> None:
+    assert calls.colour(given) == rgba
+
+
+@pytest.mark.parametrize("given", ["#12", "red", "1,2", "1,2,3,4,5", (256, 0, 0), (1, 2), "-1,0,0"])
+def test_what_is_not_a_colour_is_said_so(given: calls.Colour) -> None:
+    with pytest.raises(ValueError, match="colour"):
+        calls.colour(given)
+
+
+def test_matte_options_default_to_what_the_other_options_imply() -> None:
+    assert calls.matte_options().outputs == ("matte",)
+    assert calls.matte_options(cutout=True).outputs == ("matte", "cutout")
+    assert calls.matte_options(bg_blur=4.0, threshold=0.3).outputs == ("matte", "composite", "mask")
+    assert calls.matte_options(outputs="cutout, composite", bg_color="#fff").outputs == ("cutout", "composite")
+    assert calls.matte_options(outputs=["mask"], cutout=True).outputs == ("mask", "cutout")
+    jpeg = calls.matte_options(outputs="matte,composite", format="jpg")
+    assert jpeg.formats == {"composite": "jpeg"}  # JPEG is for the composite; the rest stays PNG
+    assert calls.matte_options(outputs="matte,mask", format="webp").formats == {"matte": "webp", "mask": "webp"}
+    assert calls.matte_options(outputs="matte,composite", format={"composite": "jpeg", "matte": "webp"}).formats == {
+        "composite": "jpeg",
+        "matte": "webp",
+    }
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"outputs": "matte,halo"}, "'halo' is not an output"),
+        ({"outputs": "matte,matte"}, "each output once"),
+        ({"outputs": ""}, "at least one output"),
+        ({"outputs": "matte", "bg_color": "#000"}, "add composite"),
+        ({"outputs": "matte", "threshold": 0.5}, "add mask"),
+        ({"bg_color": "#000", "bg_blur": 3.0}, "one background"),
+        ({"threshold": 1.5}, "in [0, 1]"),
+        ({"bg_blur": -1.0}, "more than 0"),
+        ({"outputs": "matte", "format": "jpeg"}, "JPEG is for the composite"),
+        ({"outputs": "matte", "format": {"matte": "jpeg"}}, "JPEG is for the composite"),
+        ({"format": "gif"}, "not a format"),
+        ({"png_level": 10}, "0 (none) to 9"),
+        ({"jpeg_quality": 101}, "1 to 100"),
+    ],
+)
+def test_matte_options_that_cannot_work_are_refused_before_sending(kwargs: dict[str, Any], words: str) -> None:
+    with pytest.raises(ValueError) as caught:
+        calls.matte_options(**kwargs)
+    assert words in str(caught.value)
+
+
+def test_a_matte_request_carries_every_option() -> None:
+    options = calls.matte_options(
+        outputs="cutout,composite,mask", naive=True, bg_color="#10203080", threshold=0.25, format="webp", png_level=6
+    )
+    request = calls.matte_request(b"picture", options, "u2netp")
+    assert [(o.kind, o.format) for o in request.outputs] == [
+        (infer_pb2.MATTE_OUTPUT_KIND_CUTOUT, infer_pb2.MATTE_FORMAT_WEBP),
+        (infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE, infer_pb2.MATTE_FORMAT_WEBP),
+        (infer_pb2.MATTE_OUTPUT_KIND_MASK, infer_pb2.MATTE_FORMAT_WEBP),
+    ]
+    colour = request.background.color
+    assert (colour.r, colour.g, colour.b, colour.a, request.naive) == (16, 32, 48, 128, True)
+    assert (request.mask_threshold, request.png_compress_level, request.route.recipe) == (0.25, 6, "u2netp")
+    assert not request.HasField("jpeg_quality") and not request.want_cutout
+    blur = calls.matte_request(b"p", calls.matte_options(bg_blur=2.5))
+    assert blur.background.WhichOneof("kind") == "blur_radius" and blur.background.blur_radius == 2.5
+    assert calls.matte_request(b"p", calls.matte_options(bg_image=b"bg")).background.picture.data == b"bg"
+    legacy = calls.matte_request(b"p", True)  # the form before the outputs: the matte and the cutout
+    assert [o.kind for o in legacy.outputs] == [infer_pb2.MATTE_OUTPUT_KIND_MATTE, infer_pb2.MATTE_OUTPUT_KIND_CUTOUT]
+
+
+def test_a_matte_result_becomes_typed_outputs_and_the_png_fields() -> None:
+    route = common_pb2.RouteRef(feature="image.matte", recipe="u2netp", engine="onnxruntime")
+    result = infer_pb2.MatteResult(
+        route=route,
+        width=4,
+        height=3,
+        device="cpu",
+        matte=infer_pb2.MatteImage(data=b"m", format=infer_pb2.MATTE_FORMAT_PNG),
+        composite=infer_pb2.MatteImage(data=b"c", format=infer_pb2.MATTE_FORMAT_JPEG),
+        cutout=infer_pb2.MatteImage(data=b"w", format=infer_pb2.MATTE_FORMAT_WEBP, has_alpha=True),
+    )
+    output = matte_output(result, [], "r1")
+    assert output.matte_png == b"m" and output.cutout_png == b""  # the cutout is a WebP
+    assert output.composite is not None and (output.composite.format, output.composite.suffix) == ("jpeg", ".jpg")
+    assert output.cutout is not None and output.cutout.has_alpha and output.cutout.media_type == "image/webp"
+    assert output.mask is None and set(output.images) == {"matte", "cutout", "composite"}
+    older = matte_output(infer_pb2.MatteResult(route=route, matte_png=b"m", cutout_png=b"c"), [], "r2")
+    assert (older.matte_png, older.cutout_png) == (b"m", b"c")  # a server before the outputs
+    assert older.cutout is not None and older.cutout.has_alpha and older.composite is None

@@ -27,7 +27,6 @@ import argparse
 import io
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -97,34 +96,36 @@ def meta_runs(weights: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
 
 
 def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="bench-amg-"))
-    results: dict[str, Any] = {}
-    with harness.files_on_loopback(fixture.folder) as url:
-        files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-        pins = {"sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}}
-        recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
-        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda"}
-        with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-            list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
-            data = png(pixels)
-            with ai.open_session(data, "sam2-hiera-tiny", "torch") as session:
-                session.segment_everything(points_per_side=8)  # warm-up: graphs captured
-                for name, parameters in CASES.items():
-                    started = time.perf_counter()
-                    found = session.segment_everything(points_per_side=side, **parameters)
-                    everything_ms = (time.perf_counter() - started) * 1000
-                    started = time.perf_counter()
-                    with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
-                        fresh.segment_everything(points_per_side=side, **parameters)
-                    results[name] = {
-                        "everything_ms": everything_ms,
-                        "open_and_everything_ms": (time.perf_counter() - started) * 1000,
-                        "server_stages_ms": found.timing_ms,
-                        "device": found.device,
-                        "candidates": found.candidates,
-                        "masks": [m.array() for m in found.masks],
-                    }
-    return results
+    with harness.scratch("bench-amg-") as work:
+        results: dict[str, Any] = {}
+        with harness.files_on_loopback(fixture.folder) as url:
+            files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+            pins = {
+                "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
+            }
+            recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
+            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda"}
+            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
+                list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+                data = png(pixels)
+                with ai.open_session(data, "sam2-hiera-tiny", "torch") as session:
+                    session.segment_everything(points_per_side=8)  # warm-up: graphs captured
+                    for name, parameters in CASES.items():
+                        started = time.perf_counter()
+                        found = session.segment_everything(points_per_side=side, **parameters)
+                        everything_ms = (time.perf_counter() - started) * 1000
+                        started = time.perf_counter()
+                        with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
+                            fresh.segment_everything(points_per_side=side, **parameters)
+                        results[name] = {
+                            "everything_ms": everything_ms,
+                            "open_and_everything_ms": (time.perf_counter() - started) * 1000,
+                            "server_stages_ms": found.timing_ms,
+                            "device": found.device,
+                            "candidates": found.candidates,
+                            "masks": [m.array() for m in found.masks],
+                        }
+        return results
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,6 +11,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import tomllib
@@ -27,6 +28,14 @@ REPO = Path(__file__).resolve().parents[2]
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+@contextlib.contextmanager
+def scratch(prefix: str) -> Iterator[Path]:
+    """A work folder (store, catalogue, copied files) removed when the measure ends, even on a
+    failure: a served store holds hundreds of MB and the test suite runs these benches often."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as folder:
+        yield Path(folder)
 
 
 @contextlib.contextmanager
@@ -110,6 +119,22 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
     """serve_process, for callers that need only the address."""
     with serve_process(workdir, env) as served:
         yield served.address
+
+
+@contextlib.contextmanager
+def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
+    """`craftai serve` on the CPU with u2netp pinned to `model` (a copy served on loopback from
+    work/files, as its prepare service downloads it); yields the address (set it up first)."""
+    import hashlib
+    import shutil
+
+    (work / "files").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(model, work / "files" / "u2netp.onnx")
+    with files_on_loopback(work / "files") as url:
+        pin = {"size": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
+        recipes = pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": {**pin, "url": f"{url}/u2netp.onnx"}}})
+        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+            yield address
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

@@ -8,6 +8,10 @@ the reference in fp32 and fp16 autocast; ours as loaded (fp32, fp16), and as the
 (BatchNorm folded, channels-last, autocast, CUDA graph). Then the whole pipeline (host uint8 picture
 in, host uint8 matte out) through the GPU route: 1280x960 (full resolution path) and 4000x3000
 (reduce to 1280², enlarge, refine, fringe shrink). Writes matte_gpu.json and matte_gpu.md.
+
+--dtypes narrows the precisions (the CPU check of run.py --tiny runs fp32 only: autocast to fp16 or
+bf16 on the CPU costs minutes and tells nothing there); the pipeline runs the reduced precisions of
+the list, or fp32 when the list has none.
 """
 
 from __future__ import annotations
@@ -79,8 +83,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--sizes", default="1024,1280")
     parser.add_argument("--pictures", default="1280x960,4000x3000", help="pipeline picture sizes")
+    parser.add_argument("--dtypes", default="fp16,bf16,fp32", help=f"precisions, from {', '.join(DTYPES)}")
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     options = parser.parse_args(argv)
+    dtypes = options.dtypes.split(",")
+    unknown = set(dtypes) - set(DTYPES)
+    if unknown:
+        parser.error(f"unknown precisions {sorted(unknown)}; from {', '.join(DTYPES)}")
+    network_dtypes = [name for name in ("fp32", "fp16") if name in dtypes]
+    pipeline_dtypes = [name for name in dtypes if name != "fp32"] or ["fp32"]
     device = torch.device(options.device)
     options.out.mkdir(parents=True, exist_ok=True)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -96,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in options.sizes.split(",")]
     for size in sizes:
         x = torch.randn(1, 3, size, size, device=device)
-        for name, dtype in (("fp32", None), ("fp16", torch.float16)):
+        for name in network_dtypes:
+            dtype = DTYPES[name]
             rows.setdefault(f"reference {name}", {})[str(size)] = timed_on(
                 forward(reference, x, dtype), options.reps, options.warmup, device
             )
@@ -106,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         print(size, {k: v.get(str(size)) for k, v in rows.items()}, flush=True)
     del reference
     optimised = {}
-    for name in ("fp16", "bf16", "fp32"):
+    for name in dtypes:
         net = inspyrenet_swin_b()
         net.load_state_dict(state)
         optimised[name] = Optimised(net.to(device).eval(), device, DTYPES[name])
@@ -125,11 +137,11 @@ def main(argv: list[str] | None = None) -> int:
     for label in options.pictures.split(","):
         w, h = (int(v) for v in label.split("x"))
         rgb = np.asarray(photo.resize((w, h), Image.Resampling.BICUBIC))
-        for name in ("fp16", "bf16"):
+        for name in pipeline_dtypes:
             route = optimised[name]
             with torch.inference_mode():
                 run = functools.partial(matte_inspyrenet, rgb, route, device=device, autocast=DTYPES[name])
-                pipeline[f"{label} {name}"] = timed_on(run, options.reps, 2, device)
+                pipeline[f"{label} {name}"] = timed_on(run, options.reps, min(2, options.warmup), device)
         print(label, pipeline, flush=True)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

@@ -12,6 +12,9 @@ Sections (each writes into --out; bench.json and bench.md gather them):
 - matte_inprocess: InSPyReNet at 1024 and 1280 against transparent-background's network, and the
   whole pipeline at 1280x960 and 4000x3000 (tools/bench/matte_gpu.py).
 - matte_grpc: InSPyReNet through `craftai serve`: the Matte round trip at 1280x960 and 4000x3000.
+- matte_outputs: what each output costs over the plain matte at 4000x3000 (tools/bench/matte_outputs.py):
+  foreground estimation against pymatting's, each output made on the device, each encoder, and
+  InSPyReNet through `craftai serve` with each set of outputs.
 - u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible)
   against rembg's own `remove(only_mask=True)` on the same photos: pictures per second with 1 and
   2 concurrent clients, and a check that both give the same matte.
@@ -29,7 +32,6 @@ import json
 import os
 import platform
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -56,7 +58,7 @@ for src in (
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
 
-SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "u2netp_cpu")
+SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "matte_outputs", "u2netp_cpu")
 
 
 def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
@@ -70,7 +72,8 @@ def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
 
 
 def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, seconds: float) -> float:
-    """Calls per second of `concurrency` threads each repeating its own call for `seconds`."""
+    """Calls per second of `concurrency` threads each repeating its own call for `seconds` (each
+    makes at least one call: `seconds=0` is one call per thread, what the tiny run checks)."""
     counts = [0] * concurrency
     stop = time.monotonic() + seconds
     errors: list[BaseException] = []
@@ -78,9 +81,11 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
     def worker(i: int) -> None:
         call = make_call(i)
         try:
-            while time.monotonic() < stop:
+            while True:
                 call()
                 counts[i] += 1
+                if time.monotonic() >= stop:
+                    break
         except BaseException as exc:
             errors.append(exc)
 
@@ -102,52 +107,57 @@ def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
     from tools.fixtures import sam21
 
     fixture = sam21.ensure_fixture()
-    work = Path(tempfile.mkdtemp(prefix="bench-sam-"))
-    size = (256, 192) if tiny else (2048, 1536)
-    picture = jpeg(size)
-    with harness.files_on_loopback(fixture.folder) as url:
-        files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-        pins = {"sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}}
-        recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
-        env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
-        with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-            list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
-            session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
-            w, h = size
-            clicks = harness.timed_ms(lambda: session.segment([(w * 0.5, h * 0.45, True)]), 5 if tiny else 200, 5)
-            boxes = harness.timed_ms(
-                lambda: session.segment(box=(w * 0.25, h * 0.2, w * 0.75, h * 0.8)), 3 if tiny else 100, 2
-            )
-            opens = harness.timed_ms(
-                lambda: ai.open_session(picture, "sam2-hiera-tiny", "torch").close(), 3 if tiny else 50, 2
-            )
-            rates = {}
-            for concurrency in (1, 2) if tiny else (1, 8, 32):
-                clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(concurrency)]
-                try:
-                    rates[str(concurrency)] = throughput(
-                        functools.partial(_open_and_close, clients, picture), concurrency, 1.0 if tiny else 8.0
-                    )
-                finally:
-                    for client in clients:
-                        client.close()
-            runtime = ai.runtime()
-            opened = ai.open_session(picture, "sam2-hiera-tiny", "torch")
-            click_stages = opened.segment([(w * 0.5, h * 0.45, True)]).timing_ms
-            open_stages = opened.timing_ms
-            opened.close()
-    result = {
-        "picture": f"{w}x{h} JPEG",
-        "device": runtime.device,
-        "click_round_trip_ms": harness.percentiles(clicks),
-        "box_round_trip_ms": harness.percentiles(boxes),
-        "picture_set_round_trip_ms": harness.percentiles(opens),
-        "encoder_pictures_per_s": rates,
-        "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
-        "server_stages_ms": {"open_session": open_stages, "click": click_stages},
-    }
-    (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
-    return result
+    with harness.scratch("bench-sam-") as work:
+        size = (256, 192) if tiny else (2048, 1536)
+        picture = jpeg(size)
+        with harness.files_on_loopback(fixture.folder) as url:
+            files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
+            pins = {
+                "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
+            }
+            recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
+            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}
+            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
+                list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
+                session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
+                w, h = size
+                # tiny: each measure once or twice (an encoder run takes seconds on a shared CPU)
+                clicks = harness.timed_ms(
+                    lambda: session.segment([(w * 0.5, h * 0.45, True)]), *((2, 1) if tiny else (200, 5))
+                )
+                boxes = harness.timed_ms(
+                    lambda: session.segment(box=(w * 0.25, h * 0.2, w * 0.75, h * 0.8)), *((1, 0) if tiny else (100, 2))
+                )
+                opens = harness.timed_ms(
+                    lambda: ai.open_session(picture, "sam2-hiera-tiny", "torch").close(), *((1, 0) if tiny else (50, 2))
+                )
+                rates = {}
+                for concurrency in (1, 2) if tiny else (1, 8, 32):
+                    clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(concurrency)]
+                    try:
+                        rates[str(concurrency)] = throughput(
+                            functools.partial(_open_and_close, clients, picture), concurrency, 0.0 if tiny else 8.0
+                        )
+                    finally:
+                        for client in clients:
+                            client.close()
+                runtime = ai.runtime()
+                opened = ai.open_session(picture, "sam2-hiera-tiny", "torch")
+                click_stages = opened.segment([(w * 0.5, h * 0.45, True)]).timing_ms
+                open_stages = opened.timing_ms
+                opened.close()
+        result = {
+            "picture": f"{w}x{h} JPEG",
+            "device": runtime.device,
+            "click_round_trip_ms": harness.percentiles(clicks),
+            "box_round_trip_ms": harness.percentiles(boxes),
+            "picture_set_round_trip_ms": harness.percentiles(opens),
+            "encoder_pictures_per_s": rates,
+            "batches": {f"{r.route.recipe}/{r.route.engine}": [r.requests, r.batches] for r in runtime.loaded},
+            "server_stages_ms": {"open_session": open_stages, "click": click_stages},
+        }
+        (out / "sam_grpc.json").write_text(json.dumps(result, indent=2))
+        return result
 
 
 def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable[[], Any]:
@@ -158,53 +168,49 @@ def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable
 
 
 def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
-    """A random-weight checkpoint with the published key names (written once)."""
-    import hashlib
+    """A random-weight checkpoint with the published key names: the tests' own (seed 7, made once
+    and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py), linked into `folder`."""
+    from tests.support.inspyrenet_fixture import checkpoints
 
-    import torch
-    from safetensors.torch import save_file
-
-    from craftai_models.inspyrenet import inspyrenet_swin_b
-    from tests.support.inspyrenet_reference import randomised_state_dict
-
+    made = checkpoints()["random"]
     path = folder / "inspyrenet.safetensors"
     if not path.exists():
-        state = randomised_state_dict(inspyrenet_swin_b(), seed=7)
-        save_file({k: v.contiguous() for k, v in state.items()}, str(path))
-        del state
-        torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return {"size": path.stat().st_size, "sha256": digest}
+        try:
+            os.link(made.path, path)
+        except OSError:  # another file system
+            import shutil
+
+            shutil.copyfile(made.path, path)
+    return {"size": made.pin.size, "sha256": made.pin.sha256}
 
 
 def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
-    work = Path(tempfile.mkdtemp(prefix="bench-matte-"))
-    files = work / "files"
-    files.mkdir()
-    pin = inspyrenet_checkpoint(files)
-    sizes = [(61, 41)] if tiny else [(1280, 960), (4000, 3000)]
-    result: dict[str, Any] = {}
-    with harness.files_on_loopback(files) as url:
-        recipes = harness.pinned_catalogue(
-            work / "recipes.toml", {"inspyrenet-swinb": {"weights": {**pin, "url": f"{url}/inspyrenet.safetensors"}}}
-        )
-        with (
-            harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}) as address,
-            AiClient(app_id="bench", target=address) as ai,
-        ):
-            list(ai.setup("image.matte", "inspyrenet-swinb"))
-            for size in sizes:
-                picture = jpeg(size)
-                matte = functools.partial(ai.remove_background, picture, recipe="inspyrenet-swinb")
-                samples = harness.timed_ms(matte, 2 if tiny else 20, 2)
-                server = ai.remove_background(picture, recipe="inspyrenet-swinb")
-                result[f"{size[0]}x{size[1]}"] = {
-                    "round_trip_ms": harness.percentiles(samples),
-                    "server_stages_ms": server.timing_ms,
-                    "device": server.device,
-                }
-    (out / "matte_grpc.json").write_text(json.dumps(result, indent=2))
-    return result
+    with harness.scratch("bench-matte-") as work:
+        files = work / "files"
+        files.mkdir()
+        pin = inspyrenet_checkpoint(files)
+        sizes = [(61, 41)] if tiny else [(1280, 960), (4000, 3000)]
+        result: dict[str, Any] = {}
+        with harness.files_on_loopback(files) as url:
+            weights = {**pin, "url": f"{url}/inspyrenet.safetensors"}
+            recipes = harness.pinned_catalogue(work / "recipes.toml", {"inspyrenet-swinb": {"weights": weights}})
+            with (
+                harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}) as address,
+                AiClient(app_id="bench", target=address) as ai,
+            ):
+                list(ai.setup("image.matte", "inspyrenet-swinb"))
+                for size in sizes:
+                    picture = jpeg(size)
+                    matte = functools.partial(ai.remove_background, picture, recipe="inspyrenet-swinb")
+                    samples = harness.timed_ms(matte, *((1, 0) if tiny else (20, 2)))
+                    server = ai.remove_background(picture, recipe="inspyrenet-swinb")
+                    result[f"{size[0]}x{size[1]}"] = {
+                        "round_trip_ms": harness.percentiles(samples),
+                        "server_stages_ms": server.timing_ms,
+                        "device": server.device,
+                    }
+        (out / "matte_grpc.json").write_text(json.dumps(result, indent=2))
+        return result
 
 
 # ---- u2netp on the CPU against rembg ------------------------------------------------------------
@@ -218,62 +224,56 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
 
     names = ["chelsea.png"] if tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]
     pictures = [photos()[n].read_bytes() for n in names]
-    work = Path(tempfile.mkdtemp(prefix="bench-u2netp-"))
-    (work / "files").mkdir()
-    model = u2netp_onnx()
-    shutil.copyfile(model, work / "files" / "u2netp.onnx")
-    seconds = 1.0 if tiny else 10.0
+    with harness.scratch("bench-u2netp-") as work:
+        (work / "files").mkdir()
+        model = u2netp_onnx()
+        shutil.copyfile(model, work / "files" / "u2netp.onnx")
+        seconds = 0.0 if tiny else 10.0  # tiny: one call per client
 
-    os.environ["U2NET_HOME"] = str(work / "files")
-    os.environ.setdefault("NUMBA_DISABLE_JIT", "1")  # pymatting (alpha matting, never called here) compiles at import
-    from rembg import new_session, remove
+        os.environ["U2NET_HOME"] = str(work / "files")
+        # pymatting (alpha matting, never called here) compiles at import
+        os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
+        from rembg import new_session, remove
 
-    session = new_session("u2netp")
-    theirs_masks = [np.asarray(remove(Image.open(io.BytesIO(p)), session=session, only_mask=True)) for p in pictures]
+        session = new_session("u2netp")
+        theirs_masks = [
+            np.asarray(remove(Image.open(io.BytesIO(p)), session=session, only_mask=True)) for p in pictures
+        ]
 
-    def rembg_call(i: int) -> Callable[[], Any]:
-        counter = [i]
+        def rembg_call(i: int) -> Callable[[], Any]:
+            counter = [i]
 
-        def call() -> Any:
-            counter[0] += 1
-            return remove(pictures[counter[0] % len(pictures)], session=session, only_mask=True)
+            def call() -> Any:
+                counter[0] += 1
+                return remove(pictures[counter[0] % len(pictures)], session=session, only_mask=True)
 
-        return call
+            return call
 
-    result: dict[str, Any] = {"photos": names, "rembg": {}, "ours": {}}
-    for concurrency in (1, 2):
-        result["rembg"][str(concurrency)] = throughput(rembg_call, concurrency, seconds)
+        result: dict[str, Any] = {"photos": names, "rembg": {}, "ours": {}}
+        for concurrency in (1, 2):
+            result["rembg"][str(concurrency)] = throughput(rembg_call, concurrency, seconds)
 
-    # The same route in this process, without the service around it (decode, matte, PNG): tells the
-    # model's share from the service's.
-    from craftai_infer import pictures as decoding
-    from craftai_infer.routes import RouteFiles
-    from craftai_infer.routes.u2netp_onnx import U2netpOnnx
+        # The same route in this process, without the service around it (decode, matte, PNG): tells the
+        # model's share from the service's.
+        from craftai_infer import pictures as decoding
+        from craftai_infer.routes import RouteFiles
+        from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 
-    route = U2netpOnnx(RouteFiles({"network": work / "files" / "u2netp.onnx"}, None, 0), "cpu")
-    limits = decoding.Limits(50_000_000, 16384)
+        route = U2netpOnnx(RouteFiles({"network": work / "files" / "u2netp.onnx"}, None, 0), "cpu")
+        limits = decoding.Limits(50_000_000, 16384)
 
-    def in_process(i: int) -> Callable[[], Any]:
-        counter = [i]
+        def in_process(i: int) -> Callable[[], Any]:
+            counter = [i]
 
-        def call() -> Any:
-            counter[0] += 1
-            picture = decoding.decode(pictures[counter[0] % len(pictures)], limits)
-            return decoding.encode_png(route.matte([picture])[0], 1)
+            def call() -> Any:
+                counter[0] += 1
+                picture = decoding.decode(pictures[counter[0] % len(pictures)], limits)
+                return decoding.encode_png(route.matte([picture])[0], 1)
 
-        return call
+            return call
 
-    result["ours_in_process_1"] = throughput(in_process, 1, seconds)
-    with harness.files_on_loopback(work / "files") as url:
-        import hashlib
-
-        pin = {
-            "size": model.stat().st_size,
-            "sha256": hashlib.sha256(model.read_bytes()).hexdigest(),
-            "url": f"{url}/u2netp.onnx",
-        }
-        recipes = harness.pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": pin}})
-        with harness.serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+        result["ours_in_process_1"] = throughput(in_process, 1, seconds)
+        with harness.serve_u2netp_cpu(work, model) as address:
             clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
             try:
                 list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
@@ -296,10 +296,10 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
             finally:
                 for client in clients:
                     client.close()
-    result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
-    result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
-    (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
-    return result
+        result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
+        result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
+        (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
+        return result
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -356,6 +356,10 @@ def report(results: dict[str, Any]) -> str:
             for k, v in results["matte_grpc"].items()
         ]
         lines.append("")
+    if "matte_outputs" in results:
+        from tools.bench import matte_outputs
+
+        lines += [matte_outputs.gpu_report(results["matte_outputs"])]
     if "u2netp_cpu" in results:
         r = results["u2netp_cpu"]
         lines += [
@@ -409,13 +413,16 @@ def main(argv: list[str] | None = None) -> int:
             from tools.bench import matte_gpu
 
             args = ["--device", torch_device, "--out", str(options.out)]
-            matte_gpu.main(
-                args
-                + (["--reps", "1", "--warmup", "0", "--sizes", "64", "--pictures", "80x60"] if options.tiny else [])
-            )
+            # fp32 only on the tiny CPU run, as for SAM: CPU autocast to fp16/bf16 cost over a minute
+            tiny = ["--reps", "1", "--warmup", "0", "--sizes", "64", "--pictures", "80x60", "--dtypes", "fp32"]
+            matte_gpu.main(args + (tiny if options.tiny else []))
             results[section] = json.loads((options.out / "matte_gpu.json").read_text())
         elif section == "matte_grpc":
             results[section] = matte_grpc(options.out, options.device, options.tiny)
+        elif section == "matte_outputs":
+            from tools.bench import matte_outputs
+
+            results[section] = matte_outputs.gpu(options.out, options.device, options.tiny)
         elif section == "u2netp_cpu":
             results[section] = u2netp_cpu(options.out, options.tiny)
         else:

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,bench}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -39,6 +39,7 @@ run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
 run amg 420 python3 tools/bench/amg_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
+run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then

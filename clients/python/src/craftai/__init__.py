@@ -6,6 +6,7 @@ from craftai import AiClient
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
 from craftai.outputs import (
+    EncodedImage,
     EverythingOutput,
     LowResMask,
     MaskOutput,
@@ -23,6 +24,7 @@ __all__ = [
     "AiClient",
     "CraftAiError",
     "Deadlines",
+    "EncodedImage",
     "EverythingOutput",
     "LowResMask",
     "MaskOutput",

@@ -4,11 +4,13 @@ the blocking client and an asyncio client build the very same requests."""
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Generic, Literal, TypeVar
+from typing import Generic, Literal, TypeVar, cast, get_args
 
 from google.protobuf.message import Message
 
@@ -193,14 +195,188 @@ def setup_request(feature: str, recipe: str | None = None, engine: str | None = 
     return prepare_pb2.SetupRequest(route=route_ref(feature, recipe, engine))
 
 
+OutputName = Literal["matte", "cutout", "composite", "mask"]
+FormatName = Literal["png", "webp", "jpeg"]
+OUTPUT_NAMES: tuple[OutputName, ...] = get_args(OutputName)
+FORMAT_NAMES: tuple[FormatName, ...] = get_args(FormatName)
+Colour = str | Sequence[int]  # "#rrggbb", "#rrggbbaa", "#rgb", "r,g,b[,a]", or (r, g, b[, a]), 0..255
+_KINDS = {
+    "matte": infer_pb2.MATTE_OUTPUT_KIND_MATTE,
+    "cutout": infer_pb2.MATTE_OUTPUT_KIND_CUTOUT,
+    "composite": infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE,
+    "mask": infer_pb2.MATTE_OUTPUT_KIND_MASK,
+}
+_FORMATS = {
+    "png": infer_pb2.MATTE_FORMAT_PNG,
+    "webp": infer_pb2.MATTE_FORMAT_WEBP,
+    "jpeg": infer_pb2.MATTE_FORMAT_JPEG,
+}
+_HEX = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
+
+
+def colour(value: Colour) -> tuple[int, int, int, int]:
+    """An RGBA colour (0..255 each, alpha 255 unless given) from hex ("#ff8800", "#ff880080", "#f80")
+    or numbers ("255,136,0[,128]", (255, 136, 0[, 128])); ValueError in plain words otherwise."""
+    if isinstance(value, str):
+        text = value.strip()
+        found = _HEX.match(text)
+        if found:
+            digits = found.group(1)
+            if len(digits) == 3:
+                digits = "".join(d * 2 for d in digits)
+            channels = [int(digits[i : i + 2], 16) for i in range(0, len(digits), 2)]
+        else:
+            try:
+                channels = [int(part) for part in text.split(",")]
+            except ValueError:
+                channels = []
+            if not channels:
+                raise ValueError(f"{value!r} is not a colour: give hex (#rrggbb or #rrggbbaa) or r,g,b[,a] (0..255)")
+    else:
+        channels = [int(v) for v in value]
+    if len(channels) not in (3, 4) or not all(0 <= c <= 255 for c in channels):
+        raise ValueError(f"{value!r} is not a colour: three or four channels (r, g, b[, a]), each 0..255")
+    r, g, b, *rest = channels
+    return (r, g, b, rest[0] if rest else 255)
+
+
+@dataclass(frozen=True)
+class MatteOptions:
+    """What a remove_background call asks for (built and checked by `matte_options`)."""
+
+    outputs: tuple[OutputName, ...] = ("matte",)
+    formats: Mapping[OutputName, FormatName] = field(default_factory=dict)  # png where not named
+    naive: bool = False  # cutout and composite: the picture's own colours, no foreground estimation
+    bg_color: tuple[int, int, int, int] | None = None
+    bg_blur: float | None = None
+    bg_image: bytes | None = None
+    threshold: float | None = None
+    png_level: int | None = None
+    jpeg_quality: int | None = None
+
+
+def _names(outputs: str | Iterable[str]) -> list[OutputName]:
+    listed = [o.strip().lower() for o in (outputs.split(",") if isinstance(outputs, str) else outputs)]
+    listed = [name for name in listed if name]
+    for name in listed:
+        if name not in OUTPUT_NAMES:
+            raise ValueError(f"{name!r} is not an output: the outputs are {', '.join(OUTPUT_NAMES)}")
+    names = cast(list[OutputName], listed)
+    if not names:
+        raise ValueError(f"ask for at least one output: {', '.join(OUTPUT_NAMES)}")
+    if len(set(names)) != len(names):
+        raise ValueError(f"each output once: {', '.join(names)}")
+    return names
+
+
+def _formats(
+    names: Sequence[OutputName], format: FormatName | str | Mapping[str, str] | None
+) -> dict[OutputName, FormatName]:
+    """One format for every output ("jpeg" for the composite only, the rest PNG), or one per output."""
+    if format is None:
+        return {}
+    if isinstance(format, str):
+        chosen = format.strip().lower().replace("jpg", "jpeg")
+        if chosen not in FORMAT_NAMES:
+            raise ValueError(f"{format!r} is not a format: png, webp or jpeg")
+        if chosen == "jpeg":
+            if "composite" not in names:
+                raise ValueError("JPEG is for the composite (over an opaque background): ask for it, or png or webp")
+            return {"composite": "jpeg"}
+        return dict.fromkeys(names, cast(FormatName, chosen))
+    made: dict[OutputName, FormatName] = {}
+    for name, fmt in format.items():
+        (key,) = _names([name])
+        (made[key],) = _formats([key], fmt).values()
+    return made
+
+
+def matte_options(
+    *,
+    outputs: str | Iterable[str] | None = None,
+    cutout: bool = False,
+    naive: bool = False,
+    bg_color: Colour | None = None,
+    bg_blur: float | None = None,
+    bg_image: bytes | None = None,
+    threshold: float | None = None,
+    format: FormatName | str | Mapping[str, str] | None = None,
+    png_level: int | None = None,
+    jpeg_quality: int | None = None,
+) -> MatteOptions:
+    """The options of a remove_background call, checked (ValueError in plain words).
+
+    Without `outputs`: the matte, the cutout when `cutout`, the composite when a background is
+    given, the mask when a threshold is. With `outputs` ("matte,cutout" or a list), exactly those
+    (`cutout=True` adds the cutout); a background without the composite, or a threshold without the
+    mask, is refused as a likely mistake.
+    """
+    backgrounds = [b for b in (bg_color, bg_blur, bg_image) if b is not None]
+    if len(backgrounds) > 1:
+        raise ValueError("give one background: a colour, a blur radius or a picture")
+    if outputs is None:
+        names: list[OutputName] = ["matte"]
+        names += ["cutout"] if cutout else []
+        names += ["composite"] if backgrounds else []
+        names += ["mask"] if threshold is not None else []
+    else:
+        names = _names(outputs)
+        if cutout and "cutout" not in names:
+            names.append("cutout")
+        if backgrounds and "composite" not in names:
+            raise ValueError("a background is for the composite: add composite to the outputs")
+        if threshold is not None and "mask" not in names:
+            raise ValueError("a threshold is for the mask: add mask to the outputs")
+    if threshold is not None and not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
+        raise ValueError(f"the threshold is {threshold}; it is a share of full alpha, in [0, 1]")
+    if bg_blur is not None and not (math.isfinite(bg_blur) and bg_blur > 0):
+        raise ValueError(f"the blur radius is {bg_blur}; it is a number of pixels, more than 0")
+    if png_level is not None and not 0 <= png_level <= 9:
+        raise ValueError(f"the PNG compression level is {png_level}; it is 0 (none) to 9 (smallest)")
+    if jpeg_quality is not None and not 1 <= jpeg_quality <= 100:
+        raise ValueError(f"the JPEG quality is {jpeg_quality}; it is 1 to 100")
+    return MatteOptions(
+        outputs=tuple(names),
+        formats=_formats(names, format),
+        naive=naive,
+        bg_color=colour(bg_color) if bg_color is not None else None,
+        bg_blur=bg_blur,
+        bg_image=bg_image,
+        threshold=threshold,
+        png_level=png_level,
+        jpeg_quality=jpeg_quality,
+    )
+
+
 def matte_request(
-    picture: bytes, cutout: bool, recipe: str | None = None, engine: str | None = None
+    picture: bytes, options: MatteOptions | bool = False, recipe: str | None = None, engine: str | None = None
 ) -> infer_pb2.MatteRequest:
-    return infer_pb2.MatteRequest(
+    """The Matte request for a picture; `options` True/False is the matte with/without the cutout."""
+    if isinstance(options, bool):
+        options = matte_options(cutout=options)
+    request = infer_pb2.MatteRequest(
         route=route_ref(MATTE_FEATURE, recipe, engine),
         picture=common_pb2.Picture(data=picture),
-        want_cutout=cutout,
+        outputs=[
+            infer_pb2.MatteOutputSpec(kind=_KINDS[name], format=_FORMATS[options.formats.get(name, "png")])
+            for name in options.outputs
+        ],
+        naive=options.naive,
     )
+    if options.bg_color is not None:
+        r, g, b, a = options.bg_color
+        request.background.color.CopyFrom(infer_pb2.MatteColor(r=r, g=g, b=b, a=a))
+    elif options.bg_blur is not None:
+        request.background.blur_radius = options.bg_blur
+    elif options.bg_image is not None:
+        request.background.picture.data = options.bg_image
+    if options.threshold is not None:
+        request.mask_threshold = options.threshold
+    if options.png_level is not None:
+        request.png_compress_level = options.png_level
+    if options.jpeg_quality is not None:
+        request.jpeg_quality = options.jpeg_quality
+    return request
 
 
 def open_session_request(picture: bytes, recipe: str = "", engine: str = "") -> infer_pb2.OpenSessionRequest:

@@ -2,7 +2,7 @@
 
 craftai serve                                  # all three services on 127.0.0.1:50051
 craftai setup image.matte --recipe u2netp      # download and verify (progress bars)
-craftai remove-background a.jpg b.png -o out/  # mattes and cutouts, with timings
+craftai remove-background a.jpg photos/ -o out/ --outputs cutout,composite --bg-color '#2a6df4'   # files, folders, -
 craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
 craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
 craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
@@ -16,13 +16,20 @@ import json
 import os
 import re
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import grpc
 from tqdm import tqdm
 
+from craftai import calls
 from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
+from craftai.outputs import SUFFIXES
 from craftai_wire import keys
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
@@ -103,36 +110,275 @@ def cmd_setup(options: argparse.Namespace) -> int:
     return 0
 
 
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+STDIO = "-"
+FORMAT_OF_SUFFIX: dict[str, calls.FormatName] = {".png": "png", ".webp": "webp", ".jpg": "jpeg", ".jpeg": "jpeg"}
+TOO_MANY_REQUESTS_TRIES = 20  # the per-app limit answers RESOURCE_EXHAUSTED with RetryInfo: wait, try again
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One picture to do: where it comes from, and where each of its outputs goes."""
+
+    label: str  # how the summary names it
+    source: Path | None  # None: standard input
+    targets: dict[calls.OutputName, Path | None]  # None: standard output
+
+
+@dataclass
+class Done:
+    picture: Picture
+    written: list[Path | None] = field(default_factory=list)
+    line: str = ""
+    notices: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+class RunError(Exception):
+    """A failure no other picture can escape (the server, the route, the app's key): the run stops."""
+
+
+def _walk(folder: Path, skip: Path | None) -> list[Path]:
+    """The pictures under a folder, recursively, in name order; hidden names and `skip` (the output
+    folder, when it lies inside) left out."""
+    found = []
+    for root, folders, files in os.walk(folder):
+        here = Path(root)
+        folders[:] = sorted(
+            f for f in folders if not f.startswith(".") and (skip is None or (here / f).resolve() != skip)
+        )
+        found += [here / f for f in sorted(files) if not f.startswith(".") and f.lower().endswith(PICTURE_SUFFIXES)]
+    return found
+
+
+def plan(
+    inputs: list[str], output: str, names: list[calls.OutputName], formats: dict[calls.OutputName, calls.FormatName]
+) -> list[Picture]:
+    """Where every output of every picture goes (usage mistakes raise ValueError).
+
+    Files and `-` (standard input) go straight under OUT; a folder's pictures go under OUT at their
+    path inside it (the same tree). Each output is <name>.<output>.<suffix>; pictures whose names
+    differ only by their suffix (a.jpg, a.png) keep it (a.jpg.matte.png). OUT may be a file name
+    (.png, .webp, .jpg) for one picture: the first output goes there, the others beside it
+    (photo.cutout.png), or `-` (standard output) for one picture and one output.
+    """
+    out = Path(output)
+    skip = out.resolve() if output != STDIO else None
+    found: list[tuple[str, Path | None, Path]] = []  # label, source, place under OUT (without suffixes)
+    seen: set[Path] = set()
+    for given in inputs:
+        if given == STDIO:
+            found.append(("standard input", None, Path("stdin")))
+            continue
+        path = Path(given)
+        if path.is_dir():
+            for picture in _walk(path, skip):
+                if picture.resolve() not in seen:
+                    seen.add(picture.resolve())
+                    found.append((str(picture), picture, picture.relative_to(path)))
+        elif path.resolve() not in seen:  # a missing file is kept: it fails as a picture, in plain words
+            seen.add(path.resolve())
+            found.append((str(path), path, Path(path.name)))
+    suffix = {name: SUFFIXES[formats.get(name, "png")] for name in names}
+    to_stdout = output == STDIO
+    single_file = not to_stdout and out.suffix.lower() in FORMAT_OF_SUFFIX
+    if (to_stdout or single_file) and len(found) != 1:
+        raise ValueError(f"{output} is one file, but there are {len(found)} pictures: give a folder (-o OUT/)")
+    if to_stdout and len(names) != 1:
+        raise ValueError(f"standard output holds one output, and {len(names)} are asked: give --outputs with one")
+    stems: dict[Path, int] = {}
+    for _, _, place in found:
+        key = place.with_suffix("")
+        stems[key] = stems.get(key, 0) + 1
+    pictures = []
+    for label, source, place in found:
+        if to_stdout:
+            targets: dict[calls.OutputName, Path | None] = {names[0]: None}
+        elif single_file:
+            first, *others = names
+            targets = {first: out, **{n: out.with_name(f"{out.stem}.{n}{suffix[n]}") for n in others}}
+        else:
+            base = place.name if stems[place.with_suffix("")] > 1 else place.stem
+            targets = {n: out / place.parent / f"{base}.{n}{suffix[n]}" for n in names}
+        pictures.append(Picture(label, source, targets))
+    return pictures
+
+
+def _write(target: Path | None, data: bytes) -> None:
+    """The file appears whole or not at all (a partial file would count as done next time)."""
+    if target is None:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.part")
+    try:
+        part.write_bytes(data)
+        os.replace(part, target)
+    finally:
+        part.unlink(missing_ok=True)
+
+
+def _run_error(error: CraftAiError) -> bool:
+    """Errors that no other picture would escape: stop the run rather than fail every picture."""
+    if error.code == grpc.StatusCode.INVALID_ARGUMENT:
+        return any(f.startswith("background") for f, _ in error.violations)
+    return error.code not in (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+    )
+
+
+def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, overwrite: bool) -> Done:
+    """One picture: the outputs not written yet asked in one request, then written."""
+    done = Done(picture)
+    missing = [n for n, t in picture.targets.items() if overwrite or t is None or not t.exists()]
+    if not missing:
+        return done  # skipped: every output is there
+    options = dict(asked)
+    if "composite" not in missing:
+        options.update(bg_color=None, bg_blur=None, bg_image=None)
+    if "mask" not in missing:
+        options["threshold"] = None
+    started = time.perf_counter()
+    try:
+        data = stdin if picture.source is None else picture.source.read_bytes()
+        for attempt in range(TOO_MANY_REQUESTS_TRIES):
+            try:
+                result = ai.remove_background(data, outputs=missing, **options)
+                break
+            except CraftAiError as error:
+                if error.reason != "TOO_MANY_REQUESTS" or attempt == TOO_MANY_REQUESTS_TRIES - 1:
+                    raise
+                time.sleep(error.retry_after or 1.0)
+    except OSError as error:
+        done.error = f"cannot read it ({error.strerror or error})"
+        return done
+    except CraftAiError as error:
+        if _run_error(error):
+            raise RunError(error.message) from error
+        done.error = error.message
+        return done
+    round_trip = (time.perf_counter() - started) * 1000
+    images = result.images
+    for name in missing:
+        _write(picture.targets[name], images[name].data)
+        done.written.append(picture.targets[name])
+    stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
+    where = ", ".join(str(t) if t is not None else "standard output" for t in done.written)
+    done.line = (
+        f"{picture.source.name if picture.source else 'standard input'}: {result.width}x{result.height} "
+        f"{result.recipe}/{result.engine} on {result.device}: {round_trip:.0f} ms round trip "
+        f"(server {result.server_ms:.0f} ms: {stages}) -> {where}"
+    )
+    done.notices = result.notices
+    return done
+
+
+def default_jobs(ai: AiClient) -> int:
+    """Pictures in flight at once, sized to the server: a GPU batches up to 8 pictures per forward
+    (CRAFTAI_MAX_BATCH) while the CPU pool decodes and encodes others; on a CPU the matte routes run
+    two at a time, and one more picture is decoded or encoded meanwhile."""
+    try:
+        runtime = ai.runtime()
+    except CraftAiError:
+        return 2
+    return 8 if runtime.gpu_available else 3
+
+
+def _names(options: argparse.Namespace) -> list[calls.OutputName]:
+    if options.outputs is not None:
+        if options.cutout is not None:
+            raise ValueError("give either --outputs or --cutout/--no-cutout")
+        return list(calls.matte_options(outputs=options.outputs).outputs)
+    names: list[calls.OutputName] = ["matte"]
+    names += ["cutout"] if options.cutout in (None, True) else []
+    names += ["composite"] if (options.bg_color or options.bg_blur or options.bg_image) else []
+    names += ["mask"] if options.threshold is not None else []
+    return names
+
+
 def cmd_remove_background(options: argparse.Namespace) -> int:
-    inputs = [Path(p) for p in options.inputs]
-    out = Path(options.output)
-    single_file = len(inputs) == 1 and out.suffix.lower() == ".png"
-    if not single_file:
-        out.mkdir(parents=True, exist_ok=True)
-    total = 0.0
+    started = time.perf_counter()
+    to_stdout = options.output == STDIO
+    say = sys.stderr if to_stdout else sys.stdout
+    try:
+        names = _names(options)
+        fmt = options.format
+        if fmt is None and not to_stdout:
+            fmt = FORMAT_OF_SUFFIX.get(Path(options.output).suffix.lower())
+        if fmt == "jpeg" and names[0] != "composite" and Path(options.output).suffix.lower() in (".jpg", ".jpeg"):
+            raise ValueError(f"{options.output} is a JPEG file, which can hold only the composite: --outputs composite")
+        bg_image = Path(options.bg_image).read_bytes() if options.bg_image else None
+        asked = {
+            "naive": options.naive,
+            "bg_color": options.bg_color,
+            "bg_blur": options.bg_blur,
+            "bg_image": bg_image,
+            "threshold": options.threshold,
+            "format": fmt,
+            "png_level": options.png_level,
+            "jpeg_quality": options.jpeg_quality,
+            "recipe": options.recipe,
+            "engine": options.engine,
+        }
+        checked = calls.matte_options(
+            outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")}
+        )
+        pictures = plan(options.inputs, options.output, names, dict(checked.formats))
+    except (ValueError, OSError) as error:
+        print(f"craftai: {error}", file=sys.stderr)
+        return 2
+    stdin = sys.stdin.buffer.read() if any(p.source is None for p in pictures) else b""
+    results: list[Done] = []
+    stopped = ""
     with _client(options) as ai:
-        for path in tqdm(inputs, desc="pictures", unit="pic", disable=options.quiet or len(inputs) < 2, leave=False):
-            started = time.perf_counter()
-            result = ai.remove_background(path, cutout=options.cutout, recipe=options.recipe, engine=options.engine)
-            round_trip = (time.perf_counter() - started) * 1000
-            total += round_trip
-            matte_path = out if single_file else out / f"{path.stem}.matte.png"
-            matte_path.write_bytes(result.matte_png)
-            written = [matte_path]
-            if options.cutout:
-                cutout_path = matte_path.with_name(matte_path.stem.removesuffix(".matte") + ".cutout.png")
-                cutout_path.write_bytes(result.cutout_png)
-                written.append(cutout_path)
-            stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
-            tqdm.write(
-                f"{path.name}: {result.width}x{result.height} {result.recipe}/{result.engine} on {result.device}: "
-                f"{round_trip:.0f} ms round trip (server {result.server_ms:.0f} ms: {stages}) -> "
-                + ", ".join(str(p) for p in written)
-            )
-            for notice in result.notices:
-                tqdm.write(f"  note: {notice}")
-    print(f"{len(inputs)} picture(s) in {total / 1000:.2f} s")
-    return 0
+        jobs = max(1, min(options.jobs or default_jobs(ai), len(pictures) or 1))
+        bar = tqdm(
+            total=len(pictures), desc="pictures", unit="pic", disable=options.quiet or len(pictures) < 2, leave=False
+        )
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="picture") as pool:
+            running = {pool.submit(_one, ai, p, asked, stdin, options.overwrite): p for p in pictures}
+            try:
+                for future in as_completed(running):
+                    try:
+                        done = future.result()
+                    except RunError as error:
+                        stopped = str(error)
+                        for other in running:
+                            other.cancel()
+                        break
+                    results.append(done)
+                    bar.update(1)
+                    if done.line:
+                        tqdm.write(done.line, file=say)
+                    for notice in done.notices:
+                        tqdm.write(f"  note: {notice}", file=say)
+            except KeyboardInterrupt:
+                for other in running:
+                    other.cancel()
+                raise
+            finally:
+                bar.close()
+    order = {p.label: i for i, p in enumerate(pictures)}
+    failed = sorted((d for d in results if d.error), key=lambda d: order[d.picture.label])
+    written = sum(1 for d in results if d.written)
+    skipped = sum(1 for d in results if not d.written and not d.error)
+    elapsed = time.perf_counter() - started
+    print(
+        f"{len(pictures)} picture(s) in {elapsed:.2f} s: {written} done, {skipped} skipped "
+        f"(their outputs exist; --overwrite to redo them), {len(failed)} failed",
+        file=say,
+    )
+    for d in failed:
+        print(
+            f"craftai: {d.error}" if len(pictures) == 1 else f"craftai: {d.picture.label}: {d.error}", file=sys.stderr
+        )
+    if stopped:
+        left = len(pictures) - len(results)
+        print(f"craftai: {stopped} (stopped with {left} picture(s) not done)", file=sys.stderr)
+    return 1 if failed or stopped else 0
 
 
 def _point(text: str) -> Point:
@@ -388,16 +634,65 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
     s.set_defaults(func=cmd_setup)
 
-    s = sub.add_parser("remove-background", help="write the matte (and cutout) of each picture")
-    s.add_argument("inputs", nargs="+", metavar="IN", help="PNG, JPEG or WebP pictures")
+    s = sub.add_parser(
+        "remove-background",
+        help="write the matte, cutout, composite and/or mask of pictures (files, folders, -)",
+        description="Remove the background of pictures: files, folders (recursively, the same tree under OUT) "
+        "and - (standard input). Pictures whose outputs exist are skipped unless --overwrite; a failed picture "
+        "never stops the others, and the exit code is 1 when any failed.",
+    )
+    s.add_argument("inputs", nargs="+", metavar="IN", help="PNG, JPEG or WebP pictures, folders of them, or -")
     s.add_argument(
-        "-o", "--output", required=True, metavar="OUT", help="a folder (or a .png file for a single picture)"
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="a folder; or a file (.png, .webp, .jpg) for one picture: the first output there, the others beside it; "
+        "or - (standard output) for one picture and one output",
+    )
+    s.add_argument(
+        "--outputs",
+        default=None,
+        metavar="LIST",
+        help="any of matte,cutout,composite,mask (default: matte,cutout, plus composite with a background "
+        "and mask with a threshold)",
     )
     s.add_argument(
         "--cutout",
         action=argparse.BooleanOptionalAction,
-        default=True,
-        help="also write the RGBA cutout (default: yes)",
+        default=None,
+        help="with the default outputs: the cutout too (default: yes)",
+    )
+    s.add_argument(
+        "--naive",
+        action="store_true",
+        help="cutout and composite keep the picture's own colours (no foreground colour estimation)",
+    )
+    bg = s.add_mutually_exclusive_group()
+    bg.add_argument(
+        "--bg-color", default=None, metavar="COLOR", help="composite over a colour: #rrggbb[aa] or r,g,b[,a]"
+    )
+    bg.add_argument(
+        "--bg-blur", type=float, default=None, metavar="RADIUS", help="composite over the picture blurred (pixels)"
+    )
+    bg.add_argument("--bg-image", default=None, metavar="FILE", help="composite over another picture (scaled to cover)")
+    s.add_argument(
+        "--threshold", type=float, default=None, metavar="T", help="the mask: alpha > T, in [0, 1] (default 0.5)"
+    )
+    s.add_argument(
+        "--format",
+        choices=["png", "webp", "jpeg"],
+        default=None,
+        help="png (default), webp (lossless) or jpeg (the composite only; the others stay PNG); "
+        "default from OUT's suffix when OUT is a file",
+    )
+    s.add_argument(
+        "--png-level", type=int, default=None, metavar="0-9", help="zlib level of PNGs (server default: 1, fast)"
+    )
+    s.add_argument("--jpeg-quality", type=int, default=None, metavar="1-100", help="JPEG quality (default 90)")
+    s.add_argument("--overwrite", action="store_true", help="redo pictures whose outputs exist")
+    s.add_argument(
+        "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"
     )
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])

@@ -5,8 +5,9 @@
     with AiClient(app_id="my-editor") as ai:          # the embedded server on 127.0.0.1:50051
         for event in ai.setup("image.matte"):
             print(event)
-        result = ai.remove_background("photo.jpg", cutout=True)
+        result = ai.remove_background("photo.jpg", outputs="matte,cutout,composite", bg_color="#2a6df4")
         Path("matte.png").write_bytes(result.matte_png)
+        Path("cutout.png").write_bytes(result.cutout.data)    # hair keeps its colour, not the old background's
         with ai.open_session("photo.jpg") as picture:   # the encoder runs once, here
             first = picture.segment(points=[(310, 200, True)])
             better = picture.segment(points=[(310, 200, True), (40, 40, False)], mask_input=first.best.low_res)
@@ -26,13 +27,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Mapping, Sequence
 
 import grpc
 
 from craftai import calls
 from craftai.calls import Picture
 from craftai.outputs import (
+    EncodedImage,
     EverythingOutput,
     LowResMask,
     MaskFormat,
@@ -65,6 +67,7 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "AiClient",
     "Deadlines",
+    "EncodedImage",
     "EverythingOutput",
     "LowResMask",
     "MaskFormat",
@@ -210,13 +213,48 @@ class AiClient:
         picture: Picture,
         *,
         cutout: bool = False,
+        outputs: str | Iterable[str] | None = None,
+        naive: bool = False,
+        bg_color: calls.Colour | None = None,
+        bg_blur: float | None = None,
+        bg_image: Picture | None = None,
+        threshold: float | None = None,
+        format: str | Mapping[str, str] | None = None,
+        png_level: int | None = None,
+        jpeg_quality: int | None = None,
         recipe: str | None = None,
         engine: str | None = None,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
     ) -> MatteOutput:
-        """The matte (white = subject) of a PNG, JPEG or WebP picture, and the cutout if asked."""
-        request = calls.matte_request(calls.read_picture(picture), cutout, recipe, engine)
+        """Remove the background of a PNG, JPEG or WebP picture (bytes or a path); one request.
+
+        outputs: any of "matte" (8-bit grayscale, white = subject), "cutout" (RGBA; the subject's
+        colours estimated so that hair and fur lose the old background's tint, or the picture's
+        own with `naive=True`), "composite" (the subject over `bg_color` ("#rrggbb[aa]" or
+        (r, g, b[, a])), a blur of the picture of `bg_blur` pixels, or `bg_image`, scaled to
+        cover; white when none is given), "mask" (alpha > `threshold`, default 0.5) — as a list
+        or "matte,cutout". Without `outputs`: the matte, plus the cutout when `cutout=True`, the
+        composite when a background is given, the mask when a threshold is.
+        format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
+        background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
+        0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).
+        Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
+        `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
+        """
+        options = calls.matte_options(
+            outputs=outputs,
+            cutout=cutout,
+            naive=naive,
+            bg_color=bg_color,
+            bg_blur=bg_blur,
+            bg_image=calls.read_picture(bg_image) if bg_image is not None else None,
+            threshold=threshold,
+            format=format,
+            png_level=png_level,
+            jpeg_quality=jpeg_quality,
+        )
+        request = calls.matte_request(calls.read_picture(picture), options, recipe, engine)
         notices: list[str] = []
         request_id = request_id or new_request_id()
         result = self.transport.result(calls.MATTE, request, on_progress, notices, request_id)

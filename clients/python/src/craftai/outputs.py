@@ -26,22 +26,69 @@ FORMATS: dict[str, infer_pb2.MaskFormat.ValueType] = {
     "polygons": infer_pb2.MASK_FORMAT_POLYGONS,
 }
 
+FORMAT_NAMES = {
+    infer_pb2.MATTE_FORMAT_PNG: "png",
+    infer_pb2.MATTE_FORMAT_WEBP: "webp",
+    infer_pb2.MATTE_FORMAT_JPEG: "jpeg",
+}
+SUFFIXES = {"png": ".png", "webp": ".webp", "jpeg": ".jpg"}
+MEDIA_TYPES = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """One output of a removed background, encoded at the picture's size."""
+
+    data: bytes
+    format: str  # "png", "webp" or "jpeg"
+    has_alpha: bool = False
+
+    @property
+    def suffix(self) -> str:
+        """The file name suffix for this encoding: ".png", ".webp", ".jpg"."""
+        return SUFFIXES[self.format]
+
+    @property
+    def media_type(self) -> str:
+        return MEDIA_TYPES[self.format]
+
 
 @dataclass(frozen=True)
 class MatteOutput:
-    """A removed background: the matte (and cutout) PNGs at the picture's size."""
+    """A removed background: each output asked (None where not asked), at the picture's size.
 
-    matte_png: bytes
-    cutout_png: bytes
+    matte: 8-bit grayscale, white = subject; cutout: RGBA (colours estimated unless `naive`);
+    composite: the subject over the background (RGB over an opaque one); mask: the selection
+    (PNG: 1-bit grayscale). `matte_png` and `cutout_png` are the PNG bytes, or b"" when not asked
+    (or asked in another format)."""
+
     width: int
     height: int
     recipe: str
     engine: str
     device: str
+    matte: EncodedImage | None = None
+    cutout: EncodedImage | None = None
+    composite: EncodedImage | None = None
+    mask: EncodedImage | None = None
     timing_ms: dict[str, float] = field(default_factory=dict)
     server_ms: float = 0.0
     notices: list[str] = field(default_factory=list)
     request_id: str = ""
+
+    @property
+    def matte_png(self) -> bytes:
+        return self.matte.data if self.matte is not None and self.matte.format == "png" else b""
+
+    @property
+    def cutout_png(self) -> bytes:
+        return self.cutout.data if self.cutout is not None and self.cutout.format == "png" else b""
+
+    @property
+    def images(self) -> dict[str, EncodedImage]:
+        """The outputs answered, by name ("matte", "cutout", "composite", "mask")."""
+        found = {"matte": self.matte, "cutout": self.cutout, "composite": self.composite, "mask": self.mask}
+        return {name: image for name, image in found.items() if image is not None}
 
 
 @dataclass(frozen=True)
@@ -222,11 +269,20 @@ PointLike = Point | tuple[float, float, bool] | tuple[float, float]
 MaskInput = LowResMask | bytes | None
 
 
+def _image(result: infer_pb2.MatteResult, name: str, legacy: bytes, alpha: bool) -> EncodedImage | None:
+    if result.HasField(name):  # type: ignore[arg-type]
+        image: infer_pb2.MatteImage = getattr(result, name)
+        return EncodedImage(image.data, FORMAT_NAMES.get(image.format, "png"), image.has_alpha)
+    return EncodedImage(legacy, "png", alpha) if legacy else None  # a server before issue 17
+
+
 def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: str) -> MatteOutput:
     """A MatteResult as the app sees it (with the notices the stream carried)."""
     return MatteOutput(
-        matte_png=result.matte_png,
-        cutout_png=result.cutout_png,
+        matte=_image(result, "matte", result.matte_png, False),
+        cutout=_image(result, "cutout", result.cutout_png, True),
+        composite=_image(result, "composite", b"", False),
+        mask=_image(result, "mask", b"", False),
         width=result.width,
         height=result.height,
         recipe=result.route.recipe,

@@ -45,6 +45,7 @@ class Reason(StrEnum):
     TOO_MANY_POINTS = "TOO_MANY_POINTS"
     TOO_MANY_PROMPTS = "TOO_MANY_PROMPTS"
     BAD_OPTIONS = "BAD_OPTIONS"
+    BAD_OUTPUT = "BAD_OUTPUT"  # image.matte: an output that cannot be made as asked
     SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
     SOURCES_FAILED = "SOURCES_FAILED"
     FILE_MISMATCH = "FILE_MISMATCH"

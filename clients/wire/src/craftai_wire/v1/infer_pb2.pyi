@@ -23,6 +23,68 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _MatteOutputKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MatteOutputKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatteOutputKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MATTE_OUTPUT_KIND_UNSPECIFIED: _MatteOutputKind.ValueType  # 0
+    """refused"""
+    MATTE_OUTPUT_KIND_MATTE: _MatteOutputKind.ValueType  # 1
+    """the grayscale matte, white = subject"""
+    MATTE_OUTPUT_KIND_CUTOUT: _MatteOutputKind.ValueType  # 2
+    """RGBA: the subject's colours (estimated unless `naive`), the matte as alpha"""
+    MATTE_OUTPUT_KIND_COMPOSITE: _MatteOutputKind.ValueType  # 3
+    """the subject over `background`"""
+    MATTE_OUTPUT_KIND_MASK: _MatteOutputKind.ValueType  # 4
+    """a hard mask: alpha / 255 > `mask_threshold`"""
+
+class MatteOutputKind(_MatteOutputKind, metaclass=_MatteOutputKindEnumTypeWrapper):
+    """---- image.matte ---------------------------------------------------------------------------
+
+    What a Matte call can answer (docs/API.md defines each).
+    """
+
+MATTE_OUTPUT_KIND_UNSPECIFIED: MatteOutputKind.ValueType  # 0
+"""refused"""
+MATTE_OUTPUT_KIND_MATTE: MatteOutputKind.ValueType  # 1
+"""the grayscale matte, white = subject"""
+MATTE_OUTPUT_KIND_CUTOUT: MatteOutputKind.ValueType  # 2
+"""RGBA: the subject's colours (estimated unless `naive`), the matte as alpha"""
+MATTE_OUTPUT_KIND_COMPOSITE: MatteOutputKind.ValueType  # 3
+"""the subject over `background`"""
+MATTE_OUTPUT_KIND_MASK: MatteOutputKind.ValueType  # 4
+"""a hard mask: alpha / 255 > `mask_threshold`"""
+Global___MatteOutputKind: _TypeAlias = MatteOutputKind  # noqa: Y015
+
+class _MatteFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _MatteFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatteFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    MATTE_FORMAT_UNSPECIFIED: _MatteFormat.ValueType  # 0
+    """PNG"""
+    MATTE_FORMAT_PNG: _MatteFormat.ValueType  # 1
+    """8-bit (the mask: 1-bit grayscale); zlib level `png_compress_level`"""
+    MATTE_FORMAT_WEBP: _MatteFormat.ValueType  # 2
+    """lossless (grayscale outputs as RGB); sides up to 16383"""
+    MATTE_FORMAT_JPEG: _MatteFormat.ValueType  # 3
+    """composites over an opaque background only; `jpeg_quality`"""
+
+class MatteFormat(_MatteFormat, metaclass=_MatteFormatEnumTypeWrapper): ...
+
+MATTE_FORMAT_UNSPECIFIED: MatteFormat.ValueType  # 0
+"""PNG"""
+MATTE_FORMAT_PNG: MatteFormat.ValueType  # 1
+"""8-bit (the mask: 1-bit grayscale); zlib level `png_compress_level`"""
+MATTE_FORMAT_WEBP: MatteFormat.ValueType  # 2
+"""lossless (grayscale outputs as RGB); sides up to 16383"""
+MATTE_FORMAT_JPEG: MatteFormat.ValueType  # 3
+"""composites over an opaque background only; `jpeg_quality`"""
+Global___MatteFormat: _TypeAlias = MatteFormat  # noqa: Y015
+
 class _PointLabel:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -287,36 +349,187 @@ class LoadEvent(_message.Message):
 Global___LoadEvent: _TypeAlias = LoadEvent  # noqa: Y015
 
 @_typing.final
-class MatteRequest(_message.Message):
-    """---- image.matte ---------------------------------------------------------------------------"""
+class MatteOutputSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
 
+    KIND_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    kind: Global___MatteOutputKind.ValueType
+    format: Global___MatteFormat.ValueType
+    def __init__(
+        self,
+        *,
+        kind: Global___MatteOutputKind.ValueType = ...,
+        format: Global___MatteFormat.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["format", b"format", "kind", b"kind"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatteOutputSpec: _TypeAlias = MatteOutputSpec  # noqa: Y015
+
+@_typing.final
+class MatteColor(_message.Message):
+    """A colour, 0..255 per channel, straight alpha; `a` unset means opaque (255)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    R_FIELD_NUMBER: _builtins.int
+    G_FIELD_NUMBER: _builtins.int
+    B_FIELD_NUMBER: _builtins.int
+    A_FIELD_NUMBER: _builtins.int
+    r: _builtins.int
+    g: _builtins.int
+    b: _builtins.int
+    a: _builtins.int
+    def __init__(
+        self,
+        *,
+        r: _builtins.int = ...,
+        g: _builtins.int = ...,
+        b: _builtins.int = ...,
+        a: _builtins.int | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_a", b"_a", "a", b"a"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_a", b"_a", "a", b"a", "b", b"b", "g", b"g", "r", b"r"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__a: _TypeAlias = _typing.Literal["a"]  # noqa: Y015
+    _WhichOneofArgType__a: _TypeAlias = _typing.Literal["_a", b"_a"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__a) -> _WhichOneofReturnType__a | None: ...
+
+Global___MatteColor: _TypeAlias = MatteColor  # noqa: Y015
+
+@_typing.final
+class MatteBackground(_message.Message):
+    """What the composite puts behind the subject; unset: opaque white."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COLOR_FIELD_NUMBER: _builtins.int
+    BLUR_RADIUS_FIELD_NUMBER: _builtins.int
+    PICTURE_FIELD_NUMBER: _builtins.int
+    blur_radius: _builtins.float
+    """the picture itself blurred: Gaussian standard deviation, pixels (0, 500]"""
+    @_builtins.property
+    def color(self) -> Global___MatteColor: ...
+    @_builtins.property
+    def picture(self) -> _common_pb2.Picture:
+        """another picture, scaled to cover the picture (the middle kept)"""
+
+    def __init__(
+        self,
+        *,
+        color: Global___MatteColor | None = ...,
+        blur_radius: _builtins.float = ...,
+        picture: _common_pb2.Picture | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blur_radius", b"blur_radius", "color", b"color", "kind", b"kind", "picture", b"picture"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blur_radius", b"blur_radius", "color", b"color", "kind", b"kind", "picture", b"picture"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["color", "blur_radius", "picture"]  # noqa: Y015
+    _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
+
+Global___MatteBackground: _TypeAlias = MatteBackground  # noqa: Y015
+
+@_typing.final
+class MatteRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     ROUTE_FIELD_NUMBER: _builtins.int
     PICTURE_FIELD_NUMBER: _builtins.int
     WANT_CUTOUT_FIELD_NUMBER: _builtins.int
+    OUTPUTS_FIELD_NUMBER: _builtins.int
+    NAIVE_FIELD_NUMBER: _builtins.int
+    BACKGROUND_FIELD_NUMBER: _builtins.int
+    MASK_THRESHOLD_FIELD_NUMBER: _builtins.int
+    PNG_COMPRESS_LEVEL_FIELD_NUMBER: _builtins.int
+    JPEG_QUALITY_FIELD_NUMBER: _builtins.int
     want_cutout: _builtins.bool
-    """also return the RGBA cutout"""
+    """Requests without `outputs` (SDKs before issue 17) get matte_png, and cutout_png when this is set."""
+    naive: _builtins.bool
+    """cutout and composite: the picture's own colours, no foreground estimation"""
+    mask_threshold: _builtins.float
+    """the mask's, in [0, 1]; unset: 0.5"""
+    png_compress_level: _builtins.int
+    """0..9; unset: the server's CRAFTAI_PNG_COMPRESS_LEVEL (1: fast)"""
+    jpeg_quality: _builtins.int
+    """1..100; unset: 90"""
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef:
         """feature "image.matte"; recipe/engine optional"""
 
     @_builtins.property
     def picture(self) -> _common_pb2.Picture: ...
+    @_builtins.property
+    def outputs(self) -> _containers.RepeatedCompositeFieldContainer[Global___MatteOutputSpec]:
+        """each kind at most once, answered in MatteResult's fields of that name"""
+
+    @_builtins.property
+    def background(self) -> Global___MatteBackground:
+        """the composite's"""
+
     def __init__(
         self,
         *,
         route: _common_pb2.RouteRef | None = ...,
         picture: _common_pb2.Picture | None = ...,
         want_cutout: _builtins.bool = ...,
+        outputs: _abc.Iterable[Global___MatteOutputSpec] | None = ...,
+        naive: _builtins.bool = ...,
+        background: Global___MatteBackground | None = ...,
+        mask_threshold: _builtins.float | None = ...,
+        png_compress_level: _builtins.int | None = ...,
+        jpeg_quality: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "route", b"route"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["picture", b"picture", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "naive", b"naive", "outputs", b"outputs", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__jpeg_quality: _TypeAlias = _typing.Literal["jpeg_quality"]  # noqa: Y015
+    _WhichOneofArgType__jpeg_quality: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality"]  # noqa: Y015
+    _WhichOneofReturnType__mask_threshold: _TypeAlias = _typing.Literal["mask_threshold"]  # noqa: Y015
+    _WhichOneofArgType__mask_threshold: _TypeAlias = _typing.Literal["_mask_threshold", b"_mask_threshold"]  # noqa: Y015
+    _WhichOneofReturnType__png_compress_level: _TypeAlias = _typing.Literal["png_compress_level"]  # noqa: Y015
+    _WhichOneofArgType__png_compress_level: _TypeAlias = _typing.Literal["_png_compress_level", b"_png_compress_level"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__jpeg_quality) -> _WhichOneofReturnType__jpeg_quality | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__mask_threshold) -> _WhichOneofReturnType__mask_threshold | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__png_compress_level) -> _WhichOneofReturnType__png_compress_level | None: ...
+
+Global___MatteRequest: _TypeAlias = MatteRequest  # noqa: Y015
+
+@_typing.final
+class MatteImage(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    HAS_ALPHA_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    """the encoded picture, at the picture's size"""
+    format: Global___MatteFormat.ValueType
+    has_alpha: _builtins.bool
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        format: Global___MatteFormat.ValueType = ...,
+        has_alpha: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "format", b"format", "has_alpha", b"has_alpha"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
-Global___MatteRequest: _TypeAlias = MatteRequest  # noqa: Y015
+Global___MatteImage: _TypeAlias = MatteImage  # noqa: Y015
 
 @_typing.final
 class MatteResult(_message.Message):
@@ -329,10 +542,14 @@ class MatteResult(_message.Message):
     HEIGHT_FIELD_NUMBER: _builtins.int
     DEVICE_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
+    MATTE_FIELD_NUMBER: _builtins.int
+    CUTOUT_FIELD_NUMBER: _builtins.int
+    COMPOSITE_FIELD_NUMBER: _builtins.int
+    MASK_FIELD_NUMBER: _builtins.int
     matte_png: _builtins.bytes
-    """8-bit grayscale PNG at the picture's size, white = subject"""
+    """requests without `outputs` only: 8-bit grayscale PNG, white = subject"""
     cutout_png: _builtins.bytes
-    """RGBA PNG (only when asked)"""
+    """requests without `outputs`, with want_cutout: RGBA PNG"""
     width: _builtins.int
     height: _builtins.int
     device: _builtins.str
@@ -342,6 +559,16 @@ class MatteResult(_message.Message):
 
     @_builtins.property
     def timing(self) -> _common_pb2.Timing: ...
+    @_builtins.property
+    def matte(self) -> Global___MatteImage:
+        """each output asked in `outputs`, unset otherwise"""
+
+    @_builtins.property
+    def cutout(self) -> Global___MatteImage: ...
+    @_builtins.property
+    def composite(self) -> Global___MatteImage: ...
+    @_builtins.property
+    def mask(self) -> Global___MatteImage: ...
     def __init__(
         self,
         *,
@@ -352,10 +579,14 @@ class MatteResult(_message.Message):
         height: _builtins.int = ...,
         device: _builtins.str = ...,
         timing: _common_pb2.Timing | None = ...,
+        matte: Global___MatteImage | None = ...,
+        cutout: Global___MatteImage | None = ...,
+        composite: Global___MatteImage | None = ...,
+        mask: Global___MatteImage | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route", "timing", b"timing"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["composite", b"composite", "cutout", b"cutout", "mask", b"mask", "matte", b"matte", "route", b"route", "timing", b"timing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cutout_png", b"cutout_png", "device", b"device", "height", b"height", "matte_png", b"matte_png", "route", b"route", "timing", b"timing", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["composite", b"composite", "cutout", b"cutout", "cutout_png", b"cutout_png", "device", b"device", "height", b"height", "mask", b"mask", "matte", b"matte", "matte_png", b"matte_png", "route", b"route", "timing", b"timing", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from craftai_infer import pictures
+from craftai_infer import encodings, pictures
 from craftai_infer.loader import RouteLoader
 from craftai_infer.pictures import Picture
 from craftai_infer.settings import InferSettings
@@ -21,13 +21,17 @@ T = TypeVar("T")
 
 class FeatureContext:
     """Owns the CPU pool (decoding and encoding pictures: CPU work off the event loop, beside the
-    model workers); `close` ends it."""
+    model workers) and the pool that compresses the bands of one large PNG at once (separate, so
+    that an encoding waiting for its bands never waits for its own pool); `close` ends both."""
 
     def __init__(self, settings: InferSettings, routes: RouteLoader) -> None:
         self.settings = settings
         self.routes = routes
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
-        self._cpu = ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2), thread_name_prefix="pictures")
+        cores = max(2, os.cpu_count() or 2)
+        self._cpu = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="pictures")
+        self._bands = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="png-bands")
+        self._cores = cores
 
     async def on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
@@ -36,9 +40,10 @@ class FeatureContext:
         """The one picture type, limits checked before any pixel is decoded (craftai_infer.pictures)."""
         return pictures.decode(data, self.limits)
 
-    @staticmethod
-    def encode_png(pixels: npt.NDArray[np.uint8], level: int) -> bytes:
-        return pictures.encode_png(pixels, level)
+    def encode(self, pixels: npt.NDArray[np.uint8] | npt.NDArray[np.bool_], encoding: encodings.Encoding) -> bytes:
+        """An output in its encoding (craftai_infer.encodings); a large PNG in bands on every core."""
+        return encodings.encode(pixels, encoding, self._bands, bands=self._cores)
 
     def close(self) -> None:
         self._cpu.shutdown(wait=False, cancel_futures=True)
+        self._bands.shutdown(wait=False, cancel_futures=True)

@@ -182,8 +182,13 @@ def matte_inspyrenet_float(
     return matte_from_network(prepared, _run(network, prepared.x, autocast), settings)
 
 
+def _to_uint8_tensor(alpha: Tensor, settings: MatteSettings) -> Tensor:
+    """The fringe shrink and 8-bit rounding, on alpha's device."""
+    return torch.floor(fringe_shrink(alpha, settings.fringe) * 255.0 + 0.5).to(torch.uint8)
+
+
 def _to_uint8(alpha: Tensor, settings: MatteSettings) -> np.ndarray:
-    out: np.ndarray = torch.floor(fringe_shrink(alpha, settings.fringe) * 255.0 + 0.5).to(torch.uint8).cpu().numpy()
+    out: np.ndarray = _to_uint8_tensor(alpha, settings).cpu().numpy()
     return out
 
 
@@ -211,9 +216,11 @@ def matte_inspyrenet_batch(
     autocast: torch.dtype | None = None,
     settings: MatteSettings = MatteSettings(),
     upload: Callable[[np.ndarray], Tensor] | None = None,
-) -> list[np.ndarray]:
+) -> list[Tensor]:
     """Several pictures whose network inputs have the same shape (`network_shape`): one forward for
-    all, each picture's matte the same as alone (the min-max normalisation is per picture)."""
+    all, each picture's matte the same as alone (the min-max normalisation is per picture). Each
+    matte is left on `device`, an (H, W) uint8 tensor: the outputs are made there
+    (craftai_infer.pipelines.matte_outputs)."""
     prepared = [network_input(rgb, torch.device(device), settings, upload) for rgb in pictures]
     out = _run(network, torch.cat([p.x for p in prepared]), autocast)
-    return [_to_uint8(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]
+    return [_to_uint8_tensor(matte_from_network(p, out[i : i + 1], settings), settings) for i, p in enumerate(prepared)]

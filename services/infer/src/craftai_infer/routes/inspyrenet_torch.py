@@ -66,7 +66,8 @@ class InspyrenetTorch(MatteRoute):
     def batch_key(self, picture: Picture) -> Hashable:
         return network_shape(picture.shape[0], picture.shape[1])
 
-    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+    def matte(self, pictures: Sequence[Picture]) -> Sequence[Matte]:
+        """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
         with torch.inference_mode():
             return matte_inspyrenet_batch(
                 [over_white(p) for p in pictures],

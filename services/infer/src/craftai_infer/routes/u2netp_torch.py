@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import numpy.typing as npt
 import torch
 from safetensors.torch import load_file
 
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import matte_u2netp
-from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, RouteFiles
+from craftai_infer.routes import MATTE, Capabilities, MatteRoute, RouteFiles
 from craftai_models.u2netp import WEIGHTS, U2NetP
 
 
@@ -29,7 +30,8 @@ class U2netpTorch(MatteRoute):
         module.load_state_dict(load_file(str(files.prepared / WEIGHTS)), strict=True)
         self.module = module.eval().to(device)
 
-    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
+        """Host arrays: the pipeline's post-processing is Pillow's (rembg's)."""
         x = torch.from_numpy(np.concatenate([matte_u2netp.preprocess(p) for p in pictures])).to(self.device)
         with torch.inference_mode():
             fused = self.module(x)[0].float().cpu().numpy()

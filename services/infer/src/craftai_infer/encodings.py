@@ -1,0 +1,130 @@
+"""Encoding image.matte's outputs: PNG, lossless WebP, JPEG (docs/API.md states what each costs).
+
+- PNG: 8-bit grayscale, RGB or RGBA (a boolean mask: 1-bit grayscale, pictures.encode_mask_png),
+  every row with the "Up" filter, zlib at the level asked. A large picture is compressed in
+  horizontal bands on several threads at once (zlib releases the GIL): each band is a raw deflate
+  stream ended by a sync flush, the bands are joined into the one zlib stream of the IDAT chunk and
+  their Adler-32 checksums combined; the file is an ordinary PNG. Pillow's encoder tries five
+  filters on every row on one thread: 0.7 s for an RGBA cutout at 4000x3000 on the development
+  machine, where one band takes 0.42 s and two bands on its two cores 0.25 s, for a file 3% larger.
+- WebP: lossless, Pillow (libwebp) at the fastest effort (method 0); grayscale outputs are stored
+  as RGB (WebP has no grayscale); sides up to 16383 (WebP's limit).
+- JPEG: simplejpeg (libjpeg-turbo, GIL released), 4:2:0 chroma, RGB outputs only.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import struct
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+import simplejpeg
+from PIL import Image
+
+from craftai_infer.pictures import encode_mask_png
+
+__all__ = ["WEBP_MAX_SIDE", "Encoding", "Format", "adler32_combine", "encode", "png"]
+
+Format = Literal["png", "webp", "jpeg"]
+WEBP_MAX_SIDE = 16383
+BAND_BYTES = 1 << 20  # a band is worth a thread from this many bytes of filtered rows
+_ADLER_BASE = 65521
+_COLOUR_TYPES = {1: 0, 3: 2, 4: 6}  # channels -> PNG colour type (grey, RGB, RGBA)
+
+
+@dataclass(frozen=True)
+class Encoding:
+    format: Format = "png"
+    png_level: int = 1  # zlib 0..9
+    jpeg_quality: int = 90  # 1..100
+
+
+def adler32_combine(first: int, second: int, second_length: int) -> int:
+    """The Adler-32 of two byte strings joined, from theirs: with adler = B·2¹⁶ + A,
+    A = A₁ + A₂ − 1 and B = B₁ + B₂ + len₂·(A₁ − 1), modulo 65521."""
+    a1, b1 = first & 0xFFFF, first >> 16
+    a2, b2 = second & 0xFFFF, second >> 16
+    a = (a1 + a2 - 1) % _ADLER_BASE
+    b = (b1 + b2 + second_length * (a1 - 1)) % _ADLER_BASE
+    return (b << 16) | a
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+
+def _band(
+    rows: npt.NDArray[np.uint8], above: npt.NDArray[np.uint8] | None, level: int, last: bool
+) -> tuple[bytes, int, int]:
+    """Rows (n, row bytes) filtered with "Up" against the row above them (zeros above the first
+    row of the picture), deflated raw: (the deflate bytes, their Adler-32, the filtered length)."""
+    filtered = np.empty((rows.shape[0], rows.shape[1] + 1), np.uint8)
+    filtered[:, 0] = 2  # the filter type byte: Up
+    np.subtract(rows[1:], rows[:-1], out=filtered[1:, 1:])
+    if above is None:
+        filtered[0, 1:] = rows[0]
+    else:
+        np.subtract(rows[0], above, out=filtered[0, 1:])
+    deflate = zlib.compressobj(level, zlib.DEFLATED, -15)
+    data = deflate.compress(filtered.data) + deflate.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+    return data, zlib.adler32(filtered.data), filtered.size
+
+
+def png(pixels: npt.NDArray[np.uint8], level: int = 1, pool: Executor | None = None, bands: int = 1) -> bytes:
+    """(H, W) grey, (H, W, 3) RGB or (H, W, 4) RGBA uint8 -> PNG bytes, in up to `bands` bands on `pool`."""
+    if pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or (pixels.ndim == 3 and pixels.shape[2] not in (3, 4)):
+        raise ValueError(f"expected (H, W), (H, W, 3) or (H, W, 4) uint8 pixels, got {pixels.dtype} {pixels.shape}")
+    height, width = pixels.shape[:2]
+    channels = 1 if pixels.ndim == 2 else pixels.shape[2]
+    rows = np.ascontiguousarray(pixels).reshape(height, width * channels)
+    count = max(1, min(bands, height, rows.size // BAND_BYTES)) if pool is not None else 1
+    edges = [height * i // count for i in range(count + 1)]
+    work = [
+        (rows[lo:hi], rows[lo - 1] if lo > 0 else None, level, i == count - 1)
+        for i, (lo, hi) in enumerate(itertools.pairwise(edges))
+    ]
+    done: Sequence[tuple[bytes, int, int]]
+    if pool is None or count == 1:
+        done = [_band(*item) for item in work]
+    else:
+        done = list(pool.map(lambda item: _band(*item), work))
+    checksum = 1
+    for _data, adler, length in done:
+        checksum = adler32_combine(checksum, adler, length)
+    stream = b"\x78\x01" + b"".join(data for data, _, _ in done) + struct.pack(">I", checksum)
+    header = struct.pack(">IIBBBBB", width, height, 8, _COLOUR_TYPES[channels], 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", stream) + _chunk(b"IEND", b"")
+
+
+def _webp(pixels: npt.NDArray[np.uint8]) -> bytes:
+    out = io.BytesIO()
+    Image.fromarray(pixels).save(out, format="WEBP", lossless=True, method=0, quality=0, exact=True)
+    return out.getvalue()
+
+
+def encode(
+    pixels: npt.NDArray[np.uint8] | npt.NDArray[np.bool_],
+    encoding: Encoding,
+    pool: Executor | None = None,
+    bands: int = 1,
+) -> bytes:
+    """An output in its encoding: a boolean mask, a grey matte, an RGB or RGBA picture (module doc)."""
+    if encoding.format == "jpeg":
+        if pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.dtype != np.uint8:
+            raise ValueError(f"JPEG holds RGB pictures only, got {pixels.dtype} {pixels.shape}")
+        return bytes(simplejpeg.encode_jpeg(np.ascontiguousarray(pixels), encoding.jpeg_quality, "RGB", "420"))
+    if pixels.dtype == np.bool_:
+        if encoding.format == "png":
+            return encode_mask_png(pixels, encoding.png_level)
+        return _webp(pixels.astype(np.uint8) * np.uint8(255))
+    grey_or_colour: npt.NDArray[np.uint8] = pixels.astype(np.uint8, copy=False)
+    if encoding.format == "webp":
+        return _webp(grey_or_colour)
+    return png(grey_or_colour, encoding.png_level, pool, bands)
