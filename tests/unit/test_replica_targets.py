@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from craftai.replicas import Target, parse_target, resolve
+from craftai.replicas import Target, parse_target, pinned_options, resolve
+from craftai_wire.channels import client_options
 
 
 @pytest.mark.parametrize(
@@ -42,3 +43,12 @@ def test_a_name_resolves_to_every_address_once_and_a_list_as_listed() -> None:
     assert len(found) == len(set(found))
     assert resolve(parse_target("ipv4:10.0.0.1:1,10.0.0.2:1")) == ["ipv4:10.0.0.1:1", "ipv4:10.0.0.2:1"]
     assert resolve(parse_target("unix:/run/craftai.sock")) == []  # one endpoint: nothing to pin
+
+
+def test_a_pinned_channel_keeps_the_limits_presents_the_services_name_and_does_not_balance() -> None:
+    balanced = client_options(1 << 20)
+    assert any(name == "grpc.service_config" for name, _ in balanced)
+    pinned = pinned_options(balanced, "infer:50051")
+    assert [o for o in balanced if o[0] != "grpc.service_config"] == pinned[:-1]
+    assert pinned[-1] == ("grpc.default_authority", "infer:50051")
+    assert pinned_options(balanced, "") == pinned[:-1]

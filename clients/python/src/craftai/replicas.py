@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import grpc
 
 from craftai.errors import CraftAiError
+from craftai_wire.channels import ChannelOptions
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 
 log = logging.getLogger("craftai.replicas")
@@ -35,6 +36,17 @@ DEFAULT_PORT = 443  # gRPC's default port for dns:, ipv4: and ipv6: targets with
 SCHEMES = frozenset({"dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock", "xds", "google-c2p", "passthrough"})
 Metadata = tuple[tuple[str, str], ...]
 OpenChannel = Callable[[str, str], grpc.Channel]  # (pinned target, authority) -> a channel
+
+
+def pinned_options(options: ChannelOptions, authority: str) -> ChannelOptions:
+    """The options of a channel pinned to one replica's address: the infer channel's, presenting
+    the service's name (TLS checks it), with gRPC's default policy instead of round robin: it
+    connects when called (an idle one to a replica gone costs nothing), and a draining replica
+    answers its sessions' calls SHUTTING_DOWN itself."""
+    pinned = [o for o in options if o[0] != "grpc.service_config"]
+    if authority:
+        pinned.append(("grpc.default_authority", authority))
+    return pinned
 
 
 @dataclass(frozen=True)
@@ -166,13 +178,22 @@ class Replicas:
                         self._missed[replica] = now
             return self._pinned[address].stub if address is not None else None
 
-    def lost(self, replica: str) -> None:
-        """The replica did not answer a call of one of its sessions: forget its name (its address,
-        if still resolved, is asked again later and may answer as a new process)."""
+    def lost(self, replica: str, error: CraftAiError) -> ReplicaLostError:
+        """The replica did not answer a call of one of its sessions (`error`): forget its name (its
+        address, if still resolved, is asked again later and may answer as a new process), and
+        say so. The replica is taken as gone, its sessions with it, rather than waited for, while
+        the other replicas serve."""
         with self._lock:
             address = self._by_name.pop(replica, None)
             if address is not None and address in self._pinned:
                 self._pinned[address].replica = ""
+        return ReplicaLostError(
+            error.code,
+            f"the infer replica {replica} that keeps this session did not answer: {error.message}",
+            error.reason,
+            retry_after=error.retry_after,
+            request_id=error.request_id,
+        )
 
     def _refresh(self) -> None:
         """Resolve again, open channels to new addresses, close those of vanished ones, and ask the

@@ -29,7 +29,7 @@ from google.protobuf.message import Message
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan, unanswered
-from craftai.replicas import ReplicaLostError, Replicas
+from craftai.replicas import Replicas, pinned_options
 from craftai_wire.channels import ChannelOptions, client_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
@@ -143,13 +143,8 @@ class Transport:
         return grpc.secure_channel(target, self.connection.credentials, options=options)
 
     def _pinned_channel(self, target: str, authority: str) -> grpc.Channel:
-        """A channel to one replica's address, presenting the service's name (TLS checks it), with
-        gRPC's default policy: it connects when called (an idle one to a replica gone costs
-        nothing), and a draining replica answers its sessions' calls SHUTTING_DOWN itself."""
-        options = [o for o in self.connection.options if o[0] != "grpc.service_config"]
-        if authority:
-            options.append(("grpc.default_authority", authority))
-        return self._open(target, options)
+        """A channel to one replica's address (craftai.replicas)."""
+        return self._open(target, pinned_options(self.connection.options, authority))
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
@@ -171,18 +166,6 @@ class Transport:
             return getattr(pinned, name), True
         stubs = {"catalogue": self.catalogue, "prepare": self.prepare, "infer": self.infer}
         return getattr(stubs[service], name), False
-
-    def _lost(self, replica: str, error: CraftAiError) -> ReplicaLostError:
-        """A pinned call the replica could not answer: the replica is taken as gone (its sessions
-        with it) rather than waited for, while the other replicas serve."""
-        self.replicas.lost(replica)
-        return ReplicaLostError(
-            error.code,
-            f"the infer replica {replica} that keeps this session did not answer: {error.message}",
-            error.reason,
-            retry_after=error.retry_after,
-            request_id=error.request_id,
-        )
 
     def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -214,7 +197,7 @@ class Transport:
             except grpc.RpcError as exc:
                 error = CraftAiError.from_rpc(exc)
                 if pinned and unanswered(error):
-                    raise self._lost(replica, error) from None
+                    raise self.replicas.lost(replica, error) from None
                 self._wait_again(self.connection.addresses[rpc.service], error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
@@ -262,7 +245,7 @@ class Transport:
             if answered:
                 return
             if pinned and unanswered(error):
-                raise self._lost(replica, error)
+                raise self.replicas.lost(replica, error)
             self._wait_again(self.connection.addresses[rpc.service], error, plan)
             yield Retrying(error)
 
