@@ -14,8 +14,9 @@ its own, opened in the first phase. A phase waits for its `wait` file (when give
 client does `clicks` prompts on its session and `mattes` mattes, interleaved; with `until`, it goes
 on until that file appears, then prompts its session once more. Every call's outcome is printed as
 one JSON line (`{"call": ...}`); at the end of each phase one line `{"phase": ..., "sessions": [...],
-"errors": [...]}`. With `bench_seconds`, each client instead repeats click, click, matte for that
-long and one line `{"bench": ...}` counts what was answered.
+"errors": [...]}`. With `bench_seconds`, each client instead opens its session, then prompts it
+over and over for that long, then does mattes for that long; one line `{"bench": ..., "kind": ...}`
+per kind counts what was answered and the time until the last answer.
 """
 
 from __future__ import annotations
@@ -92,14 +93,11 @@ class Client:
         if until is not None:
             self._call("click", name)  # every session prompted once after the file appeared
 
-    def bench(self, seconds: float) -> None:
+    def bench(self, kind: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
-        if self.session is None:
-            self._call("open", "bench")
         self.counts = {}
         while time.monotonic() < deadline:
-            for kind in ("click", "click", "matte"):
-                self._call(kind, "bench")
+            self._call(kind, "bench")
 
 
 def run_all(clients: list[Client], work: Any) -> None:
@@ -116,18 +114,19 @@ def main() -> None:
     if config.get("bench_seconds"):
         seconds = float(config["bench_seconds"])
         run_all(clients, lambda c: c._call("open", "warm-up"))
-        started = time.monotonic()
-        run_all(clients, lambda c: c.bench(seconds))
-        elapsed = time.monotonic() - started
-        emit(
-            {
-                "bench": config["infer"],
-                "seconds": elapsed,
-                "clicks": sum(c.counts.get("click", 0) for c in clients),
-                "mattes": sum(c.counts.get("matte", 0) for c in clients),
-                "errors": [e for c in clients for e in c.errors],
-            }
-        )
+        run_all(clients, lambda c: c._call("matte", "warm-up"))
+        for kind in ("click", "matte"):
+            started = time.monotonic()
+            run_all(clients, lambda c, kind=kind: c.bench(kind, seconds))
+            emit(
+                {
+                    "bench": config["infer"],
+                    "kind": kind,
+                    "seconds": time.monotonic() - started,
+                    "answered": sum(c.counts.get(kind, 0) for c in clients),
+                    "errors": [e for c in clients for e in c.errors],
+                }
+            )
     for spec in config.get("phases", []):
         if spec.get("wait"):
             while not Path(spec["wait"]).exists():

@@ -200,35 +200,54 @@ class Stack:
         )
 
 
+def catalogue_and_prepare(
+    images: dict[str, str],
+    network: Network,
+    store: str,
+    recipes: Path,
+    names: tuple[str, str],
+    infer_at: str,
+    ports: dict[str, int],
+) -> tuple[DockerContainer, DockerContainer]:
+    """The catalogue (serving `recipes`, asking infer at `infer_at`) and prepare (writing the
+    store), under the aliases `names` and on the host ports `ports["catalogue"]`,
+    `ports["prepare"]` (not started)."""
+    catalogue = service(
+        images["catalogue"],
+        names[0],
+        network,
+        store,
+        env={"CRAFTAI_RECIPES": "/etc/craftai/recipes.toml", "CRAFTAI_INFER_ADDRESS": infer_at},
+        host_port=ports["catalogue"],
+    ).with_volume_mapping(recipes, "/etc/craftai/recipes.toml", "ro")
+    prepare = service(
+        images["prepare"],
+        names[1],
+        network,
+        store,
+        store_mode="rw",
+        env={"CRAFTAI_CATALOGUE_ADDRESS": f"{names[0]}:{PORT}"},
+        host_port=ports["prepare"],
+    )
+    return catalogue, prepare
+
+
 def stack(images: dict[str, str], network: Network, store: str, recipes: Path, alias_suffix: str = "") -> Stack:
     """Start catalogue, prepare and infer (aliases catalogue/prepare/infer + suffix) and wait for health."""
     names = {name: name + alias_suffix for name in ("catalogue", "prepare", "infer")}
     ports = {name: free_port() for name in names}
-    catalogue_at = f"{names['catalogue']}:{PORT}"
+    catalogue, prepare = catalogue_and_prepare(
+        images, network, store, recipes, (names["catalogue"], names["prepare"]), f"{names['infer']}:{PORT}", ports
+    )
     running = Stack(
-        catalogue=service(
-            images["catalogue"],
-            names["catalogue"],
-            network,
-            store,
-            env={"CRAFTAI_RECIPES": "/etc/craftai/recipes.toml", "CRAFTAI_INFER_ADDRESS": f"{names['infer']}:{PORT}"},
-            host_port=ports["catalogue"],
-        ).with_volume_mapping(recipes, "/etc/craftai/recipes.toml", "ro"),
-        prepare=service(
-            images["prepare"],
-            names["prepare"],
-            network,
-            store,
-            store_mode="rw",
-            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
-            host_port=ports["prepare"],
-        ),
+        catalogue=catalogue,
+        prepare=prepare,
         infer=service(
             images["infer-cpu"],
             names["infer"],
             network,
             store,
-            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
+            env={"CRAFTAI_CATALOGUE_ADDRESS": f"{names['catalogue']}:{PORT}"},
             host_port=ports["infer"],
         ),
         ports=ports,
