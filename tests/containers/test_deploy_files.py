@@ -268,7 +268,7 @@ def test_infer_is_a_headless_service_of_ready_replicas_named_after_their_pods() 
         for caller in ("craftai-catalogue", "craftai-setup"):
             (called,) = specs[caller]["containers"]
             address = {e["name"]: e.get("value") for e in called["env"]}["CRAFTAI_INFER_ADDRESS"]
-            assert address == "craftai-infer:50051", caller  # the headless name: every replica
+            assert address == "dns:///craftai-infer:50051", caller  # the headless name, balanced: every replica
     (hpa,) = _by_kind(_render("gpu"), "HorizontalPodAutoscaler").values()
     assert hpa["spec"]["maxReplicas"] == 8  # one per GPU of an 8-GPU node
 
@@ -285,7 +285,7 @@ def test_compose_scales_infer_and_the_gpu_override_runs_one_replica_per_gpu() ->
     infer = services["infer"]
     for n, (name, replica) in enumerate(sorted(replicas.items()), start=1):
         assert replica["profiles"] == [f"gpu{n}"], name
-        assert replica["networks"]["default"]["aliases"] == ["infer"], name  # reached as infer:50051
+        assert replica["networks"]["default"]["aliases"] == ["infer"], name  # reached as dns:///infer:50051
         assert replica["image"] == infer["image"], name
         (device,) = replica["deploy"]["resources"]["reservations"]["devices"]
         assert device == {"driver": "nvidia", "device_ids": [str(n)], "capabilities": ["gpu"]}, name

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from craftai.replicas import Target, parse_target, pinned_options, resolve
-from craftai_wire.channels import client_options
+from craftai.replicas import pinned_options
+from craftai_wire.channels import client_options, target_options
+from craftai_wire.targets import Target, balanced, parse_target, resolve
 
 
 @pytest.mark.parametrize(
@@ -46,9 +47,19 @@ def test_a_name_resolves_to_every_address_once_and_a_list_as_listed() -> None:
 
 
 def test_a_pinned_channel_keeps_the_limits_presents_the_services_name_and_does_not_balance() -> None:
-    balanced = client_options(1 << 20)
-    assert any(name == "grpc.service_config" for name, _ in balanced)
-    pinned = pinned_options(balanced, "infer:50051")
-    assert [o for o in balanced if o[0] != "grpc.service_config"] == pinned[:-1]
-    assert pinned[-1] == ("grpc.default_authority", "infer:50051")
-    assert pinned_options(balanced, "") == pinned[:-1]
+    plain = client_options(1 << 20)
+    spread = target_options(plain, "ipv4:10.0.0.1:1,10.0.0.2:1")
+    assert spread[:-1] == plain and spread[-1][0] == "grpc.service_config"
+    pinned = pinned_options(spread, "infer:50051")
+    assert pinned == [*plain, ("grpc.default_authority", "infer:50051")]
+    assert pinned_options(spread, "") == plain
+
+
+def test_calls_are_balanced_on_dns_targets_and_several_addresses_only() -> None:
+    """One server (loopback, one address, unix:) keeps one connection: a draining server answers
+    SHUTTING_DOWN itself (tests/integration/test_faults.py)."""
+    assert balanced("dns:///craftai-infer:50051") and balanced("dns:///127.0.0.1:50051")
+    assert balanced("ipv4:10.0.0.1:1,10.0.0.2:1") and not balanced("ipv4:10.0.0.1:1")
+    assert not balanced("127.0.0.1:50051") and not balanced("unix:/run/craftai.sock")
+    assert not balanced("no-such-name.invalid:50051")  # not resolved: one endpoint, as gRPC will say
+    assert target_options(client_options(1 << 20), "127.0.0.1:50051") == client_options(1 << 20)

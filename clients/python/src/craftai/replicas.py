@@ -8,17 +8,13 @@ and asks each one (GetRuntime) which replica answers there. Pinning is only need
 when the target resolves to several addresses: one address (a single server, a Service's virtual
 IP, `craftai serve`) is reached through the infer channel itself, one connection to one server.
 
-Targets are gRPC's (grpc/doc/naming.md): `host:port` and `dns:[//server/]host[:port]` are resolved
-here with getaddrinfo (the system's resolver, as the service's DNS name is: a Kubernetes headless
-Service, a compose service's replicas), `ipv4:`/`ipv6:` address lists are taken as listed, and any
-other scheme (unix:, xds:, ...) counts as one endpoint. The pinned channels present the target's
+Targets are read by gRPC's rules (craftai_wire.targets). The pinned channels present the target's
 own name as their authority, so TLS checks the same certificate name as for the infer channel.
 """
 
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,12 +24,11 @@ import grpc
 
 from craftai.errors import CraftAiError
 from craftai_wire.channels import ChannelOptions
+from craftai_wire.targets import parse_target, resolve
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 
 log = logging.getLogger("craftai.replicas")
 
-DEFAULT_PORT = 443  # gRPC's default port for dns:, ipv4: and ipv6: targets without one
-SCHEMES = frozenset({"dns", "ipv4", "ipv6", "unix", "unix-abstract", "vsock", "xds", "google-c2p", "passthrough"})
 Metadata = tuple[tuple[str, str], ...]
 OpenChannel = Callable[[str, str], grpc.Channel]  # (pinned target, authority) -> a channel
 
@@ -47,68 +42,6 @@ def pinned_options(options: ChannelOptions, authority: str) -> ChannelOptions:
     if authority:
         pinned.append(("grpc.default_authority", authority))
     return pinned
-
-
-@dataclass(frozen=True)
-class Target:
-    """A gRPC target as far as pinning goes: a DNS name to resolve, a list of addresses, or
-    something this client cannot look into (`kind` "other": one endpoint)."""
-
-    kind: str  # "dns", "list" or "other"
-    host: str = ""  # dns: the name
-    port: int = DEFAULT_PORT
-    listed: tuple[str, ...] = ()  # list: pinned targets, as given
-    authority: str = ""  # dns: what pinned channels present (host:port as written)
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    """'name:50051', '1.2.3.4', '[::1]:50051' -> (host, port)."""
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        return host, int(rest[1:]) if rest.startswith(":") else DEFAULT_PORT
-    if text.count(":") == 1:
-        host, port = text.split(":")
-        return host, int(port)
-    return text, DEFAULT_PORT
-
-
-def _pinned(host: str, port: int) -> str:
-    """The gRPC target of one address: ipv4:1.2.3.4:50051 or ipv6:[::1]:50051."""
-    return f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
-
-
-def parse_target(target: str) -> Target:
-    """What a gRPC target names, by gRPC's own rules: a scheme it knows, else `dns:///target`."""
-    scheme, colon, rest = target.partition(":")
-    if not colon or scheme not in SCHEMES:
-        scheme, rest = "dns", target
-    try:
-        if scheme == "dns":
-            if rest.startswith("//"):  # dns://server/host:port (the server is not ours to pick: the system's)
-                rest = rest[2:].partition("/")[2]
-            host, port = _host_port(rest)
-            return Target("dns", host=host, port=port, authority=rest)
-        if scheme in ("ipv4", "ipv6"):
-            listed = tuple(_pinned(*_host_port(item)) for item in rest.split(",") if item)
-            return Target("list", listed=listed)
-    except ValueError:  # a port that is not a number: gRPC will say so; nothing to pin here
-        pass
-    return Target("other")
-
-
-def resolve(target: Target) -> list[str]:
-    """The pinned targets of every address the target names now, in the resolver's order."""
-    if target.kind == "list":
-        return list(target.listed)
-    if target.kind != "dns":
-        return []
-    found: list[str] = []
-    for family, _, _, _, address in socket.getaddrinfo(target.host, target.port, type=socket.SOCK_STREAM):
-        if family in (socket.AF_INET, socket.AF_INET6):
-            pinned = _pinned(str(address[0]), target.port)
-            if pinned not in found:
-                found.append(pinned)
-    return found
 
 
 class ReplicaLostError(CraftAiError):

@@ -30,7 +30,7 @@ from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan, unanswered
 from craftai.replicas import Replicas, pinned_options
-from craftai_wire.channels import ChannelOptions, client_options
+from craftai_wire.channels import ChannelOptions, client_options, target_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
@@ -148,7 +148,7 @@ class Transport:
 
     def _channel(self, address: str) -> grpc.Channel:
         if address not in self._channels:
-            channel = self._open(address, self.connection.options)
+            channel = self._open(address, target_options(self.connection.options, address))
 
             def seen(state: grpc.ChannelConnectivity, address: str = address) -> None:
                 if state == grpc.ChannelConnectivity.READY:

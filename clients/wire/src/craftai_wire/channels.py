@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 
+from craftai_wire.targets import balanced
+
 ChannelOptions = list[tuple[str, int | str]]
 
-# Client-side load balancing (docs/DEPLOY.md, Scaling): a target that resolves to several addresses
-# (a Kubernetes headless Service, a compose service with replicas, an `ipv4:a,b` list) gets one
-# subchannel per address and calls spread over them in turn; a subchannel whose server reports
-# anything but SERVING on grpc.health.v1 (starting, or draining for a stop) gets none.
-# One address behaves as before: one connection.
+# Client-side load balancing (docs/DEPLOY.md, Scaling), for a balanced target (targets.balanced:
+# `dns:///name`, or several addresses: a Kubernetes headless Service, a compose service with
+# replicas, an `ipv4:a,b` list): one subchannel per address and calls spread over them in turn; a
+# subchannel whose server reports anything but SERVING on grpc.health.v1 (starting, or draining
+# for a stop) gets none. Any other target behaves as before: one connection.
 BALANCING = {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
 
 
@@ -23,12 +25,15 @@ def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 def client_options(max_message_bytes: int) -> ChannelOptions:
-    """A client channel: the message limits, a restarted server found again within seconds (gRPC's
-    default reconnect backoff grows to two minutes), and calls spread over every replica that
-    reports SERVING (`BALANCING`)."""
+    """A client channel: the message limits, and a restarted server found again within seconds
+    (gRPC's default reconnect backoff grows to two minutes)."""
     return [
         *message_limits(max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", 250),
         ("grpc.max_reconnect_backoff_ms", 3000),
-        ("grpc.service_config", json.dumps(BALANCING)),
     ]
+
+
+def target_options(options: ChannelOptions, target: str) -> ChannelOptions:
+    """`options` for a channel to `target`: with `BALANCING` when the target is balanced."""
+    return [*options, ("grpc.service_config", json.dumps(BALANCING))] if balanced(target) else list(options)

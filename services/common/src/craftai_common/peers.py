@@ -18,7 +18,7 @@ import grpc
 from craftai_common.auth import INTERNAL_APP_ID, service_key
 from craftai_common.observability import request_id_var
 from craftai_common.settings import ServerSettings
-from craftai_wire.channels import client_options
+from craftai_wire.channels import client_options, target_options
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 
 
@@ -52,9 +52,10 @@ class Peers:
         self._options = client_options(settings.max_message_bytes)
 
     def channel(self, address: str) -> grpc.aio.Channel:
+        options = target_options(self._options, address)  # a replicated peer: calls balanced over it
         if self._credentials is None:
-            return grpc.aio.insecure_channel(address, options=self._options)
-        return grpc.aio.secure_channel(address, self._credentials, options=self._options)
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(address, self._credentials, options=options)
 
     @staticmethod
     def metadata() -> tuple[tuple[str, str], ...]:
