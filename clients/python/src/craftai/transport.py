@@ -3,9 +3,9 @@ shared with any transport), and the blocking transport (`Transport`): one channe
 deadlines, the retry loop that waits for a server to come back, the unary caller and the one
 reader of server streams.
 
-Each address is a gRPC target: `host:port` (or `dns:///host:port`) resolving to every replica of a
-service spreads calls over the replicas that report SERVING (craftai_wire.channels); a session's
-calls go to the replica that keeps it (craftai.replicas). docs/DEPLOY.md, Scaling.
+Each address is a gRPC target; a balanced one (`dns:///host:port`, several addresses:
+craftai_wire.targets) spreads calls over the replicas that report SERVING (craftai_wire.channels);
+a session's calls go to the replica that keeps it (craftai.replicas). docs/DEPLOY.md, Scaling.
 
 Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else (for loopback addresses only)
 the local key that `craftai serve` generated (craftai_wire.keys). TLS: `root_certificates` (or
