@@ -42,7 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 # The container suite runs after the integration suite: tools/test.sh builds the images beside
 # the tests, and they are ready by then (tests/containers/conftest.py waits for them otherwise).
-SUITE_ORDER = ("bench", "gpu", "integration", "containers", "parity", "unit")
+SUITE_ORDER = ("bench", "gpu", "integration", "web", "containers", "parity", "unit")
 
 
 def _suite_rank(item: pytest.Item, root: Path) -> int:
@@ -58,13 +58,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     Suites run in SUITE_ORDER (files and tests within a suite keep their order). Under pytest-xdist's
     `--dist loadgroup` (tools/test.sh), each test module is one unit of work, so that its
     module-scoped servers start once, on one worker, and the container suite is one unit (its
-    session-scoped stack, network and store volume exist once)."""
+    session-scoped stack, network and store volume exist once), and so is the web suite (its one
+    set of services, gateway and browser serve the API's and the page's tests)."""
     root = config.rootpath
     items.sort(key=lambda item: _suite_rank(item, root))  # stable: the order within a suite stays
     if config.getoption("dist", "no") == "loadgroup":
         for item in items:
             path = item.path.relative_to(root)
-            group = "tests/containers" if path.parts[:2] == ("tests", "containers") else path.as_posix()
+            whole = path.parts[:2] in (("tests", "containers"), ("tests", "web"))
+            group = "/".join(path.parts[:2]) if whole else path.as_posix()
             item.add_marker(pytest.mark.xdist_group(group))
     try:
         import torch

@@ -17,9 +17,25 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constrain
 noise="is ignored: it is neither a file nor a directory"
 quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
 echo "== installing the craft-ai packages"
-quiet "${pip[@]}" -e clients/wire -e clients/python -e services/common -e services/models -e services/catalogue \
+quiet "${pip[@]}" -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
 if [ "$dev" = 1 ]; then
+    # The page's tests drive Debian's chromium (tests/web) with Playwright for Python; Playwright's own
+    # browser is never downloaded. chromium-driver comes beside it for Selenium users of the same browser.
+    if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+        echo "== installing chromium and chromium-driver (the browser of the page's tests)"
+        sudo=()
+        [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+        if command -v apt-get >/dev/null && { [ ${#sudo[@]} = 0 ] || sudo -n true 2>/dev/null; }; then
+            "${sudo[@]}" apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+                chromium chromium-driver >/dev/null
+        elif ! command -v chromium >/dev/null; then
+            echo "chromium is missing and apt-get cannot run here: install Debian's chromium and" \
+                "chromium-driver (apt-get install chromium chromium-driver) for tests/web" >&2
+            exit 1
+        fi
+    fi
     echo "== installing the test tools"
     quiet "${pip[@]}" -r requirements-dev.txt
     echo "== installing the test-only reference implementations"

@@ -20,3 +20,10 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constrain
 # stands in the three torchvision transforms that SAM2Transforms uses (tests/support/sam_fixture.py).
 # hydra-core, omegaconf and iopath (imported by sam2 at module level) are pinned in requirements-dev.txt.
 SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=0 "${pip[@]}" --no-deps --no-build-isolation sam2==1.1.0
+
+# BiRefNet reference: nobg's network (nobg/birefnet/modeling_birefnet.py, transformers' Swin), imported
+# without its package __init__ (tests/support/birefnet_reference.py). --no-deps: nobg asks for datasets
+# and loadimg, which the network does not need; transformers and huggingface-hub (what it needs) come
+# from requirements-dev.txt. torchvision's deform_conv2d, which it imports, is stood in for where
+# torchvision does not import (here); the GPU machine has the real one.
+"${pip[@]}" --no-deps nobg

@@ -7,6 +7,14 @@ smaller size), then, as in the pipeline, enlarged bilinearly and refined with th
 filter. Errors are measured against the true matte on the band near its edges.
 
     .venv/bin/python tools/matte_refine_study.py [--side 1000]
+
+`--birefnet` asks the BiRefNet_lite question instead: its network sees every picture at 1024²,
+so for which long sides does refining the enlarged matte help? For each long side L the "network"
+matte is the true one reduced to the ratio 1024/L with the pipeline's antialiased bilinear and
+enlarged back bilinearly, then compared with and without the guided filter (r = ⌈3·L/1024⌉,
+ε = 1e-4; no fringe shrink: the BiRefNet pipeline has none).
+
+    .venv/bin/python tools/matte_refine_study.py --birefnet --noise 4
 """
 
 from __future__ import annotations
@@ -43,23 +51,52 @@ def synthetic(side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(rgb + 0.5, 0, 255).astype(np.uint8), alpha
 
 
+def edge_band(truth: torch.Tensor) -> torch.Tensor:
+    """Pixels within 4 px of an edge of the true matte."""
+    return F.max_pool2d(truth, 9, 1, 4) - (-F.max_pool2d(-truth, 9, 1, 4)) > 0
+
+
+def birefnet_study(rgb: np.ndarray, alpha: np.ndarray, sides: list[int], network: int = 1024) -> None:
+    side = alpha.shape[0]
+    guide = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255
+    truth = torch.from_numpy(alpha)[None, None]
+    band = edge_band(truth)
+    print(f"picture side {side} standing for long side L; network {network}²; edge-band MAE")
+    print(f"{'L':>6} {'scale':>6} {'r':>3} {'enlarged':>9} {'refined':>9} {'change':>8}")
+    for long_side in sides:
+        scale = network / long_side
+        n = max(1, round(side * scale))
+        small = F.interpolate(truth, size=(n, n), mode="bilinear", antialias=True, align_corners=False)
+        up = F.interpolate(small, size=(side, side), mode="bilinear", antialias=True, align_corners=False).clamp(0, 1)
+        r = refine_radius(scale)
+        refined = guided_filter(guide, up, r, 1e-4).clamp(0, 1)
+        before = (up - truth).abs()[band].mean().item()
+        after = (refined - truth).abs()[band].mean().item()
+        print(f"{long_side:>6} {scale:>6.3f} {r:>3} {before:>9.4f} {after:>9.4f} {after / before - 1:>+8.1%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--side", type=int, default=1000)
     parser.add_argument("--scale", type=float, default=1280 / 4000)
     parser.add_argument("--noise", type=float, default=0.0, help="sensor noise std added to the picture, 0-255 units")
+    parser.add_argument("--birefnet", action="store_true", help="the BiRefNet_lite question (see above)")
+    parser.add_argument("--long-sides", default="1280,1536,2048,2560,3072,4000,5000")
     args = parser.parse_args()
     torch.set_num_threads(2)
     rgb, alpha = synthetic(args.side)
     if args.noise:
         noisy = rgb + np.random.default_rng(1).normal(0, args.noise, rgb.shape)
         rgb = np.clip(noisy + 0.5, 0, 255).astype(np.uint8)
+    if args.birefnet:
+        birefnet_study(rgb, alpha, [int(v) for v in args.long_sides.split(",")])
+        return
     n = round(args.side * args.scale)
     small = np.asarray(Image.fromarray(alpha).resize((n, n), Image.Resampling.LANCZOS), np.float32).clip(0, 1)
     up = F.interpolate(torch.from_numpy(small)[None, None], size=(args.side, args.side), mode="bilinear")
     guide = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255
     truth = torch.from_numpy(alpha)[None, None]
-    band = F.max_pool2d(truth, 9, 1, 4) - (-F.max_pool2d(-truth, 9, 1, 4)) > 0  # within 4 px of an edge
+    band = edge_band(truth)
 
     def report(name: str, q: torch.Tensor) -> None:
         q = q.clamp(0, 1)

@@ -29,7 +29,10 @@ def test_every_section_runs_at_a_tiny_size(tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert sorted(p.name for p in scratch.iterdir()) == []  # served stores are hundreds of MB each
+    # served stores are hundreds of MB each; libraries' own small files (torch's compile cache) may stay
+    left = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in scratch.iterdir()}
+    assert not [name for name in left if name.startswith("bench-")], left
+    assert sum(left.values()) < 1 << 20, left
     results = json.loads((out / "bench.json").read_text())
     assert set(results) >= {"sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "u2netp_cpu"}
     assert results["u2netp_cpu"]["same_output"] is True

@@ -18,6 +18,7 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries, SegmentSession
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore, mask_of
@@ -90,6 +91,35 @@ def _refusals() -> dict[str, tuple[bytes, str, str]]:
 REFUSALS = _refusals()
 
 
+def damaged_jpegs() -> dict[str, bytes]:
+    """Damaged JPEGs of each kind the decoder meets: baseline and progressive (simplejpeg), CMYK
+    (Pillow's conversion after simplejpeg's strict check); scan data corrupted with the end marker
+    in place, and half a file with the end marker appended."""
+    photo = _photo()
+
+    def jpeg(picture: Image.Image, **options: object) -> bytes:
+        out = io.BytesIO()
+        picture.save(out, format="JPEG", quality=90, **options)
+        return out.getvalue()
+
+    def scrambled(data: bytes) -> bytes:  # scan bytes changed, every marker (0xFF) left alone
+        damaged = bytearray(data)
+        for i in range(len(damaged) // 2, len(damaged) // 2 + 200, 3):
+            if damaged[i] != 0xFF and damaged[i] ^ 0x55 != 0xFF:
+                damaged[i] ^= 0x55
+        return bytes(damaged)
+
+    found = {}
+    for kind, data in (
+        ("baseline", jpeg(photo)),
+        ("progressive", jpeg(photo, progressive=True)),
+        ("CMYK", jpeg(photo.convert("CMYK"))),
+    ):
+        found[f"{kind}: corrupt scan data, EOI present"] = scrambled(data)
+        found[f"{kind}: half a JPEG with EOI appended"] = data[: len(data) // 2] + b"\xff\xd9"
+    return found
+
+
 def _cmyk_jpeg() -> bytes:
     return _encode(_photo().convert("CMYK"), "JPEG", quality=95)
 
@@ -158,7 +188,7 @@ def test_unknown_feature_recipe_and_engine_are_named(matte: AiClient, matte_serv
     with pytest.raises(CraftAiError) as caught:
         list(matte.setup("image.blur"))
     assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_FEATURE")
-    with grpc.insecure_channel(matte_server.address) as channel, pytest.raises(grpc.RpcError) as raw:
+    with loopback_channel(matte_server.address) as channel, pytest.raises(grpc.RpcError) as raw:
         list(
             infer_pb2_grpc.InferServiceStub(channel).Load(
                 infer_pb2.LoadRequest(route=common_pb2.RouteRef(feature="image.blur")),
@@ -171,7 +201,7 @@ def test_unknown_feature_recipe_and_engine_are_named(matte: AiClient, matte_serv
 
 
 def _runtime(address: str, metadata: tuple[tuple[str, str], ...]) -> grpc.Call:
-    with grpc.insecure_channel(address) as channel:
+    with loopback_channel(address) as channel:
         _, call = infer_pb2_grpc.InferServiceStub(channel).GetRuntime.with_call(
             infer_pb2.GetRuntimeRequest(), metadata=metadata, timeout=10
         )
@@ -243,7 +273,7 @@ def test_a_bad_prompt_is_refused_naming_its_field(name: str, session: SegmentSes
 
 
 def test_an_unknown_session_is_not_found(segment_server: servers.Process, session: SegmentSession) -> None:
-    with grpc.insecure_channel(segment_server.address) as channel, pytest.raises(grpc.RpcError) as caught:
+    with loopback_channel(segment_server.address) as channel, pytest.raises(grpc.RpcError) as caught:
         list(
             infer_pb2_grpc.InferServiceStub(channel).Segment(
                 infer_pb2.SegmentRequest(
@@ -261,7 +291,7 @@ def test_a_message_over_the_size_limit_is_refused_by_grpc_with_a_clear_error(
     segment_server: servers.Process, session: SegmentSession
 ) -> None:
     big = b"\x89PNG\r\n\x1a\n" + bytes(2 * MiB)
-    with grpc.insecure_channel(segment_server.address) as channel, pytest.raises(grpc.RpcError) as caught:
+    with loopback_channel(segment_server.address) as channel, pytest.raises(grpc.RpcError) as caught:
         list(
             infer_pb2_grpc.InferServiceStub(channel).OpenSession(
                 infer_pb2.OpenSessionRequest(picture=common_pb2.Picture(data=big)),
@@ -311,3 +341,27 @@ def test_sessions_per_app_are_limited_with_a_retry_info(segmenting: AiClient, se
     assert error.retry_after is not None and "close one (CloseSession) or use SegmentOnce" in error.message
     with AiClient("another-app", target=segment_server.address) as other, other.open_session(picture) as mine:
         assert mine.width == 16
+
+
+@pytest.mark.parametrize("name", list(damaged_jpegs()))
+def test_a_damaged_jpeg_is_refused_by_both_features_alike(
+    name: str, matte: AiClient, segmenting: AiClient, session: SegmentSession
+) -> None:
+    """Corrupt scan data (end marker present) and half a JPEG with the end marker appended: both
+    features refuse the same picture with the same BAD_PICTURE and the same words, whichever
+    decoder the kind of JPEG goes through (libjpeg's "Corrupt JPEG data" is an error, never a
+    picture painted grey where the data was unreadable)."""
+    data = damaged_jpegs()[name]
+    answers = []
+    for call in (
+        lambda: matte.remove_background(data),
+        lambda: segmenting.segment_once(data, points=[(1, 1, True)]),
+    ):
+        with pytest.raises(CraftAiError) as caught:
+            call()
+        answers.append((caught.value.code, caught.value.reason, caught.value.message))
+    assert answers[0] == answers[1], answers
+    assert answers[0][:2] == (grpc.StatusCode.INVALID_ARGUMENT, "BAD_PICTURE")
+    assert "Corrupt JPEG data" in answers[0][2] or "could not be decoded" in answers[0][2]
+    _serving(matte)
+    assert not session.segment(points=[(32, 24, True)]).reopened

@@ -21,6 +21,8 @@ import grpc
 import pytest
 
 from craftai import AiClient, Retries
+from craftai_common import local_tls
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
     catalogue_pb2,
     common_pb2,
@@ -60,7 +62,8 @@ def stand_in(servicer: StandInInfer) -> Iterator[str]:
         response_serializer=infer_pb2.Runtime.SerializeToString,
     )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(INFER, {"GetRuntime": handler}),))
-    port = server.add_insecure_port("127.0.0.1:0")
+    # A local server speaks TLS with the local certificate: the catalogue pins it on loopback.
+    port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials([local_tls.identity()]))
     server.start()
     try:
         yield f"127.0.0.1:{port}"
@@ -145,7 +148,7 @@ def test_a_setup_request_that_names_the_machine_is_set_up_for_it(tmp_path: Path,
         with servers.running(catalogue):
             env = {"CRAFTAI_STORE": str(tmp_path / "store"), "CRAFTAI_CATALOGUE_ADDRESS": catalogue.address}
             prepare = servers.start("prepare", [str(servers.BIN / "craftai-prepare")], env, tmp_path)
-            with servers.running(prepare), grpc.insecure_channel(prepare.address) as channel:
+            with servers.running(prepare), loopback_channel(prepare.address) as channel:
                 stub = prepare_pb2_grpc.PrepareServiceStub(channel)
                 request = prepare_pb2.SetupRequest(route=MATTE, gpu_available=False)  # the stand-in says GPU
                 events = list(stub.Setup(request, metadata=servers.app_metadata(), timeout=120))

@@ -20,6 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore, mask_of
@@ -35,7 +36,7 @@ def _png(picture: Image.Image) -> bytes:
 
 
 def _health(address: str, service: str = "") -> int:
-    with grpc.insecure_channel(address) as channel:
+    with loopback_channel(address) as channel:
         reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
     return int(reply.status)
 
@@ -59,7 +60,7 @@ def test_infer_killed_mid_stream_the_sdk_retries_and_rebuilds_its_session(
             before = session.segment(points=[(20, 20, True)])
 
             # A stream in progress (the encoder is running) when the process is killed: UNAVAILABLE.
-            with grpc.insecure_channel(infer.address) as channel:
+            with loopback_channel(infer.address) as channel:
                 stream = infer_pb2_grpc.InferServiceStub(channel).OpenSession(
                     infer_pb2.OpenSessionRequest(picture=common_pb2.Picture(data=picture)),
                     metadata=servers.app_metadata(),

@@ -7,11 +7,13 @@ alone (it waits behind at most the flooder's 2 calls, not behind 12)."""
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import grpc
 import pytest
@@ -22,6 +24,7 @@ from tests.support import servers
 pytestmark = pytest.mark.slow
 LIMIT = 2
 FLOODERS = 12
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -34,47 +37,64 @@ def server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory) -> I
         yield process
 
 
+class Flood:
+    """Threads sending mattes as fast as they are answered or refused (greedy: after a refusal,
+    far sooner than its RetryInfo asks), one per client given; counts what they got."""
+
+    def __init__(self, clients: Sequence[AiClient], picture: bytes) -> None:
+        self.clients, self.picture = clients, picture
+        self.answered = [0]
+        self.refusals: list[CraftAiError] = []
+        self.other_errors: list[CraftAiError] = []
+        self._stop = threading.Event()
+
+    def _flooding(self, ai: AiClient) -> None:
+        while not self._stop.is_set():
+            try:
+                ai.remove_background(self.picture)
+                self.answered[0] += 1
+            except CraftAiError as error:
+                if error.reason == "TOO_MANY_REQUESTS":
+                    self.refusals.append(error)
+                    time.sleep(0.05)
+                else:
+                    self.other_errors.append(error)
+
+    @contextlib.contextmanager
+    def running(self, settle: float = 1.0) -> Iterator[Flood]:
+        threads = [threading.Thread(target=self._flooding, args=(ai,), daemon=True) for ai in self.clients]
+        for thread in threads:
+            thread.start()
+        try:
+            time.sleep(settle)
+            yield self
+        finally:
+            self._stop.set()
+            for thread in threads:
+                thread.join(timeout=120)
+
+
+def timed(call: Callable[[], T], times: int) -> tuple[list[float], list[T]]:
+    """Seconds each of `times` calls took, and what each answered."""
+    took, answers = [], []
+    for _ in range(times):
+        started = time.perf_counter()
+        answers.append(call())
+        took.append(time.perf_counter() - started)
+    return took, answers
+
+
 def test_one_app_flooding_cannot_starve_another(server: servers.Process, photos: dict[str, Path]) -> None:
     picture = photos["chelsea.png"].read_bytes()
     quiet = AiClient("quiet-app", target=server.address, retries=Retries(attempts=0))
     flood = AiClient("flood-app", target=server.address, retries=Retries(attempts=0))
     with quiet, flood:
         quiet.remove_background(picture)  # warm: the model is loaded once
-        alone = []
-        for _ in range(3):
-            started = time.perf_counter()
-            quiet.remove_background(picture)
-            alone.append(time.perf_counter() - started)
-
-        stop = threading.Event()
-        answered, refusals, other_errors = [0], [], []
-
-        def flooding() -> None:
-            while not stop.is_set():
-                try:
-                    flood.remove_background(picture)
-                    answered[0] += 1
-                except CraftAiError as error:
-                    if error.reason == "TOO_MANY_REQUESTS":
-                        refusals.append(error)
-                        time.sleep(0.05)  # greedy: far sooner than the RetryInfo asks
-                    else:
-                        other_errors.append(error)
-
-        threads = [threading.Thread(target=flooding, daemon=True) for _ in range(FLOODERS)]
-        for thread in threads:
-            thread.start()
-        try:
-            time.sleep(1.0)
-            during = []
-            for _ in range(4):
-                started = time.perf_counter()
-                assert quiet.remove_background(picture).width == 451
-                during.append(time.perf_counter() - started)
-        finally:
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=120)
+        alone, _ = timed(lambda: quiet.remove_background(picture), 3)
+        with Flood([flood] * FLOODERS, picture).running() as flooding:
+            during, answers = timed(lambda: quiet.remove_background(picture), 4)
+    assert all(answer.width == 451 for answer in answers)
+    answered, refusals, other_errors = flooding.answered, flooding.refusals, flooding.other_errors
 
     assert not other_errors, other_errors[:3]
     assert answered[0] > 0 and refusals

@@ -14,6 +14,7 @@ from PIL import Image, ImageOps
 
 from craftai import AiClient, CraftAiError
 from tests.support import servers
+from tests.support.masks import iou as _iou
 
 
 def rembg_reference(path: Path, model: Path) -> NDArray[np.uint8]:
@@ -33,11 +34,6 @@ def rembg_reference(path: Path, model: Path) -> NDArray[np.uint8]:
     pred = np.squeeze((pred - np.min(pred)) / (np.max(pred) - np.min(pred)))
     mask = Image.fromarray((pred * 255).astype("uint8"), mode="L").resize(image.size, Image.Resampling.LANCZOS)
     return np.asarray(mask)
-
-
-def _iou(a: NDArray[np.bool_], b: NDArray[np.bool_]) -> float:
-    union = np.logical_or(a, b).sum()
-    return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
 @pytest.fixture(scope="module")

@@ -20,6 +20,7 @@ from craftai.calls import MatteOptions
 from craftai.policy import Retries
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.matte_spec import Blur, Cover, OutputsSpec
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 
@@ -187,7 +188,7 @@ def test_requests_of_other_clients_are_refused_or_answered_as_before(
 ) -> None:
     """Unknown kinds and formats, want_cutout beside outputs, a bad background picture; and a
     request without outputs (an SDK before them) gets matte_png and cutout_png as it did."""
-    with grpc.insecure_channel(matte_server.address) as channel:
+    with loopback_channel(matte_server.address) as channel:
         stub = infer_pb2_grpc.InferServiceStub(channel)
 
         def call(request: infer_pb2.MatteRequest) -> infer_pb2.MatteResult:

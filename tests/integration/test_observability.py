@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from tests.support import servers
 
@@ -77,7 +78,7 @@ def test_metrics_per_rpc_and_app_and_the_services_own(
 
 
 def test_a_refused_call_is_counted_by_reason(matte_server: servers.Process) -> None:
-    with grpc.insecure_channel(matte_server.address) as channel, pytest.raises(grpc.RpcError):
+    with loopback_channel(matte_server.address) as channel, pytest.raises(grpc.RpcError):
         infer_pb2_grpc.InferServiceStub(channel).GetRuntime(
             infer_pb2.GetRuntimeRequest(), metadata=(("craftai-app-id", "observed-app"),), timeout=10
         )
@@ -106,7 +107,7 @@ def test_json_logs_carry_the_request_id_the_client_set(
 
 
 def test_the_server_makes_a_request_id_when_absent_and_returns_it(matte_server: servers.Process) -> None:
-    with grpc.insecure_channel(matte_server.address) as channel:
+    with loopback_channel(matte_server.address) as channel:
         stub = infer_pb2_grpc.InferServiceStub(channel)
         _, call = stub.GetRuntime.with_call(infer_pb2.GetRuntimeRequest(), metadata=servers.app_metadata(), timeout=10)
         (made,) = [v for k, v in call.trailing_metadata() or () if k == "x-request-id"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import stat
+import threading
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
+from filelock import FileLock
 
 from craftai import AiClient
 from craftai_common.errors import ServiceError
@@ -29,6 +31,7 @@ from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, archive_pin
 from craftai_wire.v1 import common_pb2, prepare_pb2
 from tests.support import catalogues, servers
+from tests.support.stops import stopped_while_waiting
 
 RECIPE = "sam2.1-hiera-tiny"
 WHEN = (2026, 2, 21, 12, 0, 0)
@@ -282,3 +285,59 @@ def test_setup_takes_every_file_from_one_download_and_forgets_the_archive(tmp_pa
     assert any(p.stage == "download" and p.total == files.archives["good"].size for p in progress)
     assert not [p for p in (store / "tmp").rglob("*") if p.is_file()]  # the archive is gone with the partials
     assert (store / "models" / "sam2.1-hiera-tiny" / names[0]).read_bytes() == ENCODER
+
+
+# -- the archive's own files under the store's rules (issue 14: no link followed, no wait on a stop) --
+
+
+def test_a_link_planted_at_the_archive_partial_download_is_refused_and_its_target_untouched(
+    tmp_path: Path, files: Files
+) -> None:
+    store = Store(tmp_path / "store")
+    store.ensure()
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"not the store's\n")
+    partial = store.partial_path(files.archives["good"])
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    partial.symlink_to(victim)
+    with pytest.raises(ServiceError) as caught:
+        _ensure(store, ENCODER_PIN, [files.source("good", ENCODER_PIN)])
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "UNSAFE_STORE")
+    assert str(partial) in caught.value.message and "symbolic link" in caught.value.message
+    assert victim.read_bytes() == b"not the store's\n"
+
+
+def test_a_linked_archive_lock_is_refused_in_plain_words(tmp_path: Path, files: Files) -> None:
+    store = Store(tmp_path / "store")
+    store.ensure()
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"not the store's\n")
+    store.lock_path(f"archive-{files.archives['good'].sha256}").symlink_to(victim)
+    with pytest.raises(ServiceError) as caught:
+        _ensure(store, ENCODER_PIN, [files.source("good", ENCODER_PIN)])
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.FAILED_PRECONDITION, "UNSAFE_STORE")
+    assert "symbolic link" in caught.value.message
+    assert victim.read_bytes() == b"not the store's\n"
+
+
+def test_a_stop_ends_a_wait_for_another_job_archive_at_once(tmp_path: Path, files: Files) -> None:
+    """Another process reads the archive (its lock held): the job waits; once the server stops it
+    gives up at once with SHUTTING_DOWN (retried by the SDK), not after CRAFTAI_LOCK_WAIT_SECONDS."""
+    store = Store(tmp_path / "store")
+    store.ensure()
+    other = FileLock(store.lock_path(f"archive-{files.archives['good'].sha256}"))
+    other.acquire()
+    stopping = threading.Event()
+    heard = Heard([])
+    reporter = Reporter(heard.events.append, min_interval=0.0)
+    error, took = stopped_while_waiting(
+        lambda: ensure_file(store, ENCODER_PIN, [files.source("good", ENCODER_PIN)], reporter, stopping=stopping),
+        lambda: any(stage == "wait" for stage, _ in heard.stages()),
+        stopping.set,
+        other.release,
+    )
+    assert took < 2.0
+    assert isinstance(error, ServiceError)
+    assert (error.code, error.reason, error.retry_after) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", 1.0)
+    assert "taking files out of the archive good.zip" in error.message
+    assert not store.model_path(ENCODER_PIN).exists()

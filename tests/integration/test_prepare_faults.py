@@ -172,6 +172,35 @@ def test_a_full_disk_is_a_plain_error_and_the_store_works_once_space_is_freed(
         _nothing_partial_visible(small_disk)
 
 
+def test_a_full_disk_while_recording_a_present_file_is_no_space(small_disk: Path, u2netp_file: Path) -> None:
+    """The pinned file is in the store and checks out, but its verification record does not fit:
+    NO_SPACE as for every other full disk, not INTERNAL."""
+    from craftai_common.errors import ServiceError
+    from craftai_common.store import FilePin, Store
+    from craftai_prepare.downloads import ensure_file
+    from craftai_prepare.reporter import Reporter
+
+    _resize(small_disk, "8m")
+    store = Store(small_disk)
+    store.ensure()
+    pin = FilePin("u2netp", "u2netp.onnx", U2NETP_SIZE, U2NETP_SHA256)
+    store.model_path(pin).parent.mkdir(parents=True)
+    store.model_path(pin).write_bytes(u2netp_file.read_bytes())
+    filler = os.open(small_disk / "filler", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while os.write(filler, b"\0" * 4096):
+            pass
+    except OSError:
+        pass  # the disk is full
+    finally:
+        os.close(filler)
+    with pytest.raises(ServiceError) as caught:
+        ensure_file(store, pin, [], Reporter(lambda _event: None))
+    assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "NO_SPACE")
+    assert "verification record of u2netp.onnx" in caught.value.message
+    assert not store.record_path(pin).exists()  # nothing half-written
+
+
 def test_two_prepare_replicas_on_one_store_download_once(tmp_path: Path, model_files: servers.FileServer) -> None:
     path = f"/slow/u2netp.onnx?{tmp_path.name}"
     url = model_files.url + path

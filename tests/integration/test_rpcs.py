@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
     catalogue_pb2,
     catalogue_pb2_grpc,
@@ -36,7 +37,7 @@ ANSWERED_WITH = {
 
 @pytest.fixture(scope="module")
 def channel(matte_server: servers.Process) -> grpc.Channel:
-    return grpc.insecure_channel(matte_server.address)
+    return loopback_channel(matte_server.address)
 
 
 def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:

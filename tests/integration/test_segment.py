@@ -27,6 +27,7 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, LowResMask, Point, SegmentOutput, SegmentSession
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import catalogues, servers
 from tests.support.sam_fixture import Sam21Fixture
@@ -51,7 +52,7 @@ def ai(server: servers.Process) -> Iterator[AiClient]:
 
 @pytest.fixture(scope="module")
 def stub(server: servers.Process) -> Iterator[infer_pb2_grpc.InferServiceStub]:
-    with grpc.insecure_channel(server.address) as channel:
+    with loopback_channel(server.address) as channel:
         yield infer_pb2_grpc.InferServiceStub(channel)
 
 

@@ -30,6 +30,7 @@ from craftai_infer.pipelines.mask_cleanup import Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.sam_fixture import Sam21Fixture
@@ -79,7 +80,7 @@ def session(ai: AiClient, photos: dict[str, Path]) -> Iterator[SegmentSession]:
 
 @pytest.fixture(scope="module")
 def stub(server: servers.Process) -> Iterator[infer_pb2_grpc.InferServiceStub]:
-    with grpc.insecure_channel(server.address) as channel:
+    with loopback_channel(server.address) as channel:
         yield infer_pb2_grpc.InferServiceStub(channel)
 
 
@@ -263,7 +264,7 @@ def test_bad_options_are_refused_in_plain_words(session: SegmentSession, stub: i
         (infer_pb2.EverythingOptions(points_per_side=65), "TOO_MANY_POINTS", "options.points_per_side", "1 to 64"),
         (infer_pb2.EverythingOptions(points_per_batch=257), "BAD_OPTIONS", "options.points_per_batch", "1 to 256"),
         (infer_pb2.EverythingOptions(pred_iou_thresh=1.5), "BAD_OPTIONS", "options.pred_iou_thresh", "in [0, 1]"),
-        (infer_pb2.EverythingOptions(multimask_output=False), "BAD_OPTIONS", "options.multimask_output", "single"),
+        (infer_pb2.EverythingOptions(multimask_output=False), "BAD_OPTIONS", "options.multimask_output", "torch"),
     ]
     for options, reason, field, words in cases:
         error = _everything_error(stub, infer_pb2.SegmentEverythingRequest(session_id=sid, options=options))
@@ -399,3 +400,21 @@ def test_the_segment_all_command(server: servers.Process, photos: dict[str, Path
     assert run.returncode == 0, run.stderr
     pngs = json.loads(out.read_text())["annotations"]
     assert all((tmp_path / r["png"]).exists() for r in pngs) and len(pngs) == len(records)
+
+
+def test_segment_all_with_one_mask_per_point(
+    server: servers.Process, ai: AiClient, photos: dict[str, Path], tmp_path: Path
+) -> None:
+    """--single-mask (multimask_output=False): refused in plain words by the onnxruntime engine,
+    one mask per point on the torch engine."""
+    out, photo = tmp_path / "masks.json", str(photos["chelsea.png"])
+    flags = ["--points-per-side", "4", "--pred-iou-thresh", "0", "--stability-score-thresh", "0", "--single-mask"]
+    run = _craftai(server.address, "segment-all", photo, *flags, "--engine", "onnxruntime", "-o", str(out))
+    assert run.returncode != 0 and "multimask_output" in run.stderr and "engine torch" in run.stderr, run.stderr
+    list(ai.setup("image.segment", engine="torch"))
+    run = _craftai(
+        server.address, "segment-all", photo, *flags, "--box-nms-thresh", "1", "--engine", "torch", "-o", str(out)
+    )
+    assert run.returncode == 0, run.stderr
+    assert " masks from 16 points (16 passed the filters)" in run.stdout, run.stdout
+    assert len(json.loads(out.read_text())["annotations"]) == 16

@@ -15,6 +15,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, SegmentSession
+from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.segment import SetUpStore
@@ -48,7 +49,7 @@ def _is_kept(address: str, session: SegmentSession) -> bool:
         session_id=session.session_id,
         prompt=infer_pb2.Prompt(points=[infer_pb2.Point(x=10, y=10, label=infer_pb2.POINT_LABEL_FOREGROUND)]),
     )
-    with grpc.insecure_channel(address) as channel:
+    with loopback_channel(address) as channel:
         try:
             list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=servers.app_metadata("tests")))
         except grpc.RpcError as exc:

@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
-import numpy as np
 import pytest
 from PIL import Image
 
@@ -19,6 +18,7 @@ from craftai import AiClient, CraftAiError
 from craftai_wire.v1 import common_pb2, prepare_pb2
 from tests.support import segment, servers
 from tests.support.files import sample_photo
+from tests.support.masks import iou as _iou
 
 pytestmark = pytest.mark.slow
 PROMPTS = [
@@ -47,11 +47,6 @@ def test_setup_prepares_once(torch_server: servers.Process) -> None:
         assert any(isinstance(e, common_pb2.Progress) and e.stage == "convert" for e in first)
         again = list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))[-1]
         assert isinstance(again, prepare_pb2.SetupResult) and again.already_done and not again.prepared_now
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
 
 
 def test_torch_route_equals_the_onnxruntime_route(torch_server: servers.Process) -> None:

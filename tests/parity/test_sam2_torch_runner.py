@@ -15,6 +15,7 @@ from craftai_infer.routes.sam2_onnx import SamOnnxRunner
 from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
+from tests.support.masks import iou as _iou
 
 PROMPTS = {
     "click": SamPrompt(points=[(220, 150)], labels=[1]),
@@ -29,11 +30,6 @@ def runners(
     sam21_files: sam_fixture.Sam21Fixture, sam21_torch_runner: SamTorchRunner
 ) -> tuple[SamOnnxRunner, SamTorchRunner]:
     return SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False), sam21_torch_runner
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    union = np.logical_or(a, b).sum()
-    return 1.0 if union == 0 else float(np.logical_and(a, b).sum() / union)
 
 
 @pytest.mark.slow

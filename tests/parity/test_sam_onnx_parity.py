@@ -23,6 +23,7 @@ from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
+from tests.support.masks import iou as _iou
 
 pytestmark = [
     pytest.mark.slow,
@@ -139,11 +140,6 @@ def encoded(runner: SamOnnxRunner, meta_predictor: Callable[[Any], Any]) -> Iter
             f" max |IoU prediction diff| {MEASURED.max_score_diff:.2e}, max |low-res logit diff|"
             f" {MEASURED.max_low_res_diff:.2e}, max |upscaled logit diff| {MEASURED.max_upscaled_diff:.2e}"
         )
-
-
-def _iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
-    union = int(np.logical_or(a, b).sum())
-    return 1.0 if union == 0 else int(np.logical_and(a, b).sum()) / union
 
 
 Reference = tuple[npt.NDArray[np.float32], npt.NDArray[np.float32], npt.NDArray[np.float32]]

@@ -30,6 +30,7 @@ from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
 from craftai_models.sam2 import mask_decoder
 from tests.support.files import sample_photo
+from tests.support.masks import iou as _iou
 
 pytestmark = [
     pytest.mark.slow,
@@ -57,11 +58,6 @@ def _cases(width: int, height: int) -> list[Case]:
         Case("a box and a click", [(0.5 * w, 0.5 * h)], [1], (0.1 * w, 0.1 * h, 0.7 * w, 0.8 * h)),
         Case("a click refining the last answer", [(0.45 * w, 0.55 * h)], [1], feedback=True),
     ]
-
-
-def _iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
-    union = int(np.logical_or(a, b).sum())
-    return 1.0 if union == 0 else int(np.logical_and(a, b).sum()) / union
 
 
 def test_the_rule_is_metas(sam21_reference_model: Any) -> None:

@@ -28,6 +28,7 @@ from PIL import Image
 
 from craftai import AiClient, EverythingOutput
 from tests.support import amg_reference, servers
+from tests.support.masks import iou_matrix
 from tests.support.segment import SetUpStore
 
 pytestmark = [
@@ -49,6 +50,14 @@ CASES: dict[str, dict[str, Any]] = {
         "min_mask_region_area": 300,
     },
 }
+# multimask_output=False: Meta's single mask per point (token 0 unless unstable), the torch route only
+SINGLE_MASK: dict[str, Any] = {
+    "points_per_side": 4,
+    "pred_iou_thresh": 0.0,
+    "stability_score_thresh": 0.0,
+    "box_nms_thresh": 1.0,
+    "multimask_output": False,
+}
 
 
 @pytest.fixture(scope="module")
@@ -57,12 +66,25 @@ def picture(photos: dict[str, Path]) -> npt.NDArray[np.uint8]:
 
 
 @pytest.fixture(scope="module")
-def ours(sam_store: SetUpStore, photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def client(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AiClient]:
     with (
         servers.running(sam_store.serve(tmp_path_factory.mktemp("everything-parity"))) as process,
         AiClient(app_id="parity", target=process.address) as client,
-        client.open_session(photos[PHOTO]) as session,
     ):
+        yield client
+
+
+@pytest.fixture(scope="module")
+def ours(client: AiClient, photos: dict[str, Path]) -> Iterator[Any]:
+    with client.open_session(photos[PHOTO]) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def ours_torch(client: AiClient, photos: dict[str, Path]) -> Iterator[Any]:
+    """A session of the same picture on the torch route (converted by the same server's prepare)."""
+    list(client.setup("image.segment", engine="torch"))
+    with client.open_session(photos[PHOTO], engine="torch") as session:
         yield session
 
 
@@ -84,11 +106,6 @@ def meta(sam21_reference_model: Any, picture: npt.NDArray[np.uint8]) -> Any:
     return run
 
 
-def _iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
-    union = int(np.logical_or(a, b).sum())
-    return 1.0 if union == 0 else int(np.logical_and(a, b).sum()) / union
-
-
 def _meta_mask(record: dict[str, Any]) -> npt.NDArray[np.bool_]:
     amg_reference.install_standins()
     from sam2.utils.amg import rle_to_mask
@@ -103,9 +120,7 @@ def _compare(found: EverythingOutput, theirs: list[dict[str, Any]]) -> tuple[int
     mine = [m.array() for m in found.masks]
     assert abs(len(mine) - len(theirs)) <= MAX_COUNT_DIFF * max(len(theirs), 1), (len(mine), len(theirs))
     matched, worst, score_diff = 0, 1.0, 0.0
-    for record in theirs:
-        target = _meta_mask(record)
-        overlaps = [_iou(target, m) for m in mine]
+    for record, overlaps in zip(theirs, iou_matrix([_meta_mask(r) for r in theirs], mine), strict=True):
         matches = [k for k, overlap in enumerate(overlaps) if overlap >= MIN_MATCH_IOU]
         if matches:
             matched += 1
@@ -138,3 +153,13 @@ def test_reference_stand_ins_are_in_use(meta: Any) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         assert meta(points_per_side=1, pred_iou_thresh=0.0, stability_score_thresh=0.0, min_mask_region_area=50)
+
+
+def test_one_mask_per_point_is_meta_s_single_mask(ours_torch: Any, meta: Any) -> None:
+    """multimask_output=False on the torch route: each point's mask is Meta's single-mask answer."""
+    found = ours_torch.segment_everything(**SINGLE_MASK)
+    theirs = meta(**SINGLE_MASK)
+    assert found.engine == "torch" and found.candidates <= 16 and len(theirs) > 1, (found.candidates, len(theirs))
+    matched, worst, score_diff = _compare(found, theirs)
+    assert matched == len(theirs), (matched, len(theirs), worst)
+    assert score_diff <= 1e-3, score_diff

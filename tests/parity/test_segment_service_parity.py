@@ -21,6 +21,7 @@ from PIL import Image
 
 from craftai import AiClient, Point, SegmentOutput
 from tests.support import sam_fixture, servers
+from tests.support.masks import iou as _iou
 from tests.support.segment import SetUpStore
 
 pytestmark = [
@@ -38,11 +39,6 @@ def ai(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Itera
         AiClient(app_id="parity", target=process.address) as client,
     ):
         yield client
-
-
-def _iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:
-    union = int(np.logical_or(a, b).sum())
-    return 1.0 if union == 0 else int(np.logical_and(a, b).sum()) / union
 
 
 def _compare(answer: SegmentOutput, reference: tuple[Any, Any, Any]) -> npt.NDArray[np.float32]:

@@ -56,3 +56,66 @@ def checkpoints() -> dict[str, Checkpoint]:
         wrong["attention0.threshold"] = torch.zeros(2)
         made["wrong-shape"] = _save(folder / "wrong-shape.safetensors", wrong)
     return made
+
+
+CALIBRATION_PHOTO = "astronaut.png"
+
+
+def calibrated(side: int = 384, device: str = "cpu") -> Checkpoint:
+    """The random checkpoint calibrated on a real photo (tests/support/calibration.py), so that its
+    matte has a subject, a background and edges between them: the refinement then filters a real
+    share of a large picture's tiles. Calibrated with the photo at `side`² (the bench uses 1280², the
+    network's input for a large picture, on the GPU; CI a small side on the CPU); cached per side."""
+    folder = CACHE / "fixtures" / f"inspyrenet-calibrated-{SEED}-{side}"
+    path = folder / "calibrated.safetensors"
+    if path.exists():
+        return _pinned(path)
+    with exclusive(folder.name):
+        if path.exists():
+            return _pinned(path)
+        return _save(path, calibrated_state(side, device))
+
+
+def calibrated_state(side: int, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Two BatchNorm calibrations on the photo around a least-squares fit of the decoder's readout
+    (the /8 saliency logit) to ±12 logits of the real u2netp's matte of the same photo; the three
+    Laplacian readouts (SICA conv_out4) scaled down to small residuals, as a trained network's are."""
+    import numpy as np
+    from PIL import Image
+
+    from craftai_infer.pipelines import matte_u2netp
+    from craftai_infer.pipelines.matte_inspyrenet import network_input
+    from craftai_models.onnx_sessions import open_session
+    from tests.support import calibration
+    from tests.support.files import u2netp_onnx
+    from tools.samples import photos
+
+    if side % 32 or side > 1280:
+        raise ValueError("the calibration side is a multiple of 32, at most 1280 (the network's largest input)")
+    rgb = np.asarray(
+        Image.open(photos()[CALIBRATION_PHOTO]).convert("RGB").resize((side, side), Image.Resampling.BICUBIC)
+    )
+    u2netp = open_session(u2netp_onnx(), "cpu")
+    fused = u2netp.run(None, {u2netp.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    subject = matte_u2netp.postprocess(fused, (side // 8, side // 8)).astype(np.float32) / 255.0
+    target = torch.from_numpy(24.0 * (subject - 0.5))[None, None]
+    target -= target.mean()  # the readout has no bias
+
+    net = inspyrenet_swin_b()
+    net.load_state_dict(randomised_state_dict(net, seed=SEED))
+    net.to(device).eval()
+    x = network_input(rgb, torch.device(device)).x
+
+    def forward() -> object:
+        return net(x)
+
+    calibration.calibrate_batchnorm(net, forward)
+    readout = net.decoder.conv5.conv
+    calibration.fit_readout(readout, calibration.readout_input(net, readout, forward), target.to(device))
+    with torch.no_grad():
+        for sica in (net.attention2, net.attention1, net.attention0):
+            bn = sica.conv_out4.bn
+            assert bn is not None
+            bn.weight.mul_(0.1)
+            bn.bias.zero_()
+    return {k: v.cpu() for k, v in calibration.calibrate_batchnorm(net, forward, seed=SEED).items()}

@@ -28,14 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-
-def _bare_package(name: str, search_path: list[str]) -> types.ModuleType:
-    """Register package `name` with its files but without executing its __init__.py."""
-    module = types.ModuleType(name)
-    module.__path__ = search_path
-    module.__file__ = None
-    sys.modules[name] = module
-    return module
+from tests.support import calibration
+from tests.support.bare_import import bare_package
 
 
 def _package_path(name: str, wheel: Path | None) -> list[str]:
@@ -56,8 +50,8 @@ def _ensure_timm_layers() -> None:
     except ImportError:
         for key in [k for k in sys.modules if k == "timm" or k.startswith("timm.")]:
             del sys.modules[key]
-    _bare_package("timm", _package_path("timm", None))
-    layers = _bare_package("timm.layers", [str(Path(sys.modules["timm"].__path__[0]) / "layers")])
+    bare_package("timm", _package_path("timm", None))
+    layers = bare_package("timm.layers", [str(Path(sys.modules["timm"].__path__[0]) / "layers")])
     drop = importlib.import_module("timm.layers.drop")
     helpers = importlib.import_module("timm.layers.helpers")
     weight_init = importlib.import_module("timm.layers.weight_init")
@@ -95,7 +89,7 @@ def reference_factory(wheel: Path | None = None, allow_missing_kornia: bool = Fa
     if "transparent_background" not in sys.modules or wheel is not None:
         if wheel is not None and str(wheel) not in sys.path:
             sys.path.insert(0, str(wheel))
-        _bare_package("transparent_background", _package_path("transparent_background", wheel))
+        bare_package("transparent_background", _package_path("transparent_background", wheel))
     module = importlib.import_module("transparent_background.InSPyReNet")
     factory: Callable[..., nn.Module] = module.InSPyReNet_SwinB
     return factory
@@ -151,30 +145,6 @@ def randomised_state_dict(reference: nn.Module, seed: int = 0) -> dict[str, torc
 
 
 def calibrate_batchnorm(model: nn.Module, x: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Set every BatchNorm's running statistics to those of one forward pass of `x`, then return the
-    state dict (with `num_batches_tracked` randomised again).
-
-    With random weights the SICA context sums grow by orders of magnitude from stage to stage and the
-    final logits saturate the sigmoid; statistics measured on an input keep each stage near unit
-    scale, so that relative comparisons at every stage mean something.
-    """
-    bns = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
-    for bn in bns:
-        bn.reset_running_stats()
-        bn.momentum = None  # cumulative average: one batch -> exactly its statistics
-        bn.train()
-    with torch.no_grad():
-        model.forward_inspyre(x)  # type: ignore[operator]
-    for bn in bns:
-        bn.momentum = 0.1
-        bn.eval()
-        # A channel (nearly) constant on this input would turn rounding noise into large values.
-        var = bn.running_var
-        assert var is not None
-        var.clamp_(min=0.05 * float(var.mean()))
-    gen = torch.Generator().manual_seed(seed + 1)
-    state = {k: v.clone() for k, v in model.state_dict().items()}
-    for key in state:
-        if key.endswith("num_batches_tracked"):
-            state[key] = torch.randint(0, 10_000, (), generator=gen, dtype=torch.int64)
-    return state
+    """Every BatchNorm's running statistics set to those of one forward pass of `x`, then the state
+    dict (with `num_batches_tracked` randomised again; tests/support/calibration.py says why)."""
+    return calibration.calibrate_batchnorm(model, lambda: model.forward_inspyre(x), seed=seed)  # type: ignore[operator]

@@ -52,6 +52,15 @@ def test_a_route_slow_on_the_cpu_is_said_so() -> None:
     assert "preferred when a GPU answers" in chosen.reason
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_birefnet_lite_runs_on_torch_on_both_machines(gpu: bool) -> None:
+    """The measurement of docs/PERFORMANCE.md: on the CPU the torch route holds half the memory of
+    onnxruntime's at 1024² for about the same work; on the GPU it runs with CUDA graphs."""
+    chosen = advice.resolve(DATA, "image.matte", "birefnet-lite", gpu=gpu)
+    assert chosen.route.engine == "torch"
+    assert ("preferred when a GPU answers" if gpu else "expect it to be slow") in chosen.reason
+
+
 @pytest.mark.parametrize(
     ("feature", "recipe", "engine", "code", "reason", "words"),
     [

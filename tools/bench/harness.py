@@ -122,9 +122,10 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
+def serve_u2netp_cpu(work: Path, model: Path, env: dict[str, str] | None = None) -> Iterator[str]:
     """`craftai serve` on the CPU with u2netp pinned to `model` (a copy served on loopback from
-    work/files, as its prepare service downloads it); yields the address (set it up first)."""
+    work/files, as its prepare service downloads it), `env` added to its environment; yields the
+    address (set it up first)."""
     import hashlib
     import shutil
 
@@ -133,7 +134,7 @@ def serve_u2netp_cpu(work: Path, model: Path) -> Iterator[str]:
     with files_on_loopback(work / "files") as url:
         pin = {"size": model.stat().st_size, "sha256": hashlib.sha256(model.read_bytes()).hexdigest()}
         recipes = pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": {**pin, "url": f"{url}/u2netp.onnx"}}})
-        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu"}) as address:
+        with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu", **(env or {})}) as address:
             yield address
 
 
@@ -175,3 +176,77 @@ def timed_on(fn: Callable[[], Any], reps: int, warmup: int, device: Any) -> floa
         sync()
         samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
+
+
+@dataclass(frozen=True)
+class Interleaved:
+    """Rates of several contenders measured in rounds (A B C, A B C, ...): each round's ratio to the
+    reference is taken within the round, so a machine whose load drifts biases no contender."""
+
+    rates: dict[str, list[float]]  # calls per second of each contender, one per round
+    reference: str
+
+    def median_rate(self, name: str) -> float:
+        return statistics.median(self.rates[name])
+
+    def ratios(self, name: str) -> list[float]:
+        return [a / b for a, b in zip(self.rates[name], self.rates[self.reference], strict=True)]
+
+    def median_ratio(self, name: str) -> float:
+        return statistics.median(self.ratios(name))
+
+
+def interleaved(
+    contenders: dict[str, Callable[[int], Callable[[], Any]]],
+    reference: str,
+    *,
+    rounds: int,
+    calls: int,
+    concurrency: int = 1,
+) -> Interleaved:
+    """Each round runs every contender in turn (the order rotated each round), `calls` calls spread
+    over `concurrency` threads; a contender's rate in a round is its calls over the round's wall time.
+
+    contenders: name -> (thread index -> a call). One untimed call per thread warms each first.
+    """
+    names = list(contenders)
+    calls_of = {name: [contenders[name](i) for i in range(concurrency)] for name in names}
+    for name in names:
+        _spread(calls_of[name], concurrency)
+    rates: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            started = time.perf_counter()
+            _spread(calls_of[name], max(calls, concurrency))
+            rates[name].append(max(calls, concurrency) / (time.perf_counter() - started))
+    return Interleaved(rates, reference)
+
+
+def _spread(calls: list[Callable[[], Any]], count: int) -> None:
+    """`count` calls over len(calls) threads (thread i makes its own call), errors re-raised."""
+    shares = [count // len(calls) + (1 if i < count % len(calls) else 0) for i in range(len(calls))]
+
+    def worker(i: int) -> None:
+        for _ in range(shares[i]):
+            calls[i]()
+
+    in_threads(worker, len(calls))
+
+
+def in_threads(worker: Callable[[int], Any], count: int) -> None:
+    """worker(0) ... worker(count - 1) on as many threads at once; the first error is re-raised."""
+    errors: list[BaseException] = []
+
+    def guarded(i: int) -> None:
+        try:
+            worker(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

@@ -8,6 +8,9 @@ the reference in fp32 and fp16 autocast; ours as loaded (fp32, fp16), and as the
 (BatchNorm folded, channels-last, autocast, CUDA graph). Then the whole pipeline (host uint8 picture
 in, host uint8 matte out) through the GPU route: 1280x960 (full resolution path) and 4000x3000
 (reduce to 1280², enlarge, refine, fringe shrink). Writes matte_gpu.json and matte_gpu.md.
+With --calibrated SIDE (run.py passes 1280) the optimised networks load the calibrated random
+checkpoint, whose matte has edges for the refinement to filter (the network timings do not depend
+on the weights).
 
 --dtypes narrows the precisions (the CPU check of run.py --tiny runs fp32 only: autocast to fp16 or
 bf16 on the CPU costs minutes and tells nothing there); the pipeline runs the reduced precisions of
@@ -84,6 +87,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1024,1280")
     parser.add_argument("--pictures", default="1280x960,4000x3000", help="pipeline picture sizes")
     parser.add_argument("--dtypes", default="fp16,bf16,fp32", help=f"precisions, from {', '.join(DTYPES)}")
+    parser.add_argument(
+        "--calibrated",
+        type=int,
+        default=0,
+        help="the pipeline's networks with the checkpoint calibrated at this side (tests/support/"
+        "inspyrenet_fixture.py: its matte has edges, so the refinement works); 0: the random weights",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     options = parser.parse_args(argv)
     dtypes = options.dtypes.split(",")
@@ -117,6 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             )
         print(size, {k: v.get(str(size)) for k, v in rows.items()}, flush=True)
     del reference
+    if options.calibrated:
+        from safetensors.torch import load_file
+
+        from tests.support.inspyrenet_fixture import calibrated
+
+        state = load_file(str(calibrated(options.calibrated, str(device)).path))
     optimised = {}
     for name in dtypes:
         net = inspyrenet_swin_b()

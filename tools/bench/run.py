@@ -31,8 +31,8 @@ import io
 import json
 import os
 import platform
+import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,27 +76,17 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
     makes at least one call: `seconds=0` is one call per thread, what the tiny run checks)."""
     counts = [0] * concurrency
     stop = time.monotonic() + seconds
-    errors: list[BaseException] = []
 
     def worker(i: int) -> None:
         call = make_call(i)
-        try:
-            while True:
-                call()
-                counts[i] += 1
-                if time.monotonic() >= stop:
-                    break
-        except BaseException as exc:
-            errors.append(exc)
+        while True:
+            call()
+            counts[i] += 1
+            if time.monotonic() >= stop:
+                break
 
     started = time.monotonic()
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    harness.in_threads(worker, concurrency)
     return sum(counts) / (time.monotonic() - started)
 
 
@@ -167,12 +157,13 @@ def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable
 # ---- matte ------------------------------------------------------------------------------------
 
 
-def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
-    """A random-weight checkpoint with the published key names: the tests' own (seed 7, made once
-    and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py), linked into `folder`."""
+def inspyrenet_checkpoint(folder: Path, made: Any = None) -> dict[str, Any]:
+    """A random-weight checkpoint with the published key names, linked into `folder`: `made` (a
+    tests.support.inspyrenet_fixture Checkpoint, e.g. the calibrated one), else the tests' own (seed
+    7, made once and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py)."""
     from tests.support.inspyrenet_fixture import checkpoints
 
-    made = checkpoints()["random"]
+    made = made or checkpoints()["random"]
     path = folder / "inspyrenet.safetensors"
     if not path.exists():
         try:
@@ -184,11 +175,13 @@ def inspyrenet_checkpoint(folder: Path) -> dict[str, Any]:
     return {"size": made.pin.size, "sha256": made.pin.sha256}
 
 
-def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> dict[str, Any]:
+    """InSPyReNet through `craftai serve`: `checkpoint` (tools/gpu/speed_check.py passes the
+    calibrated one, whose matte the refinement works on), else the uncalibrated random file."""
     with harness.scratch("bench-matte-") as work:
         files = work / "files"
         files.mkdir()
-        pin = inspyrenet_checkpoint(files)
+        pin = inspyrenet_checkpoint(files, checkpoint)
         sizes = [(61, 41)] if tiny else [(1280, 960), (4000, 3000)]
         result: dict[str, Any] = {}
         with harness.files_on_loopback(files) as url:
@@ -217,6 +210,10 @@ def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
 
 
 def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
+    """rembg's `remove` (bytes in, PNG bytes out), the route in this process (decode, matte, PNG),
+    `craftai serve` (the same through gRPC) and a second server whose onnxruntime threads spin
+    between runs (CRAFTAI_CPU_SPIN=1, onnxruntime's default), interleaved in rounds: each round runs
+    them in turn and the ratios are taken within the round, so a drifting load biases none of them."""
     import shutil
 
     from tests.support.files import u2netp_onnx
@@ -224,11 +221,11 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
 
     names = ["chelsea.png"] if tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]
     pictures = [photos()[n].read_bytes() for n in names]
+    rounds, calls = (1, 1) if tiny else (7, 4)
     with harness.scratch("bench-u2netp-") as work:
         (work / "files").mkdir()
         model = u2netp_onnx()
         shutil.copyfile(model, work / "files" / "u2netp.onnx")
-        seconds = 0.0 if tiny else 10.0  # tiny: one call per client
 
         os.environ["U2NET_HOME"] = str(work / "files")
         # pymatting (alpha matting, never called here) compiles at import
@@ -240,21 +237,21 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
             np.asarray(remove(Image.open(io.BytesIO(p)), session=session, only_mask=True)) for p in pictures
         ]
 
-        def rembg_call(i: int) -> Callable[[], Any]:
-            counter = [i]
+        def cycling(fn: Callable[[bytes], Any]) -> Callable[[int], Callable[[], Any]]:
+            def make(i: int) -> Callable[[], Any]:
+                counter = [i]
 
-            def call() -> Any:
-                counter[0] += 1
-                return remove(pictures[counter[0] % len(pictures)], session=session, only_mask=True)
+                def call() -> Any:
+                    counter[0] += 1
+                    return fn(pictures[counter[0] % len(pictures)])
 
-            return call
+                return call
 
-        result: dict[str, Any] = {"photos": names, "rembg": {}, "ours": {}}
-        for concurrency in (1, 2):
-            result["rembg"][str(concurrency)] = throughput(rembg_call, concurrency, seconds)
+            return make
 
         # The same route in this process, without the service around it (decode, matte, PNG): tells the
         # model's share from the service's.
+        from craftai_infer import encodings
         from craftai_infer import pictures as decoding
         from craftai_infer.routes import RouteFiles
         from craftai_infer.routes.u2netp_onnx import U2netpOnnx
@@ -262,44 +259,70 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
         route = U2netpOnnx(RouteFiles({"network": work / "files" / "u2netp.onnx"}, None, 0), "cpu")
         limits = decoding.Limits(50_000_000, 16384)
 
-        def in_process(i: int) -> Callable[[], Any]:
-            counter = [i]
+        def in_process(data: bytes) -> bytes:
+            return encodings.png(route.matte([decoding.decode(data, limits)])[0], 1)
 
-            def call() -> Any:
-                counter[0] += 1
-                picture = decoding.decode(pictures[counter[0] % len(pictures)], limits)
-                return decoding.encode_png(route.matte([picture])[0], 1)
-
-            return call
-
-        result["ours_in_process_1"] = throughput(in_process, 1, seconds)
-        with harness.serve_u2netp_cpu(work, model) as address:
+        result: dict[str, Any] = {"photos": names, "rounds": rounds, "calls_per_round": calls, "rembg": {}, "ours": {}}
+        with (
+            harness.serve_u2netp_cpu(work, model) as address,
+            harness.serve_u2netp_cpu(work / "spinning", model, {"CRAFTAI_CPU_SPIN": "1"}) as spinning_address,
+        ):
             clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
+            spinning = [AiClient(app_id=f"bench-{i}", target=spinning_address) for i in range(2)]
             try:
                 list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
+                list(spinning[0].setup("image.matte", "u2netp", "onnxruntime"))
                 ours_masks = [
                     np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
                     for p in pictures
                 ]
 
-                def ours_call(i: int) -> Callable[[], Any]:
-                    counter = [i]
+                def through(served: list[AiClient]) -> Callable[[int], Callable[[], Any]]:
+                    def make(i: int) -> Callable[[], Any]:
+                        return cycling(lambda data: served[i].remove_background(data, recipe="u2netp"))(i)
 
-                    def call() -> Any:
-                        counter[0] += 1
-                        return clients[i].remove_background(pictures[counter[0] % len(pictures)], recipe="u2netp")
-
-                    return call
+                    return make
 
                 for concurrency in (1, 2):
-                    result["ours"][str(concurrency)] = throughput(ours_call, concurrency, seconds)
+                    measured = harness.interleaved(
+                        {
+                            "rembg": cycling(lambda data: remove(data, session=session, only_mask=True)),
+                            "in_process": cycling(in_process),
+                            "ours": through(clients),
+                            "ours_spinning": through(spinning),
+                        },
+                        "rembg",
+                        rounds=rounds,
+                        calls=calls * concurrency,
+                        concurrency=concurrency,
+                    )
+                    c = str(concurrency)
+                    result["rembg"][c] = measured.median_rate("rembg")
+                    result["ours"][c] = measured.median_rate("ours")
+                    result[f"ours_in_process_{c}"] = measured.median_rate("in_process")
+                    result.setdefault("ratio", {})[c] = measured.median_ratio("ours")
+                    result.setdefault("ratio_in_process", {})[c] = measured.median_ratio("in_process")
+                    result.setdefault("ratio_spinning", {})[c] = measured.median_ratio("ours_spinning")
+                    result.setdefault("service_over_in_process", {})[c] = statistics.median(
+                        a / b for a, b in zip(measured.rates["ours"], measured.rates["in_process"], strict=True)
+                    )
+                    result.setdefault("rounds_ratios", {})[c] = measured.ratios("ours")
+                    result.setdefault("rates", {})[c] = measured.rates
             finally:
-                for client in clients:
+                for client in clients + spinning:
                     client.close()
-        result["same_output"] = all(np.array_equal(a, b) for a, b in zip(ours_masks, theirs_masks, strict=True))
-        result["ratio"] = {c: result["ours"][c] / result["rembg"][c] for c in result["ours"]}
-        (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
-        return result
+    pairs = list(zip(ours_masks, theirs_masks, strict=True))
+    result["same_output"] = all(np.array_equal(a, b) for a, b in pairs)
+    result["max_abs_diff"] = max(int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in pairs)
+    result["min_iou"] = min(_iou(a > 127, b > 127) for a, b in pairs)
+    result["load_average"] = os.getloadavg()
+    (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    union = np.logical_or(a, b).sum()
+    return float(np.logical_and(a, b).sum() / union) if union else 1.0
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -365,11 +388,20 @@ def report(results: dict[str, Any]) -> str:
         lines += [
             "### u2netp on the CPU against rembg (pictures/s)",
             "",
-            "| clients | rembg | ours | ratio |",
-            "|---|---|---|---|",
-            *(f"| {c} | {r['rembg'][c]:.2f} | {r['ours'][c]:.2f} | {r['ratio'][c]:.2f} |" for c in r["ours"]),
+            "| clients | rembg | ours | ratio | the route in this process | its ratio | service / in-process "
+            "| ratio, onnxruntime threads spinning |",
+            "|---|---|---|---|---|---|---|---|",
+            *(
+                f"| {c} | {r['rembg'][c]:.2f} | {r['ours'][c]:.2f} | {r['ratio'][c]:.2f} | "
+                f"{r['ours_in_process_' + c]:.2f} | {r['ratio_in_process'][c]:.2f} | "
+                f"{r['service_over_in_process'][c]:.2f} | {r['ratio_spinning'][c]:.2f} |"
+                for c in r["ours"]
+            ),
             "",
-            f"same matte as rembg on every photo: {r['same_output']}",
+            f"medians of {r['rounds']} interleaved rounds of {r['calls_per_round']} calls per client; a ratio is "
+            "the median of the rounds' ratios",
+            f"same matte as rembg on every photo: {r['same_output']} (max diff {r['max_abs_diff']}/255, "
+            f"smallest IoU of the >0.5 masks {r['min_iou']:.4f}); load average {r['load_average'][0]:.1f}",
             "",
         ]
     return "\n".join(lines)
@@ -415,10 +447,16 @@ def main(argv: list[str] | None = None) -> int:
             args = ["--device", torch_device, "--out", str(options.out)]
             # fp32 only on the tiny CPU run, as for SAM: CPU autocast to fp16/bf16 cost over a minute
             tiny = ["--reps", "1", "--warmup", "0", "--sizes", "64", "--pictures", "80x60", "--dtypes", "fp32"]
-            matte_gpu.main(args + (tiny if options.tiny else []))
+            # the pipeline's rows with the calibrated checkpoint: the refinement does its real work
+            matte_gpu.main(args + (tiny if options.tiny else ["--calibrated", "1280"]))
             results[section] = json.loads((options.out / "matte_gpu.json").read_text())
         elif section == "matte_grpc":
-            results[section] = matte_grpc(options.out, options.device, options.tiny)
+            checkpoint = None
+            if not options.tiny:
+                from tests.support.inspyrenet_fixture import calibrated
+
+                checkpoint = calibrated(1280, torch_device)
+            results[section] = matte_grpc(options.out, options.device, options.tiny, checkpoint)
         elif section == "matte_outputs":
             from tools.bench import matte_outputs
 

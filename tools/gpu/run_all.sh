@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,bench}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -40,7 +40,9 @@ run amg 420 python3 tools/bench/amg_gpu.py --out "$out"
 run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
 run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
 run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
+run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
+run speed 330 python3 tools/gpu/speed_check.py --out "$out/speed"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"

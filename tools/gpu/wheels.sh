@@ -17,10 +17,11 @@ noise="is ignored: it is neither a file nor a directory"
 # The services' own dependencies missing there (or at versions the generated stubs refuse).
 "${pip[@]}" grpcio grpcio-status grpcio-health-checking grpcio-reflection googleapis-common-protos protobuf \
     pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
-    simplejpeg prometheus-client filelock 2> >(grep -v "$noise" >&2)
-# Test tools and test-only references.
+    simplejpeg isal prometheus-client filelock cryptography cffi pycparser 2> >(grep -v "$noise" >&2)
+# Test tools and test-only references (nobg: BiRefNet's reference network; there, transformers 5.17
+# and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 kornia==0.9.0 kornia-rs==0.2.0 \
-    hydra-core==1.3.8 omegaconf==2.3.1 tomli-w 2> >(grep -v "$noise" >&2)
+    hydra-core==1.3.8 omegaconf==2.3.1 tomli-w nobg==0.3.1 2> >(grep -v "$noise" >&2)
 # rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.
 "${pip[@]}" rembg==2.0.86 pymatting pooch platformdirs jsonschema jsonschema-specifications referencing rpds-py \
     2> >(grep -v "$noise" >&2)

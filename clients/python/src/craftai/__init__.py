@@ -1,9 +1,10 @@
 """craft-ai services: the Python SDK.
 
-from craftai import AiClient
+from craftai import AiClient          # blocking
+from craftai import AsyncAiClient     # asyncio (grpc.aio)
 """
 
-from craftai.client import AiClient
+from craftai.client import AiClient, AsyncAiClient
 from craftai.errors import CraftAiError
 from craftai.outputs import (
     EncodedImage,
@@ -18,10 +19,12 @@ from craftai.outputs import (
     SegmentOutput,
 )
 from craftai.policy import Deadlines, Retries
-from craftai.session import SegmentSession
+from craftai.session import AsyncSegmentSession, SegmentSession
 
 __all__ = [
     "AiClient",
+    "AsyncAiClient",
+    "AsyncSegmentSession",
     "CraftAiError",
     "Deadlines",
     "EncodedImage",

@@ -7,6 +7,8 @@ craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mas
 craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
 craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
 craftai keys add my-editor                     # a new key for an app: its hash into the keys file
+craftai serve --web                            # the services, and the page and HTTP API on 127.0.0.1:8080
+craftai web --address 10.0.0.7:50051           # the page and HTTP API in front of services elsewhere
 """
 
 from __future__ import annotations
@@ -14,14 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from tqdm import tqdm
@@ -31,7 +32,11 @@ from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
 from craftai.outputs import SUFFIXES
 from craftai_wire import keys
+from craftai_wire.metadata import APP_ID_PATTERN
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+
+if TYPE_CHECKING:
+    from craftai.web.settings import WebSettings
 
 STATE_WORDS = {
     catalogue_pb2.ROUTE_STATE_UNAVAILABLE: "unavailable",
@@ -46,10 +51,28 @@ def _client(options: argparse.Namespace) -> AiClient:
     return AiClient(app_id=options.app_id, target=options.address)
 
 
+def _web_settings(options: argparse.Namespace) -> WebSettings:
+    try:
+        from craftai.web.settings import WebSettings
+    except ImportError as exc:
+        raise SystemExit(f"craftai: the web gateway needs its extra (pip install 'craftai[web]'): {exc}") from exc
+    given = {"host": options.web_host, "port": options.web_port, "target": getattr(options, "address", None)}
+    return WebSettings(**{k: v for k, v in given.items() if v is not None})
+
+
 def cmd_serve(options: argparse.Namespace) -> int:
     from craftai import serve
 
-    return serve.run(options.host, options.port, options.store)
+    web = _web_settings(options) if options.web else None
+    if web is not None:
+        web = web.model_copy(update={"target": None})  # the services of this process
+    return serve.run(options.host, options.port, options.store, web)
+
+
+def cmd_web(options: argparse.Namespace) -> int:
+    from craftai.web import server
+
+    return server.run(_web_settings(options))
 
 
 def cmd_status(options: argparse.Namespace) -> int:
@@ -113,7 +136,9 @@ def cmd_setup(options: argparse.Namespace) -> int:
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
 STDIO = "-"
 FORMAT_OF_SUFFIX: dict[str, calls.FormatName] = {".png": "png", ".webp": "webp", ".jpg": "jpeg", ".jpeg": "jpeg"}
-TOO_MANY_REQUESTS_TRIES = 20  # the per-app limit answers RESOURCE_EXHAUSTED with RetryInfo: wait, try again
+# The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
+TOO_MANY_REQUESTS_TRIES = 20
+BUSY_REASONS = ("TOO_MANY_REQUESTS", "MEMORY_BUDGET")
 
 
 @dataclass(frozen=True)
@@ -249,7 +274,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
                 result = ai.remove_background(data, outputs=missing, **options)
                 break
             except CraftAiError as error:
-                if error.reason != "TOO_MANY_REQUESTS" or attempt == TOO_MANY_REQUESTS_TRIES - 1:
+                if error.reason not in BUSY_REASONS or attempt == TOO_MANY_REQUESTS_TRIES - 1:
                     raise
                 time.sleep(error.retry_after or 1.0)
     except OSError as error:
@@ -522,7 +547,11 @@ EVERYTHING_FLAGS = (
 def cmd_segment_all(options: argparse.Namespace) -> int:
     out = Path(options.output)
     picture = Path(options.input)
-    chosen = {name: getattr(options, name) for name, _ in EVERYTHING_FLAGS if getattr(options, name) is not None}
+    chosen: dict[str, Any] = {
+        name: getattr(options, name) for name, _ in EVERYTHING_FLAGS if getattr(options, name) is not None
+    }
+    if options.single_mask:
+        chosen["multimask_output"] = False
     formats: list[MaskFormat] = ["rle", "png"] if options.format == "png" else [options.format]
     bar = _Bar("segment-all", options.quiet)
     started = time.perf_counter()
@@ -557,7 +586,7 @@ def cmd_segment_all(options: argparse.Namespace) -> int:
 
 def cmd_keys_add(options: argparse.Namespace) -> int:
     """A new key for an app: its hash is added to the keys file, the key is printed once."""
-    if options.app != keys.WILDCARD and not _APP_ID.match(options.app):
+    if options.app != keys.WILDCARD and not APP_ID_PATTERN.match(options.app):
         print(
             "craftai: an app id is 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit",
             file=sys.stderr,
@@ -566,9 +595,7 @@ def cmd_keys_add(options: argparse.Namespace) -> int:
     chosen = options.keys_file or os.environ.get("CRAFTAI_KEYS_FILE")
     path = Path(chosen) if chosen else keys.default_keys_file()
     key = keys.new_key()
-    if not keys.write_private(path, keys.key_line(options.app, key)):
-        with path.open("a") as out:  # the servers re-read the file within a second
-            out.write(keys.key_line(options.app, key))
+    keys.add_key_line(path, keys.key_line(options.app, key))  # whole, atomically; servers re-read it within 1 s
     print(key)
     print(
         f"added a key for {options.app} to {path} (only its hash is kept there); give the key above to the app "
@@ -600,7 +627,9 @@ def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
     )
 
 
-_APP_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+def _web_flags(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--web-host", default=None, help="the gateway's address (default CRAFTAI_WEB_HOST or 127.0.0.1)")
+    s.add_argument("--web-port", type=int, default=None, help="its port (default CRAFTAI_WEB_PORT or 8080)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -622,7 +651,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default=None, help="address to listen on (default CRAFTAI_HOST or 127.0.0.1)")
     s.add_argument("--port", type=int, default=None, help="port (default CRAFTAI_PORT or 50051)")
     s.add_argument("--store", type=Path, default=None, help="model store folder (default CRAFTAI_STORE)")
+    s.add_argument("--web", action="store_true", help="also serve the HTTP API and the page (craftai[web])")
+    _web_flags(s)
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("web", help="the HTTP API and the page, in front of the services at --address")
+    _web_flags(s)
+    s.set_defaults(func=cmd_web)
 
     s = sub.add_parser("status", help="the infer device and the state of every route")
     s.add_argument("feature", nargs="?", default="")
@@ -749,6 +784,11 @@ def parser() -> argparse.ArgumentParser:
     )
     for name, kind in EVERYTHING_FLAGS:
         s.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help="Meta's parameter (docs/API.md)")
+    s.add_argument(
+        "--single-mask",
+        action="store_true",
+        help="one mask per point, Meta's single-mask answer (multimask_output=False); needs --engine torch",
+    )
     _format_flags(s, "rle")
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])

@@ -1,4 +1,4 @@
-"""AiClient: the Python SDK every app uses (one client per app id).
+"""AiClient and AsyncAiClient: the Python SDK every app uses (one client per app id).
 
     from craftai import AiClient
 
@@ -18,6 +18,18 @@ A call the server could not answer (UNAVAILABLE: the connection was lost, the se
 is shutting down) is tried again once the server is reachable again (`Retries`: up to 3 more
 tries, waiting 20 s at most for the server); every other error is raised at once.
 
+AsyncAiClient (grpc.aio) has the same methods, awaited, for asyncio apps (web backends):
+
+    async with AsyncAiClient(app_id="my-backend") as ai:
+        result = await ai.remove_background(photo_bytes, cutout=True)
+        async with await ai.open_session(photo_bytes) as picture:
+            first = await picture.segment(points=[(310, 200, True)])
+        async for event in ai.setup("image.segment"):
+            print(event)
+
+Both run the same methods (craftai.methods: requests, answers, session re-opening written once);
+only the transport differs (craftai.transport, craftai.transport_aio).
+
 Credentials and TLS are described in craftai.transport. The parts: outputs (what an app gets back),
 calls (the RPCs and their requests, built by pure functions), policy (deadlines, retries),
 transport (channels, metadata, the retry loop, the one stream reader), session (SegmentSession).
@@ -26,12 +38,14 @@ transport (channels, metadata, the retry loop, the one stream reader), session (
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Generator
+from typing import Generic, Self, TypeVar
 
 import grpc
 
-from craftai import calls
+from craftai import calls, methods
 from craftai.calls import Picture
 from craftai.outputs import (
     EncodedImage,
@@ -47,17 +61,14 @@ from craftai.outputs import (
     Prompt,
     Rle,
     SegmentOutput,
-    matte_output,
-    segment_output,
 )
 from craftai.policy import Deadlines, Retries, Retrying
-from craftai.session import SegmentSession
+from craftai.session import AsyncSegmentSession, SegmentSession
 from craftai.transport import DEFAULT_ADDRESS, Connection, MiB, ProgressCallback, Transport, new_request_id
+from craftai.transport_aio import AsyncTransport
 from craftai_wire.v1 import (
-    catalogue_pb2,
     catalogue_pb2_grpc,
     common_pb2,
-    infer_pb2,
     infer_pb2_grpc,
     prepare_pb2,
     prepare_pb2_grpc,
@@ -66,6 +77,8 @@ from craftai_wire.v1 import (
 __all__ = [
     "DEFAULT_ADDRESS",
     "AiClient",
+    "AsyncAiClient",
+    "AsyncSegmentSession",
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",
@@ -88,17 +101,14 @@ __all__ = [
 ]
 
 
-class AiClient:
-    """A connection to the three services for one app.
+TransportT = TypeVar("TransportT", Transport, AsyncTransport)
 
-    `target` is the address of a server hosting all three (the embedded `craftai serve`); pass
-    `catalogue`, `prepare` and `infer` to reach separate deployments. Defaults come from
-    CRAFTAI_ADDRESS (else 127.0.0.1:50051), and, unless `target` is given, from
-    CRAFTAI_CATALOGUE_ADDRESS, CRAFTAI_PREPARE_ADDRESS and CRAFTAI_INFER_ADDRESS for each service
-    (so `craftai setup` works against separate deployments). CRAFTAI_APP_ID is not read: the app
-    names itself. The key and TLS settings are described in craftai.transport; `credentials`
-    (any grpc.ChannelCredentials) replaces the TLS settings when given.
-    """
+
+class _Client(Generic[TransportT]):
+    """What both clients are made of: the connection (from the arguments and the environment), the
+    deadlines and retries, and a transport of their kind."""
+
+    _transport_type: type[TransportT]
 
     def __init__(
         self,
@@ -131,7 +141,7 @@ class AiClient:
             private_key=private_key,
         )
         self.app_id = app_id
-        self.transport = Transport(connection, deadlines or Deadlines(), retries or Retries())
+        self.transport: TransportT = self._transport_type(connection, deadlines or Deadlines(), retries or Retries())
 
     @property
     def deadlines(self) -> Deadlines:
@@ -148,6 +158,30 @@ class AiClient:
     @retries.setter
     def retries(self, value: Retries) -> None:
         self.transport.retries = value
+
+    def for_app(self, app_id: str, app_key: str | None) -> Self:
+        """This client as another app: its id and exactly this key (None: no key is sent, not even
+        the local one), on the same channels (a gateway's client per caller). Close the client it
+        came from, not this one."""
+        clone = copy.copy(self)
+        clone.app_id = app_id
+        clone.transport = self.transport.for_app(app_id, app_key)
+        return clone
+
+
+class AiClient(_Client[Transport]):
+    """A connection to the three services for one app.
+
+    `target` is the address of a server hosting all three (the embedded `craftai serve`); pass
+    `catalogue`, `prepare` and `infer` to reach separate deployments. Defaults come from
+    CRAFTAI_ADDRESS (else 127.0.0.1:50051), and, unless `target` is given, from
+    CRAFTAI_CATALOGUE_ADDRESS, CRAFTAI_PREPARE_ADDRESS and CRAFTAI_INFER_ADDRESS for each service
+    (so `craftai setup` works against separate deployments). CRAFTAI_APP_ID is not read: the app
+    names itself. The key and TLS settings are described in craftai.transport; `credentials`
+    (any grpc.ChannelCredentials) replaces the TLS settings when given.
+    """
+
+    _transport_type = Transport
 
     @property
     def catalogue_stub(self) -> catalogue_pb2_grpc.CatalogueServiceStub:
@@ -170,26 +204,12 @@ class AiClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- catalogue and runtime -----------------------------------------------------------
-
-    def features(self) -> list[catalogue_pb2.Feature]:
-        return list(self.transport.unary(calls.LIST_FEATURES, catalogue_pb2.ListFeaturesRequest()).features)
-
-    def status(self, feature: str = "", recipe: str = "") -> list[catalogue_pb2.RouteStatus]:
-        request = catalogue_pb2.GetRouteStatesRequest(feature=feature, recipe=recipe)
-        return list(self.transport.unary(calls.GET_ROUTE_STATES, request).routes)
-
-    def runtime(self) -> infer_pb2.Runtime:
-        return self.transport.unary(calls.GET_RUNTIME, infer_pb2.GetRuntimeRequest())
-
-    def resolve(
-        self, feature: str, recipe: str | None = None, engine: str | None = None
-    ) -> catalogue_pb2.ResolveRouteResponse:
-        """The route the services would use on the infer service's machine (engine advice: the
-        catalogue asks the infer service what it runs on; `reason` says what it found)."""
-        return self.transport.unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, recipe, engine))
-
-    # -- setup ---------------------------------------------------------------------------
+    features = methods.blocking(methods.features)
+    status = methods.blocking(methods.status)
+    runtime = methods.blocking(methods.runtime)
+    resolve = methods.blocking(methods.resolve)
+    remove_background = methods.blocking(methods.remove_background)
+    segment_once = methods.blocking(methods.segment_once)
 
     def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
@@ -205,62 +225,6 @@ class AiClient:
             for event in events:
                 if not isinstance(event, Retrying):
                     yield event
-
-    # -- image.matte ---------------------------------------------------------------------
-
-    def remove_background(
-        self,
-        picture: Picture,
-        *,
-        cutout: bool = False,
-        outputs: str | Iterable[str] | None = None,
-        naive: bool = False,
-        bg_color: calls.Colour | None = None,
-        bg_blur: float | None = None,
-        bg_image: Picture | None = None,
-        threshold: float | None = None,
-        format: str | Mapping[str, str] | None = None,
-        png_level: int | None = None,
-        jpeg_quality: int | None = None,
-        recipe: str | None = None,
-        engine: str | None = None,
-        on_progress: ProgressCallback | None = None,
-        request_id: str | None = None,
-    ) -> MatteOutput:
-        """Remove the background of a PNG, JPEG or WebP picture (bytes or a path); one request.
-
-        outputs: any of "matte" (8-bit grayscale, white = subject), "cutout" (RGBA; the subject's
-        colours estimated so that hair and fur lose the old background's tint, or the picture's
-        own with `naive=True`), "composite" (the subject over `bg_color` ("#rrggbb[aa]" or
-        (r, g, b[, a])), a blur of the picture of `bg_blur` pixels, or `bg_image`, scaled to
-        cover; white when none is given), "mask" (alpha > `threshold`, default 0.5) — as a list
-        or "matte,cutout". Without `outputs`: the matte, plus the cutout when `cutout=True`, the
-        composite when a background is given, the mask when a threshold is.
-        format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
-        background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
-        0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).
-        Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
-        `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
-        """
-        options = calls.matte_options(
-            outputs=outputs,
-            cutout=cutout,
-            naive=naive,
-            bg_color=bg_color,
-            bg_blur=bg_blur,
-            bg_image=calls.read_picture(bg_image) if bg_image is not None else None,
-            threshold=threshold,
-            format=format,
-            png_level=png_level,
-            jpeg_quality=jpeg_quality,
-        )
-        request = calls.matte_request(calls.read_picture(picture), options, recipe, engine)
-        notices: list[str] = []
-        request_id = request_id or new_request_id()
-        result = self.transport.result(calls.MATTE, request, on_progress, notices, request_id)
-        return matte_output(result, notices, request_id)
-
-    # -- image.segment -------------------------------------------------------------------
 
     def open_session(
         self,
@@ -280,35 +244,64 @@ class AiClient:
         session.open(on_progress, request_id=request_id)
         return session
 
-    def segment_once(
+    def resume_session(self, session_id: str) -> SegmentSession:
+        """A session opened earlier (by this app, maybe by another process: a web gateway) known by
+        its id alone: prompts go to it, but without its picture it is not opened again when the
+        server has forgotten it (NOT_FOUND / SESSION_NOT_FOUND is raised)."""
+        return SegmentSession(self.transport, None, "", "", session_id)
+
+
+class AsyncAiClient(_Client[AsyncTransport]):
+    """AiClient for asyncio (grpc.aio): the same arguments, methods, options, errors, retries and
+    session re-opening, awaited (`setup` is an async generator, sessions are AsyncSegmentSession).
+    Use it from one event loop; `async with` (or `await close()`) closes its channels."""
+
+    _transport_type = AsyncTransport
+
+    async def close(self) -> None:
+        await self.transport.close()
+
+    async def __aenter__(self) -> AsyncAiClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    features = methods.awaiting(methods.features)
+    status = methods.awaiting(methods.status)
+    runtime = methods.awaiting(methods.runtime)
+    resolve = methods.awaiting(methods.resolve)
+    remove_background = methods.awaiting(methods.remove_background)
+    segment_once = methods.awaiting(methods.segment_once)
+
+    async def setup(
+        self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
+    ) -> AsyncGenerator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None]:
+        """AiClient.setup: progress and notices, then the result; leaving early never stops the
+        preparation on the server."""
+        request = calls.setup_request(feature, recipe, engine)
+        events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
+        try:
+            async for event in events:
+                if not isinstance(event, Retrying):
+                    yield event
+        finally:
+            await events.aclose()
+
+    async def open_session(
         self,
         picture: Picture,
-        points: Iterable[PointLike] = (),
-        box: Sequence[float] | None = None,
-        mask_input: MaskInput = None,
-        all_masks: bool = False,
-        *,
-        prompts: Sequence[Prompt] | None = None,
-        formats: Iterable[MaskFormat] | MaskFormat | None = None,
-        polygon_tolerance: float | None = None,
-        max_hole_area: int = 0,
-        max_sprinkle_area: int = 0,
-        single_mask_like_meta: bool = False,
         recipe: str | None = None,
         engine: str | None = None,
+        *,
         on_progress: ProgressCallback | None = None,
         request_id: str | None = None,
-    ) -> SegmentOutput:
-        """Picture and prompt(s) in one call; nothing is kept on the server (the encoder runs each
-        time). The prompt and output arguments are SegmentSession.segment's."""
-        request = calls.segment_once_request(
-            calls.read_picture(picture),
-            calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
-            recipe,
-            engine,
-            calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),
-        )
-        notices: list[str] = []
-        request_id = request_id or new_request_id()
-        result = self.transport.result(calls.SEGMENT_ONCE, request, on_progress, notices, request_id)
-        return segment_output(result, notices, request_id=request_id)
+    ) -> AsyncSegmentSession:
+        """AiClient.open_session, awaited."""
+        session = AsyncSegmentSession(self.transport, calls.read_picture(picture), recipe or "", engine or "")
+        await session.open(on_progress, request_id=request_id)
+        return session
+
+    def resume_session(self, session_id: str) -> AsyncSegmentSession:
+        """AiClient.resume_session: a session known by its id alone (never opened again)."""
+        return AsyncSegmentSession(self.transport, None, "", "", session_id)

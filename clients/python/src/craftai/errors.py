@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import grpc
+import grpc.aio
 from grpc_status import rpc_status
 
 from craftai_wire.details import unpack
@@ -51,7 +52,7 @@ class CraftAiError(Exception):
         retry_after: float | None = None
         request_id = ""
         status = None
-        if isinstance(exc, grpc.Call):
+        if isinstance(exc, grpc.Call | grpc.aio.AioRpcError):  # a blocking call's error, or an awaited one's
             try:
                 status = rpc_status.from_call(exc)
             except ValueError:  # a status message that disagrees with the code: keep the code

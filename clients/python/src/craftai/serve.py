@@ -6,10 +6,17 @@ The service packages are optional dependencies of the SDK (`pip install craftai[
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from craftai.web.settings import WebSettings
 
 
-def run(host: str | None, port: int | None, store: Path | None) -> int:
+def run(host: str | None, port: int | None, store: Path | None, web: WebSettings | None = None) -> int:
+    """Serve until SIGTERM or Ctrl-C; with `web`, the web gateway too (its own port), calling these
+    services at the address they listen on."""
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
@@ -29,4 +36,11 @@ def run(host: str | None, port: int | None, store: Path | None) -> int:
         prepare.build(PrepareSettings(**overrides), embedded=True),  # type: ignore[arg-type]
         infer.build(infer_settings, embedded=True),
     ]
-    return asyncio.run(serve(infer_settings, mounts))
+    beside = None
+    if web is not None:
+        from craftai.web.server import serving
+
+        def beside(address: str) -> contextlib.AbstractAsyncContextManager[str]:
+            return serving(web.model_copy(update={"target": web.target or address}))
+
+    return asyncio.run(serve(infer_settings, mounts, beside))

@@ -7,30 +7,38 @@ Each address is a gRPC target; a balanced one (`dns:///host:port`, several addre
 craftai_wire.targets) spreads calls over the replicas that report SERVING (craftai_wire.channels);
 a session's calls go to the replica that keeps it (craftai.replicas). docs/DEPLOY.md, Scaling.
 
-Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else (for loopback addresses only)
-the local key that `craftai serve` generated (craftai_wire.keys). TLS: `root_certificates` (or
-CRAFTAI_TLS_CA), and for mutual TLS `certificate_chain` and `private_key` (or
-CRAFTAI_TLS_CLIENT_CERT and CRAFTAI_TLS_CLIENT_KEY), each PEM bytes or a file path.
+Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else the local key that `craftai
+serve` generated (craftai_wire.keys), which goes only over TLS to a loopback server that proves to
+be the local server: its certificate, made at its first start, is pinned (craftai_wire.local_tls).
+A program that took the port while the server was down gets a failed handshake and no key. Both
+the local key and the certificate are read at each call, so a client made before the server's
+first start works once the server is up. TLS: `root_certificates` (or CRAFTAI_TLS_CA), and for
+mutual TLS `certificate_chain` and `private_key` (or CRAFTAI_TLS_CLIENT_CERT and
+CRAFTAI_TLS_CLIENT_KEY), each PEM bytes or a file path.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
+import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import grpc
 from google.protobuf.message import Message
 
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
-from craftai.policy import Deadlines, Retries, Retrying, RetryPlan, unanswered
+from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
 from craftai.replicas import Replicas, pinned_options
-from craftai_wire.channels import ChannelOptions, client_options, target_options
+from craftai_wire import local_tls
+from craftai_wire.channels import client_options, target_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
@@ -58,15 +66,30 @@ def _pem(value: Pem | None, variable: str) -> bytes | None:
 
 
 @dataclass(frozen=True)
+class Security:
+    """How a call to one address goes: the channel's credentials and options, the key it carries,
+    and the pinned local certificate (None when the channel is not the local server's)."""
+
+    credentials: grpc.ChannelCredentials | None
+    options: tuple[tuple[str, int | str], ...]
+    app_key: str | None
+    pinned: bytes | None = None
+
+
+@dataclass(frozen=True)
 class Connection:
     """Where each service is and what every call carries: the app id, its key, TLS. Made once from
-    the client's arguments and the environment; no channel is opened here."""
+    the client's arguments and the environment; no channel is opened here, and what a local
+    server made (its key, its certificate) is read when a call needs it (`security`)."""
 
     app_id: str
     addresses: Mapping[ServiceName, str]
-    credentials: grpc.ChannelCredentials | None
-    app_key: str | None
-    options: ChannelOptions
+    credentials: grpc.ChannelCredentials | None  # TLS given on purpose
+    app_key: str | None  # a key given on purpose (app_key=, CRAFTAI_APP_KEY)
+    options: list[tuple[str, int]]
+    # the calls a gateway makes for a caller (`Transport.for_app`): over the channel the gateway's
+    # own client makes, with the caller's key or none (a 1-tuple), never the gateway's or the local key
+    callers_key: tuple[str | None] | None = None
 
     @classmethod
     def from_arguments(
@@ -97,30 +120,140 @@ class Connection:
                 raise ValueError("a client certificate needs its private key (and the key its certificate)")
             if roots is not None or chain is not None:
                 credentials = grpc.ssl_channel_credentials(roots, key, chain)
-        found_key = app_key or os.environ.get("CRAFTAI_APP_KEY") or None
-        if found_key is None and all(is_loopback(a or base) for a in (catalogue, prepare, infer)):
-            found_key = read_key_file(local_key_file())
         env = os.environ.get
         addresses: dict[ServiceName, str] = {
             "catalogue": catalogue or (None if target else env("CRAFTAI_CATALOGUE_ADDRESS")) or base,
             "prepare": prepare or (None if target else env("CRAFTAI_PREPARE_ADDRESS")) or base,
             "infer": infer or (None if target else env("CRAFTAI_INFER_ADDRESS")) or base,
         }
-        return cls(app_id, addresses, credentials, found_key, client_options(max_message_bytes))
+        given_key = app_key or env("CRAFTAI_APP_KEY") or None
+        return cls(app_id, addresses, credentials, given_key, client_options(max_message_bytes))
 
-    def metadata(self, request_id: str | None = None) -> tuple[tuple[str, str], ...]:
+    def security(self, address: str) -> Security:
+        """How to call `address` now. TLS or a key given on purpose are used as given; otherwise a
+        loopback address whose server proves to be the local server (the certificate a local server
+        made, pinned) gets the local key, read now; any other gets no key."""
+        security = self._security(address)
+        if self.callers_key is not None:
+            return dataclasses.replace(security, app_key=self.callers_key[0])
+        return security
+
+    def for_caller(self, app_id: str, app_key: str | None) -> Connection:
+        """The calls a gateway makes for a caller: the same addresses and TLS (so the same channels),
+        with exactly the caller's key, or none: never the local key."""
+        return dataclasses.replace(self, app_id=app_id, callers_key=(app_key,))
+
+    def _security(self, address: str) -> Security:
+        options = tuple(self.options)
+        if self.credentials is not None or self.app_key is not None or not is_loopback(address):
+            return Security(self.credentials, options, self.app_key)
+        certificate = local_tls.pinned_certificate()
+        if certificate is None:
+            return Security(None, options, None)
+        credentials, extra = local_tls.pinned(certificate)
+        return Security(credentials, (*options, *extra), read_key_file(local_key_file()), certificate)
+
+    def metadata(self, request_id: str | None = None, app_key: str | None = None) -> tuple[tuple[str, str], ...]:
         """The app id, its key when there is one, and the request id the server logs."""
         items = [(APP_ID_KEY, self.app_id)]
-        if self.app_key:
-            items.append((APP_KEY_KEY, self.app_key))
+        if app_key:
+            items.append((APP_KEY_KEY, app_key))
         if request_id:
             items.append((REQUEST_ID_KEY, request_id))
         return tuple(items)
 
+    def explain(self, error: CraftAiError, address: str, security: Security) -> CraftAiError:
+        """`error`, with what the client did with the local key when that is what went wrong."""
+        if error.reason == "MISSING_APP_KEY" and security.app_key is None and self.callers_key is None:
+            if security.pinned is None:
+                why = (
+                    f"no local server's certificate at {local_tls.certificate_file()} (no local `craftai serve` "
+                    "has started with this config folder, or CRAFTAI_LOCAL_TLS=off), so the local key was not sent"
+                )
+            else:
+                why = f"no local key at {local_key_file()}"
+            error.message = f"{error.message} (this client: {why})"
+        elif error.code == grpc.StatusCode.UNAVAILABLE and not error.reason and security.pinned is not None:
+            error.message = (
+                f"{error.message} (this client pins the local server's certificate {local_tls.certificate_file()} "
+                "to send it the local key: a program on this port that does not hold it, or a server speaking "
+                "plain text, is sent nothing; a server beyond loopback needs TLS of its own or CRAFTAI_LOCAL_TLS=off "
+                "with an explicit key)"
+            )
+        elif (
+            error.code == grpc.StatusCode.UNAVAILABLE
+            and not error.reason
+            and security.pinned is None
+            and self.credentials is None
+            and is_loopback(address)
+            and local_tls.pinned_certificate() is not None
+        ):
+            error.message = (
+                f"{error.message} (if this is a local `craftai serve`: it speaks TLS with its own certificate, "
+                f"which the SDK pins by itself only when it sends the local key; with a key of your own, pass "
+                f"root_certificates={local_tls.certificate_file()})"
+            )
+        error.args = (error.message,)
+        return error
+
+
+STUBS: dict[ServiceName, Any] = {
+    "catalogue": catalogue_pb2_grpc.CatalogueServiceStub,
+    "prepare": prepare_pb2_grpc.PrepareServiceStub,
+    "infer": infer_pb2_grpc.InferServiceStub,
+}
+
+
+def stream_item(rpc: Stream[RequestT, AnswerT], event: Any) -> common_pb2.Progress | common_pb2.Notice | AnswerT | None:
+    """What one event of an RPC's stream gives the reader: progress, a notice or the result."""
+    kind = event.WhichOneof("event")
+    if kind == "progress":
+        return event.progress  # type: ignore[no-any-return]
+    if kind == "notice":
+        return event.notice  # type: ignore[no-any-return]
+    if kind == "result":
+        assert isinstance(event.result, rpc.answer)
+        return event.result
+    return None
+
+
+class Reading(Generic[AnswerT]):
+    """A stream read to its one result, whatever the transport: progress to the callback, notices
+    collected (those of the try that answered only), the result kept."""
+
+    def __init__(self, rpc: Stream[Any, AnswerT], on_progress: ProgressCallback | None, notices: list[str]) -> None:
+        self.rpc = rpc
+        self.on_progress = on_progress
+        self.notices = notices
+        self._answer: AnswerT | None = None
+
+    def take(self, event: StreamEvent | AnswerT) -> None:
+        if isinstance(event, Retrying):
+            del self.notices[:]  # a retry starts the answer again
+        elif isinstance(event, common_pb2.Progress):
+            if self.on_progress is not None:
+                self.on_progress(event)
+        elif isinstance(event, common_pb2.Notice):
+            self.notices.append(event.message)
+        else:
+            self._answer = event
+
+    def answer(self) -> AnswerT:
+        assert self._answer is not None  # a reader returns only after a result, or raises
+        return self._answer
+
+
+def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.Channel:
+    """A blocking channel to `address`, made as `security` says, with `options`."""
+    if security.credentials is None:
+        return grpc.insecure_channel(address, options=list(options))
+    return grpc.secure_channel(address, security.credentials, options=list(options))
+
 
 class Transport:
     """Blocking calls to the three services: one channel per address (shared when services share
-    one; spread over the replicas behind it), a deadline on every call, and calls the server could
+    one; spread over the replicas behind it; made again when how to reach it changed, e.g. the
+    local server made its certificate since), a deadline on every call, and calls the server could
     not answer tried again under `retries` once the server is reachable again. A session's calls
     (`replica=`) go to the replica that keeps the session, and are not tried elsewhere: the session
     opens itself again instead (ReplicaLostError)."""
@@ -129,43 +262,66 @@ class Transport:
         self.connection = connection
         self.deadlines = deadlines
         self.retries = retries
-        self._channels: dict[str, grpc.Channel] = {}
+        self._channels: dict[str, tuple[grpc.Channel, Security]] = {}
+        self._retired: list[grpc.Channel] = []
+        self._lock = threading.Lock()  # one client may be shared by threads
         self._reached: set[str] = set()  # addresses whose channel was READY once
-        at = connection.addresses
-        self.catalogue = catalogue_pb2_grpc.CatalogueServiceStub(self._channel(at["catalogue"]))
-        self.prepare = prepare_pb2_grpc.PrepareServiceStub(self._channel(at["prepare"]))
-        self.infer = infer_pb2_grpc.InferServiceStub(self._channel(at["infer"]))
-        self.replicas = Replicas(at["infer"], self._pinned_channel, lambda: connection.metadata(new_request_id()))
+        self.replicas = Replicas(connection.addresses["infer"], self._pinned_channel)
 
-    def _open(self, target: str, options: ChannelOptions) -> grpc.Channel:
-        if self.connection.credentials is None:
-            return grpc.insecure_channel(target, options=options)
-        return grpc.secure_channel(target, self.connection.credentials, options=options)
+    def for_app(self, app_id: str, app_key: str | None) -> Transport:
+        """The same channels, calls made as another app with exactly this key, or none: never the
+        local key (a gateway's callers prove who they are themselves)."""
+        clone = copy.copy(self)
+        clone.connection = self.connection.for_caller(app_id, app_key)
+        return clone
 
-    def _pinned_channel(self, target: str, authority: str) -> grpc.Channel:
-        """A channel to one replica's address (craftai.replicas)."""
-        return self._open(target, pinned_options(self.connection.options, authority))
+    @property
+    def catalogue(self) -> catalogue_pb2_grpc.CatalogueServiceStub:
+        return catalogue_pb2_grpc.CatalogueServiceStub(self._channel(self.connection.addresses["catalogue"])[0])
 
-    def _channel(self, address: str) -> grpc.Channel:
-        if address not in self._channels:
-            channel = self._open(address, target_options(self.connection.options, address))
+    @property
+    def prepare(self) -> prepare_pb2_grpc.PrepareServiceStub:
+        return prepare_pb2_grpc.PrepareServiceStub(self._channel(self.connection.addresses["prepare"])[0])
+
+    @property
+    def infer(self) -> infer_pb2_grpc.InferServiceStub:
+        return infer_pb2_grpc.InferServiceStub(self._channel(self.connection.addresses["infer"])[0])
+
+    def _channel(self, address: str) -> tuple[grpc.Channel, Security]:
+        """The channel to `address` as it should be now, and how it was made."""
+        security = self.connection.security(address)
+        with self._lock:
+            kept = self._channels.get(address)
+            if kept is not None and kept[1].pinned == security.pinned:
+                return kept[0], security  # the same way there (credentials given on purpose never change)
+            if kept is not None:
+                self._retired.append(kept[0])  # calls in flight on it finish there; closed with the transport
+            channel = open_channel(address, security, target_options(security.options, address))
 
             def seen(state: grpc.ChannelConnectivity, address: str = address) -> None:
                 if state == grpc.ChannelConnectivity.READY:
                     self._reached.add(address)
 
             channel.subscribe(seen)
-            self._channels[address] = channel
-        return self._channels[address]
+            self._channels[address] = (channel, security)
+            return channel, security
 
-    def _method(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, bool]:
-        """The stub's method, and whether it is pinned to `replica` (a session's replica, reached
-        on a channel of its own where the infer target has several)."""
-        pinned = self.replicas.stub(replica) if service == "infer" else None
-        if pinned is not None:
-            return getattr(pinned, name), True
-        stubs = {"catalogue": self.catalogue, "prepare": self.prepare, "infer": self.infer}
-        return getattr(stubs[service], name), False
+    @staticmethod
+    def _pinned_channel(address: str, authority: str, security: Security) -> grpc.Channel:
+        """A channel to one replica's address, made as the infer channel is (craftai.replicas)."""
+        return open_channel(address, security, pinned_options(security.options, authority))
+
+    def _call(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, Security, bool]:
+        """The method `name` of `service` on its channel as it should be now, how it goes, and
+        whether it is pinned to `replica` (a session's replica, on a channel of its own where the
+        infer target has several)."""
+        channel, security = self._channel(self.connection.addresses[service])
+        if service == "infer" and replica:
+            ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
+            pinned = self.replicas.stub(replica, security.pinned, ask)
+            if pinned is not None:
+                return getattr(pinned, name), security, True
+        return getattr(STUBS[service](channel), name), security, False
 
     def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -175,7 +331,7 @@ class Transport:
             raise error
         started = time.monotonic()
         time.sleep(pause)
-        ready = grpc.channel_ready_future(self._channels[address])
+        ready = grpc.channel_ready_future(self._channel(address)[0])
         try:
             ready.result(timeout=plan.wait_left(time.monotonic() - started))
         except grpc.FutureTimeoutError:
@@ -188,17 +344,20 @@ class Transport:
     ) -> AnswerT:
         """One unary call to its answer, tried again after UNAVAILABLE (Retries); on `replica`'s
         own channel when it has one (then ReplicaLostError instead of another try)."""
-        call, pinned = self._method(rpc.service, rpc.name, replica)
-        metadata = self.connection.metadata(request_id or new_request_id())
+        address = self.connection.addresses[rpc.service]
+        request_id = request_id or new_request_id()
         plan = self.retries.plan()
         while True:
+            call, security, pinned = self._call(rpc.service, rpc.name, replica)
+            metadata = self.connection.metadata(request_id, security.app_key)
             try:
                 answer = call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
-                error = CraftAiError.from_rpc(exc)
-                if pinned and unanswered(error):
-                    raise self.replicas.lost(replica, error) from None
-                self._wait_again(self.connection.addresses[rpc.service], error, plan)
+                error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                lost = self.replicas.failed(replica, pinned, error)
+                if lost is not None:
+                    raise lost from None
+                self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
             return answer
@@ -217,36 +376,39 @@ class Transport:
         Each stream is read to its end (so that the server sees the call finish) and cancelled when
         the reader stops early: that stops an inference, never a preparation (its job runs on and
         the next caller joins it). A stream that fails before its result is tried again under
-        `retries`, after a `Retrying` event: what it gave before is void and progress starts again;
-        a session's stream (`replica`) on its replica's own channel raises ReplicaLostError instead."""
-        call, pinned = self._method(rpc.service, rpc.name, replica)
-        metadata = self.connection.metadata(request_id)
+        `retries`, after a `Retrying` event: what it gave before is void and progress starts again.
+        A long try that delivered events before it failed (a setup whose connection the server
+        renewed after CRAFTAI_MAX_CONNECTION_AGE_SECONDS) does not use up the tries. A session's
+        stream (`replica`) on its replica's own channel raises ReplicaLostError instead."""
+        address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
         while True:
+            call, security, pinned = self._call(rpc.service, rpc.name, replica)
+            metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
-            answered = False
+            answered = delivered = False
+            started = time.monotonic()
             error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
             try:
                 for event in events:  # read to the end: the result is the last message, then the status
-                    kind = event.WhichOneof("event")
-                    if kind == "progress":
-                        yield event.progress
-                    elif kind == "notice":
-                        yield event.notice
-                    elif kind == "result":
-                        answered = True
-                        assert isinstance(event.result, rpc.answer)
-                        yield event.result
+                    delivered = True
+                    item = stream_item(rpc, event)
+                    answered = answered or isinstance(item, rpc.answer)
+                    if item is not None:
+                        yield item
             except grpc.RpcError as exc:
                 if not answered:
-                    error = CraftAiError.from_rpc(exc)
+                    error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
-            if pinned and unanswered(error):
-                raise self.replicas.lost(replica, error)
-            self._wait_again(self.connection.addresses[rpc.service], error, plan)
+            lost = self.replicas.failed(replica, pinned, error)
+            if lost is not None:
+                raise lost
+            if delivered and time.monotonic() - started > self.retries.wait_seconds:
+                plan = self.retries.plan()
+            self._wait_again(address, error, plan)
             yield Retrying(error)
 
     def result(
@@ -261,22 +423,15 @@ class Transport:
     ) -> AnswerT:
         """A stream run to its one result: progress to the callback, notices collected (those of
         the try that answered only)."""
-        answer: AnswerT | None = None
+        reading = Reading(rpc, on_progress, notices)
         for event in self.stream(rpc, request, request_id, replica=replica):
-            if isinstance(event, Retrying):
-                del notices[:]  # a retry starts the answer again
-            elif isinstance(event, common_pb2.Progress):
-                if on_progress is not None:
-                    on_progress(event)
-            elif isinstance(event, common_pb2.Notice):
-                notices.append(event.message)
-            else:
-                answer = event
-        assert answer is not None  # the reader returns only after a result, or raises
-        return answer
+            reading.take(event)
+        return reading.answer()
 
     def close(self) -> None:
         self.replicas.close()
-        for channel in self._channels.values():
-            channel.close()
-        self._channels.clear()
+        with self._lock:
+            for channel in [*(kept for kept, _ in self._channels.values()), *self._retired]:
+                channel.close()
+            self._channels.clear()
+            self._retired.clear()

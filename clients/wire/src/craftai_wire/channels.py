@@ -1,12 +1,24 @@
-"""gRPC channel options every craft-ai channel uses: servers, their peers and the SDK alike."""
+"""gRPC channel and server options every craft-ai channel uses: servers, their peers and the SDK alike.
+
+Keepalive is agreed here once for both sides: a client pings a quiet connection every minute (so a
+long stream over a dead network is noticed), the server pings its clients as often and drops a
+connection that does not answer within 20 s (so a vanished client's streams are freed), and the
+server accepts client pings every 10 s at most (more often is abuse: gRPC closes the connection).
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
 from craftai_wire.targets import balanced
 
 ChannelOptions = list[tuple[str, int | str]]
+
+KEEPALIVE_MS = 60_000  # ping a quiet connection this often
+KEEPALIVE_TIMEOUT_MS = 20_000  # and drop it when the ping is not answered within this
+MIN_CLIENT_PING_MS = 10_000  # the most often a server accepts a client's ping without data
+IDLE_CONNECTION_MS = 600_000  # a server closes a connection without calls after this (clients reconnect)
 
 # Client-side load balancing (docs/DEPLOY.md, Scaling), for a balanced target (targets.balanced:
 # `dns:///name`, or several addresses: a Kubernetes headless Service, a compose service with
@@ -24,16 +36,42 @@ def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def client_options(max_message_bytes: int) -> ChannelOptions:
-    """A client channel: the message limits, and a restarted server found again within seconds
-    (gRPC's default reconnect backoff grows to two minutes)."""
+def client_options(max_message_bytes: int) -> list[tuple[str, int]]:
+    """A client channel: the message limits, keepalive within the servers' policy, and a restarted
+    server found again within seconds (gRPC's default reconnect backoff grows to two minutes)."""
     return [
         *message_limits(max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", 250),
         ("grpc.max_reconnect_backoff_ms", 3000),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),  # a long stream of rare messages is still watched
     ]
 
 
-def target_options(options: ChannelOptions, target: str) -> ChannelOptions:
+def target_options(options: Sequence[tuple[str, int | str]], target: str) -> ChannelOptions:
     """`options` for a channel to `target`: with `BALANCING` when the target is balanced."""
     return [*options, ("grpc.service_config", json.dumps(BALANCING))] if balanced(target) else list(options)
+
+
+def server_options(max_message_bytes: int, *, max_connection_age_s: float, grace_s: float) -> list[tuple[str, int]]:
+    """A server: the message limits, keepalive (dead clients dropped, abusive pings refused), idle
+    connections closed, and every connection renewed after `max_connection_age_s` (0: never): it is
+    asked to reconnect (GOAWAY), its calls get `grace_s` to finish, then it is closed, which is what
+    finally frees a stream whose client stopped reading (docs/SECURITY.md, "Streams that end")."""
+    options = [
+        *message_limits(max_message_bytes),
+        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
+        ("grpc.http2.max_ping_strikes", 2),
+        ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+    ]
+    if max_connection_age_s > 0:
+        options += [
+            ("grpc.max_connection_age_ms", int(max_connection_age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(grace_s * 1000)),
+        ]
+    return options

@@ -10,15 +10,21 @@ generates). Blank lines and lines starting with `#` are ignored.
 
 The local key (plain text, mode 0600) is `<config>/app.key`, where `<config>` is
 CRAFTAI_CONFIG_DIR, else $XDG_CONFIG_HOME/craftai, else ~/.config/craftai. The SDK sends it only
-to loopback addresses: a remote server gets only a key given on purpose.
+over TLS to a loopback server that proves to be the local server (craftai_wire.local_tls): a
+remote server, or a program that took the local port, never receives it. The services call each
+other with a different key, the service key (`<config>/service.key` for local services), so the
+local key never makes a caller one of the services.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import ipaddress
 import os
 import secrets
+from collections.abc import Iterator
 from pathlib import Path
 
 KEY_PREFIX = "craftai_"
@@ -43,6 +49,11 @@ def default_keys_file() -> Path:
 def local_key_file() -> Path:
     explicit = os.environ.get("CRAFTAI_APP_KEY_FILE")
     return Path(explicit) if explicit else config_dir() / "app.key"
+
+
+def service_key_file() -> Path:
+    """The key local services present to each other as `craftai-internal` (never the local key)."""
+    return config_dir() / "service.key"
 
 
 def new_key() -> str:
@@ -72,11 +83,14 @@ def read_key_file(path: Path) -> str | None:
 
 
 def is_loopback(target: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost targets (with or without a port or a scheme)."""
+    """True for 127.0.0.0/8, ::1 and localhost targets (with or without a port or a scheme), and
+    for an address list (`ipv4:a:p,b:p`: several replicas) whose every address is one."""
     host = target
     for scheme in ("dns:///", "ipv4:", "ipv6:", "dns:"):
         if host.startswith(scheme):
             host = host[len(scheme) :]
+    if "," in host and target.startswith(("ipv4:", "ipv6:")):
+        return all(is_loopback(item) for item in host.split(","))
     if host.startswith("["):
         host = host[1:].split("]", 1)[0]
     elif host.count(":") == 1:
@@ -87,6 +101,48 @@ def is_loopback(target: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock beside `path` (its own file: `path` itself is replaced by renames)."""
+    lock = path.with_name(f".{path.name}.lock")
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)
+
+
+def add_key_line(path: Path, line: str) -> None:
+    """Add one keys-file line to `path` (created 0600 in a 0700 folder when absent).
+
+    The new file is written whole beside the old one and renamed over it, so a server re-reading
+    the file sees the old content or the new, never half of it; the old content gets a final
+    newline first, so the new line never joins the last one. Two `craftai keys add` at once are
+    serialised by a lock; the file's mode is kept (0600 for a new one).
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _locked(path):
+        try:
+            old = path.read_text()
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            old, mode = "", 0o600
+        if old and not old.endswith("\n"):
+            old += "\n"
+        text = old + line.rstrip("\n") + "\n"
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+        try:
+            with os.fdopen(descriptor, "w") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
 
 
 def write_private(path: Path, text: str) -> bool:

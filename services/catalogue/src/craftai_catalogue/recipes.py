@@ -19,6 +19,7 @@ from craftai_wire.v1 import catalogue_pb2
 
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
 ENGINES = ("onnxruntime", "torch")
+Engine = Literal["onnxruntime", "torch"]
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -66,13 +67,14 @@ class PinnedFileSpec(_Model):
     folder: Annotated[str, Field(pattern=NAME)]
     name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
     role: str = ""
+    engines: list[Engine] = []  # the routes that use the file; empty: every route
     size: Annotated[int, Field(gt=0)]
     sha256: Annotated[str, Field(pattern=SHA256)]
     sources: Annotated[list[UrlSource | WheelSource | ArchiveSource], Field(min_length=1)]
 
 
 class RouteSpec(_Model):
-    engine: Literal["onnxruntime", "torch"]
+    engine: Engine
     needs_preparation: bool = False
     quick_on_cpu: bool = False
     prefer_on_gpu: bool = False
@@ -111,10 +113,22 @@ class RecipeSpec(_Model):
         names = [(f.folder, f.name) for f in self.files]
         if len(set(names)) != len(names):
             raise ValueError("a file is pinned twice")
+        for f in self.files:
+            unknown = sorted(set(f.engines) - set(engines))
+            if unknown:
+                raise ValueError(f"file {f.name!r} names engines the recipe has no route for: {unknown}")
+        if self.available:
+            bare = [e for e in engines if not self.files_of(e)]
+            if bare:
+                raise ValueError(f"routes {bare} use none of the recipe's files")
         return self
 
     def route(self, engine: str) -> RouteSpec | None:
         return next((r for r in self.routes if r.engine == engine), None)
+
+    def files_of(self, engine: str) -> list[PinnedFileSpec]:
+        """The files the route of `engine` uses (those naming no engine are every route's)."""
+        return [f for f in self.files if not f.engines or engine in f.engines]
 
 
 class FeatureSpec(_Model):
@@ -228,13 +242,20 @@ def source_to_proto(source: UrlSource | WheelSource | ArchiveSource) -> catalogu
     )
 
 
-def recipe_to_proto(recipe: RecipeSpec) -> catalogue_pb2.Recipe:
+def recipe_to_proto(recipe: RecipeSpec, engine: str = "") -> catalogue_pb2.Recipe:
+    """The recipe as listed; with `engine`, as resolved for that route: only the files it uses."""
     files = []
-    for f in recipe.files:
+    for f in recipe.files_of(engine) if engine else recipe.files:
         sources = [source_to_proto(s) for s in f.sources]
         files.append(
             catalogue_pb2.PinnedFile(
-                folder=f.folder, name=f.name, size=f.size, sha256=f.sha256, role=f.role, sources=sources
+                folder=f.folder,
+                name=f.name,
+                size=f.size,
+                sha256=f.sha256,
+                role=f.role,
+                sources=sources,
+                engines=f.engines,
             )
         )
     routes = [route_to_proto(r) for r in recipe.routes]

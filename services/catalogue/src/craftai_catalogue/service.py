@@ -50,7 +50,7 @@ class CatalogueServicer(catalogue_pb2_grpc.CatalogueServiceServicer):
         chosen = advice.resolve(self.data, route.feature, route.recipe, route.engine, gpu=gpu)
         return catalogue_pb2.ResolveRouteResponse(
             route=type(route)(feature=route.feature, recipe=chosen.recipe.name, engine=chosen.route.engine),
-            recipe=recipes.recipe_to_proto(chosen.recipe),
+            recipe=recipes.recipe_to_proto(chosen.recipe, engine=chosen.route.engine),
             chosen=recipes.route_to_proto(chosen.route),
             reason=f"{chosen.reason}; {source}" if source else chosen.reason,
         )

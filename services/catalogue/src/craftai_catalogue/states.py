@@ -24,8 +24,9 @@ def route_status(
         status.detail = recipe.unavailable_reason
         return status
     all_verified = True
-    pins = [FilePin(spec.folder, spec.name, spec.size, spec.sha256) for spec in recipe.files]
-    for spec, pin in zip(recipe.files, pins, strict=True):
+    files = recipe.files_of(route.engine)
+    pins = [FilePin(spec.folder, spec.name, spec.size, spec.sha256) for spec in files]
+    for spec, pin in zip(files, pins, strict=True):
         check = store.check_by_record(pin)
         status.files.append(
             catalogue_pb2.FileState(

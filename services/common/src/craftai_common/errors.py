@@ -31,6 +31,10 @@ class Reason(StrEnum):
     BAD_APP_KEY = "BAD_APP_KEY"
     TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
+    TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
+    MEMORY_BUDGET = "MEMORY_BUDGET"
+    CALL_TIME_LIMIT = "CALL_TIME_LIMIT"
+    FIELD_TOO_LONG = "FIELD_TOO_LONG"
     SHUTTING_DOWN = "SHUTTING_DOWN"
     UNKNOWN_FEATURE = "UNKNOWN_FEATURE"
     UNKNOWN_RECIPE = "UNKNOWN_RECIPE"
@@ -52,9 +56,21 @@ class Reason(StrEnum):
     PREPARATION_FAILED = "PREPARATION_FAILED"
     MODEL_REFUSED = "MODEL_REFUSED"
     NO_SPACE = "NO_SPACE"
+    UNSAFE_STORE = "UNSAFE_STORE"
     CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
     LIMIT_REACHED = "LIMIT_REACHED"
     INTERNAL = "INTERNAL"
+
+
+SHOWN_CHARACTERS = 64
+
+
+def shown(text: str, limit: int = SHOWN_CHARACTERS) -> str:
+    """`text` as an error message may echo it: quoted, at most `limit` characters of it (a request's
+    strings are the caller's: echoed whole, a long one would make the status too large to send)."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text):,} characters)"
 
 
 class ServiceError(Exception):

@@ -12,6 +12,7 @@ loaded routes, preparation jobs) when it starts and removes them when it stops.
 
 from __future__ import annotations
 
+import collections
 import contextvars
 import datetime
 import json
@@ -69,8 +70,33 @@ class _ContextText(logging.Formatter):
         return f"{line} [request {request}]" if request else line
 
 
+class OncePerRequest(logging.Filter):
+    """Lets through the first record of each request and drops the others (a damaged picture can
+    make a library warn thousands of times); records outside a request all pass."""
+
+    def __init__(self, remembered: int = 4096) -> None:
+        super().__init__()
+        self._seen: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._remembered = remembered
+        self._lock = threading.Lock()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request_id", None) or request_id_var.get()
+        if not request:
+            return True
+        with self._lock:
+            if request in self._seen:
+                return False
+            self._seen[request] = None
+            if len(self._seen) > self._remembered:
+                self._seen.popitem(last=False)
+        return True
+
+
 def configure_logging(level: str, log_format: str = "json", service: str = "craftai") -> None:
-    """Root logging for a service process: JSON lines (default) or text, on stderr."""
+    """Root logging for a service process: JSON lines (default) or text, on stderr. Python warnings
+    (Pillow's, numpy's, ...) are logged too, as lines like every other (logger `py.warnings`), at
+    most one per request, instead of being printed raw on stderr."""
     handler = logging.StreamHandler()
     if log_format == "text":
         handler.setFormatter(_ContextText("%(asctime)s %(levelname)s %(name)s: %(message)s"))
@@ -81,6 +107,10 @@ def configure_logging(level: str, log_format: str = "json", service: str = "craf
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper(), logging.INFO))
+    logging.captureWarnings(True)
+    warned = logging.getLogger("py.warnings")
+    if not any(isinstance(f, OncePerRequest) for f in warned.filters):
+        warned.addFilter(OncePerRequest())
 
 
 # -- metrics -------------------------------------------------------------------------------------
@@ -105,6 +135,14 @@ REFUSED = Counter(
     "RPCs refused before reaching the service, by reason (keys, limits, shutting down)",
     ["service", "method", "reason"],
 )
+
+ENDED = Counter(
+    "craftai_requests_ended",
+    "RPCs the server ended itself, by why: max_duration (CRAFTAI_MAX_CALL_SECONDS) or "
+    "stalled_write (the client stopped reading: CRAFTAI_STALLED_WRITE_SECONDS)",
+    ["service", "method", "why"],
+)
+UNAUTHENTICATED_LABEL = "-"  # the app label of calls refused before their app was known (no id, bad id or key)
 
 _app_labels: set[str] = set()
 _app_labels_lock = threading.Lock()

@@ -1,23 +1,28 @@
 """Server bootstrap shared by the services: one grpc.aio server hosting one or more services.
 
 Health (`grpc.health.v1`) reports each service NOT_SERVING until its start hook has run, then
-SERVING; reflection is on; message size limits are explicit. Every other RPC goes through the
-gateway (interceptors.py: app keys, per-app limits, request ids, metrics, one log line per call).
-TLS or mutual TLS when configured (peers.py), with an optional plain-text port serving only health
-for probes, and an optional Prometheus port.
+SERVING; reflection is on; message size limits are explicit; keepalive and connection renewal as
+craftai_wire.channels.server_options says. Every RPC goes through the gateway (interceptors.py: app
+keys, limits, time limits, request ids, metrics, one log line per call; health and reflection need
+no key but their streams are bounded). TLS or mutual TLS when configured (peers.py), else, on a
+loopback address, TLS with the local server's own certificate (local_tls.py); an optional
+plain-text port serving only health for probes, and an optional Prometheus port.
 
 SIGTERM or SIGINT: health turns NOT_SERVING first (still answered on every port), new calls from
-apps are refused (UNAVAILABLE / SHUTTING_DOWN), the calls in progress get up to the grace period
-to finish, then the server stops, then the services (running preparations are waited for).
+apps are refused (UNAVAILABLE / SHUTTING_DOWN), the services are told to stop waiting for what
+may never come (a setup waiting for another process's lock answers "retry"), the calls in progress
+get up to the grace period to finish, then the server stops, then the services (running
+preparations are waited for).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -25,11 +30,11 @@ from grpc_reflection.v1alpha import reflection
 
 from craftai_common import observability
 from craftai_common.auth import KeyRing, KeysFileError
-from craftai_common.interceptors import Gateway
+from craftai_common.interceptors import Gateway, Limits
 from craftai_common.peers import server_credentials
 from craftai_common.settings import ServerSettings
 from craftai_common.store import atomic_write_text
-from craftai_wire.channels import message_limits
+from craftai_wire.channels import server_options
 
 log = logging.getLogger("craftai.server")
 
@@ -39,14 +44,18 @@ class Mount:
     """A gRPC service hosted by a server, with its lifecycle hooks.
 
     `start` runs once the server is bound (it receives the address, so services that call each
-    other through the embedded server know where to reach it); `stop` runs after the server
-    stopped taking requests.
+    other through the embedded server know where to reach it); `drain` as soon as a stop is asked
+    (before the calls in progress are waited for: stop waiting for anything that may not come);
+    `stop` after the server stopped taking requests. `long_calls` names the methods allowed longer
+    than CRAFTAI_MAX_CALL_SECONDS (full method name -> seconds).
     """
 
     name: str
     register: Callable[[grpc.aio.Server], None]
     start: Callable[[str], Awaitable[None]] | None = None
     stop: Callable[[], Awaitable[None]] | None = None
+    drain: Callable[[], None] | None = None
+    long_calls: Mapping[str, float] = field(default_factory=dict)
 
 
 def configure_logging(settings: ServerSettings, service: str) -> None:
@@ -70,13 +79,23 @@ class Server:
         self.probe_address = ""
         self.metrics_address = ""
         self.keys = KeyRing.configure(settings.keys_file, settings.keys, settings.auth == "on")
-        self.gateway = Gateway(self.keys, max_requests_per_app=settings.max_requests_per_app)
-        options: list[tuple[str, int]] = message_limits(settings.max_message_bytes)
-        if settings.max_connection_age_seconds > 0:
-            # GOAWAY after this age (calls in progress run on): clients then resolve the name again
-            # (a headless Service, a scaled compose service) and spread over replicas added since.
-            options.append(("grpc.max_connection_age_ms", int(settings.max_connection_age_seconds * 1000)))
-        self._server = grpc.aio.server(interceptors=[self.gateway], options=options)
+        self.limits = Limits(
+            per_app=settings.max_requests_per_app,
+            wildcard=settings.max_wildcard_requests,
+            per_service=settings.max_requests,
+            internal=settings.max_internal_requests,
+            open_streams=settings.max_open_streams,
+            max_call_seconds=settings.max_call_seconds,
+            long_calls={method: seconds for mount in self.mounts for method, seconds in mount.long_calls.items()},
+            stalled_write_seconds=settings.stalled_write_seconds,
+        )
+        self.gateway = Gateway(self.keys, self.limits)
+        self._options = server_options(
+            settings.max_message_bytes,
+            max_connection_age_s=settings.max_connection_age_seconds,
+            grace_s=settings.max_call_seconds,  # a call on a renewed connection may still run its time
+        )
+        self._server = grpc.aio.server(interceptors=[self.gateway], options=self._options)
         self._probe: grpc.aio.Server | None = None
         self._metrics: observability.MetricsServer | None = None
         self._stopped = asyncio.Event()
@@ -115,6 +134,8 @@ class Server:
         tls = "plain text" if credentials is None else "TLS"
         if self.settings.tls_client_ca is not None:
             tls = "mutual TLS"
+        elif credentials is not None and self.settings.tls_cert is None:
+            tls = "TLS with the local certificate"
         auth = f"app keys from {self.keys.file or 'the environment'}" if self.keys.enabled else "NO app keys (off)"
         log.info("serving %s on %s (%s, %s)", ", ".join(m.name for m in self.mounts), self.address, tls, auth)
         if self.settings.ready_file is not None:
@@ -124,7 +145,7 @@ class Server:
     async def _start_probe(self, port: int) -> None:
         """A plain-text server with only grpc.health.v1 (the same statuses): for Kubernetes probes,
         which cannot speak TLS. It serves nothing else."""
-        probe = grpc.aio.server()
+        probe = grpc.aio.server(interceptors=[self.gateway], options=self._options)  # Watch streams bounded too
         health_pb2_grpc.add_HealthServicer_to_server(self.health, probe)
         bound = probe.add_insecure_port(f"{self.settings.host}:{port}")
         if bound == 0:
@@ -142,6 +163,9 @@ class Server:
         grace = self.settings.grace_seconds
         await self.health.enter_graceful_shutdown()
         self.gateway.start_draining()
+        for mount in self.mounts:
+            if mount.drain is not None:
+                mount.drain()
         started = asyncio.get_running_loop().time()
         if not await self.gateway.wait_idle(grace):
             log.warning("%d call(s) still in progress after %.0f s: cancelled", self.gateway.in_flight, grace)
@@ -155,6 +179,7 @@ class Server:
                     log.exception("stopping %s failed", mount.name)
         if self._probe is not None:
             await self._probe.stop(0)
+        await self.gateway.close()
         if self._metrics is not None:
             self._metrics.close()
         log.info("stopped")
@@ -163,8 +188,15 @@ class Server:
         await self._stopped.wait()
 
 
-async def serve(settings: ServerSettings, mounts: Sequence[Mount]) -> int:
-    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting)."""
+async def serve(
+    settings: ServerSettings,
+    mounts: Sequence[Mount],
+    beside: Callable[[str], contextlib.AbstractAsyncContextManager[object]] | None = None,
+) -> int:
+    """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting).
+
+    `beside(address)`: something served with the services on this loop (`craftai serve --web`: the
+    web gateway), entered once they listen at `address` and left before they stop."""
     try:
         server = Server(settings, mounts)
     except KeysFileError as exc:
@@ -179,7 +211,12 @@ async def serve(settings: ServerSettings, mounts: Sequence[Mount]) -> int:
     except BaseException:
         await server.stop()
         raise
-    await stop_requested.wait()
+    try:
+        async with beside(server.address) if beside is not None else contextlib.nullcontext():
+            await stop_requested.wait()
+    except BaseException:  # what ran beside failed: stop the services too, and say why
+        await server.stop()
+        raise
     log.info("stopping: health NOT_SERVING, up to %.0f s for in-flight requests", settings.grace_seconds)
     await server.stop()
     return 0

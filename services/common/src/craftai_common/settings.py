@@ -34,12 +34,6 @@ class ServerSettings(BaseSettings):
     store: Path = Field(default_factory=default_store, description="the model store folder")
     max_message_bytes: int = Field(64 * MiB, ge=MiB, le=1024 * MiB, description="largest gRPC message accepted or sent")
     grace_seconds: float = Field(10.0, ge=0, description="how long in-flight streams may finish on SIGTERM")
-    max_connection_age_seconds: float = Field(
-        300.0,
-        ge=0,
-        description="a client's connection is ended gently after this long (calls in progress finish), so that "
-        "clients resolve the service's name again and find replicas added since; 0: never",
-    )
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR")
     ready_file: Path | None = Field(
         None, description="write the bound address here once serving (for supervisors and tests)"
@@ -58,8 +52,25 @@ class ServerSettings(BaseSettings):
         None, ge=0, le=65535, description="plain-text port serving only grpc.health.v1 (probes when TLS is on)"
     )
 
-    # Fairness (docs/OPERATIONS.md).
+    local_tls: Literal["auto", "off"] = Field(
+        "auto", description="auto: a loopback server without TLS speaks TLS with the local certificate"
+    )
+
+    # Limits (docs/SECURITY.md, "Limits").
     max_requests_per_app: int = Field(16, ge=0, description="RPCs in progress per app id; 0: no limit")
+    max_wildcard_requests: int = Field(
+        32, ge=0, description="RPCs in progress of every app id admitted by a '*' key (or with keys off), together"
+    )
+    max_requests: int = Field(64, ge=0, description="RPCs in progress from apps per service; 0: no limit")
+    max_internal_requests: int = Field(64, ge=0, description="RPCs in progress between the services")
+    max_open_streams: int = Field(64, ge=0, description="grpc.health.v1 Watch and reflection streams open at once")
+    max_call_seconds: float = Field(900.0, gt=0, description="the longest any RPC may run (setups: their own)")
+    stalled_write_seconds: float = Field(
+        30.0, gt=0, description="a stream whose message waited this long (+1 s per MiB) for its reader is ended"
+    )
+    max_connection_age_seconds: float = Field(
+        1800.0, ge=0, description="connections are renewed after this (a stalled stream's last bytes freed); 0: never"
+    )
 
     # Observability (docs/OBSERVABILITY.md).
     metrics_port: int | None = Field(None, ge=0, le=65535, description="Prometheus /metrics port; unset: off")

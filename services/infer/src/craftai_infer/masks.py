@@ -117,13 +117,8 @@ def check_everything(options: infer_pb2.EverythingOptions, max_per_side: int, ma
             "options.min_mask_region_area",
             f"min_mask_region_area is an area in low-res pixels, 0 (off) or more; got {o.min_mask_region_area}",
         )
+    # false (Meta's single-mask answer per point) is checked against the session's route by the feature
     multimask = o.multimask_output if o.HasField("multimask_output") else d.multimask_output
-    if not multimask:
-        raise _bad(
-            "options.multimask_output",
-            "multimask_output=false needs the decoder's single-mask output, which this route does not answer; "
-            "leave it unset (true: the three masks of each point)",
-        )
     return Everything(
         points_per_side=side,
         points_per_batch=batch,

@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from craftai_common.observability import app_label
 from craftai_infer.loader import RouteLoader
+from craftai_infer.memory import DecodeBudget
 from craftai_infer.sessions import SessionStore
 
 log = logging.getLogger("craftai.infer.metrics")
@@ -22,9 +24,12 @@ log = logging.getLogger("craftai.infer.metrics")
 class InferCollector(Collector):
     """Reads the session store and the loaded routes at each scrape."""
 
-    def __init__(self, sessions: SessionStore, routes: RouteLoader, replica: str = "") -> None:
+    def __init__(
+        self, sessions: SessionStore, routes: RouteLoader, budget: DecodeBudget | None = None, replica: str = ""
+    ) -> None:
         self.sessions = sessions
         self.routes = routes
+        self.budget = budget
         self.replica = replica
 
     def collect(self) -> Iterator[Metric]:
@@ -37,8 +42,12 @@ class InferCollector(Collector):
         open_sessions = GaugeMetricFamily(
             "craftai_infer_sessions", "Open image.segment sessions, by app", labels=["app"]
         )
-        for app, count in sorted(s.per_app().items()):
-            open_sessions.add_metric([app], count)
+        by_label: dict[str, int] = {}
+        for app, count in s.per_app().items():  # app ids capped as every app label is (the rest: "other")
+            label = app_label(app)
+            by_label[label] = by_label.get(label, 0) + count
+        for label, count in sorted(by_label.items()):
+            open_sessions.add_metric([label], count)
         yield open_sessions
         yield GaugeMetricFamily("craftai_infer_session_bytes", "Bytes of kept embeddings", value=s.bytes_used)
         yield GaugeMetricFamily(
@@ -92,6 +101,19 @@ class InferCollector(Collector):
         for source, count in self.routes.resolutions.items():
             resolutions.add_metric([source], count)
         yield resolutions
+        if self.budget is not None:
+            b = self.budget
+            yield GaugeMetricFamily(
+                "craftai_infer_decode_bytes",
+                "Bytes of decoded pictures held (CRAFTAI_DECODE_BUDGET_BYTES)",
+                value=b.used,
+            )
+            yield GaugeMetricFamily(
+                "craftai_infer_decode_waiting", "Requests waiting for the decode budget", value=b.waiting
+            )
+            yield CounterMetricFamily(
+                "craftai_infer_decode_refused", "Requests refused MEMORY_BUDGET after their wait", value=b.refused_total
+            )
         yield from _gpu_memory(self.routes.device.gpu_available)
 
 

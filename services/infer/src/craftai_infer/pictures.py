@@ -9,6 +9,13 @@ with Pillow's conversion (no colour management). Whatever a damaged file makes t
 the app is told BAD_PICTURE in plain words and the server goes on serving. Pillow reads every
 header and decodes every picture, except complete 8-bit JPEGs, which simplejpeg decodes to the
 same pixels without holding the GIL; either way every feature gets the same `Picture` array.
+
+Logs: nothing here writes to stderr. Pillow's warnings (thousands for an EXIF block of bad tags)
+go through `warnings`, which the services route into their JSON log, at most one line per request
+(craftai_common.observability); no `warnings.catch_warnings` here, which is not thread-safe and
+resets the once-only memory of every warning. libjpeg-turbo's own messages ("Corrupt JPEG data")
+never reach stderr: simplejpeg turns them into the BAD_PICTURE error and Pillow's decoder keeps
+them to itself (tests/integration/test_hardening.py reads every line a server writes).
 """
 
 from __future__ import annotations
@@ -28,6 +35,9 @@ from craftai_common.errors import Reason, invalid_argument
 from craftai_infer.pipelines.picture_convert import oriented, over_white, to_array
 
 FORMATS = ("PNG", "JPEG", "WEBP")
+# A picture over Pillow's own bomb threshold is ours to refuse (PICTURE_TOO_LARGE), never a warning
+# printed on stderr: set once for the process, as a filter set per call would not be thread-safe.
+warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
 # The one picture type in infer: (H, W, 3) RGB, or (H, W, 4) RGBA with straight alpha where the file
 # has transparency, uint8, oriented as shown. `decode` makes it for every feature.
 Picture = npt.NDArray[np.uint8]
@@ -37,6 +47,20 @@ Picture = npt.NDArray[np.uint8]
 class Limits:
     max_pixels: int
     max_side: int
+
+
+@dataclass(frozen=True)
+class Header:
+    """What a picture's header says, read before any pixel: for memory admission."""
+
+    width: int
+    height: int
+
+
+def header(data: bytes, limits: Limits) -> Header:
+    """The picture's size (limits checked as `decode` checks them), no pixel decoded."""
+    image = _opened(data, limits)
+    return Header(image.width, image.height)
 
 
 def decode(data: bytes, limits: Limits) -> Picture:
@@ -49,18 +73,29 @@ def decode(data: bytes, limits: Limits) -> Picture:
     holds it for ~20 ms at 2048x1536, which capped a server at ~85 pictures/s on 16 cores
     (tools/bench/decode_threads.py). It decodes strictly: libjpeg's "corrupt data" warnings refuse the
     picture as BAD_PICTURE, as Pillow refuses it, so every feature answers a damaged JPEG the same
-    way. Everything else goes through Pillow.
+    way. A complete CMYK JPEG is checked by the same strict decode, then converted by Pillow (which
+    alone would answer a damaged one with grey where its data was unreadable). Everything else
+    goes through Pillow.
     """
     image = _opened(data, limits)
     if _plain_jpeg(image, data):
-        try:
-            rgb = simplejpeg.decode_jpeg(data, colorspace="RGB", strict=True)
-        except ValueError as exc:
-            raise invalid_argument(
-                Reason.BAD_PICTURE, f"the JPEG picture could not be decoded: {exc}", field="picture.data"
-            ) from exc
+        rgb = _strictly(data, "RGB")
         return _turned(rgb, image.getexif().get(ExifTags.Base.Orientation, 1))
+    if image.format == "JPEG" and image.mode == "CMYK" and _complete(data):
+        _strictly(data, "CMYK")  # checked as strictly as the others; the pixels are Pillow's conversion
     return to_array(_loaded(image))
+
+
+def _strictly(data: bytes, colorspace: str) -> npt.NDArray[np.uint8]:
+    """simplejpeg's strict decode: any of libjpeg's "corrupt data" warnings refuses the picture
+    (Pillow's decoder passes over them and paints what it could not read grey)."""
+    try:
+        decoded: npt.NDArray[np.uint8] = simplejpeg.decode_jpeg(data, colorspace=colorspace, strict=True)
+    except ValueError as exc:
+        raise invalid_argument(
+            Reason.BAD_PICTURE, f"the JPEG picture could not be decoded: {exc}", field="picture.data"
+        ) from exc
+    return decoded
 
 
 def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:
@@ -71,7 +106,12 @@ def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:
 def _plain_jpeg(image: Image.Image, data: bytes) -> bool:
     """A JPEG whose pixels simplejpeg gives exactly as Pillow: 8-bit RGB (YCbCr) or grey, and complete
     (ending with the EOI marker: Pillow refuses a truncated one with its own words)."""
-    return image.format == "JPEG" and image.mode in ("RGB", "L") and data.rstrip(b"\0").endswith(b"\xff\xd9")
+    return image.format == "JPEG" and image.mode in ("RGB", "L") and _complete(data)
+
+
+def _complete(data: bytes) -> bool:
+    """The JPEG ends with its EOI marker (a truncated one is Pillow's to refuse, in its own words)."""
+    return data.rstrip(b"\0").endswith(b"\xff\xd9")
 
 
 def _turned(pixels: npt.NDArray[np.uint8], orientation: int | None) -> npt.NDArray[np.uint8]:
@@ -95,9 +135,7 @@ def _opened(data: bytes, limits: Limits) -> Image.Image:
     if not data:
         raise invalid_argument(Reason.EMPTY_PICTURE, "the picture is empty (0 bytes)", field="picture.data")
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data), formats=FORMATS)
+        image = Image.open(io.BytesIO(data), formats=FORMATS)
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _too_large(None, limits) from exc
     except UnidentifiedImageError as exc:

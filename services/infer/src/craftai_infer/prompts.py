@@ -172,15 +172,19 @@ def _mask(mask: infer_pb2.LowResMask, where: str = "prompt") -> npt.NDArray[np.f
     return values
 
 
-def like_meta_refused(engine: str, where: str = "prompt") -> ServiceError:
-    """single_mask_like_meta on a route that cannot answer it (the published decoder graph answers
+def like_meta_refused(
+    engine: str, where: str = "prompt", field: str = "single_mask_like_meta", reason: Reason = Reason.BAD_PROMPT
+) -> ServiceError:
+    """Meta's single-mask answer (a prompt's single_mask_like_meta, segment everything's
+    multimask_output=false) on a route that cannot answer it (the published decoder graph answers
     only the three multimask outputs): refused before any model work, saying which route can."""
-    return _bad(
-        f"{where}.single_mask_like_meta",
+    return invalid_argument(
+        reason,
         f"Meta's single-mask answer needs the single-mask output (token 0), which the {engine} route cannot "
         "give: it runs the published decoder graph, whose outputs are the three multimask masks only; "
         "open the session on engine torch (set up with: craftai setup image.segment --engine torch), "
-        "or leave single_mask_like_meta unset for the best of the three",
+        f"or leave {field} unset for the three masks (the best of them, for a prompt)",
+        field=f"{where}.{field}",
     )
 
 

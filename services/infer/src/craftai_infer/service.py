@@ -54,11 +54,15 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             self.device,
             cpu_threads=settings.cpu_threads,
             gpu_precision=settings.gpu_precision,
+            cpu_spin=settings.cpu_spin,
             fault_injection=settings.fault_injection,
             batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
         )
         self.sessions = SessionStore(
-            settings.session_budget_bytes, settings.session_idle_seconds, max_per_app=settings.max_sessions_per_app
+            settings.session_budget_bytes,
+            settings.session_idle_seconds,
+            max_per_app=settings.max_sessions_per_app,
+            replica=self.replica,
         )
         self.context = FeatureContext(settings, self.routes)
         self.matte = MatteFeature(self.context)
@@ -166,7 +170,9 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
-        collectors.add([metrics.InferCollector(servicer.sessions, servicer.routes, servicer.replica)])
+        collectors.add(
+            [metrics.InferCollector(servicer.sessions, servicer.routes, servicer.context.budget, servicer.replica)]
+        )
         servicer.sessions.start_sweeping()
         log.info(
             "replica %s, device: %s%s",

@@ -14,8 +14,16 @@ class InferSettings(ServerSettings):
     replica: str = Field(
         "",
         max_length=128,
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$",  # a host name's characters: it ends every session id
         description="this process's name among the service's replicas (sessions name it, metrics carry it); "
         "empty: the host name (a pod's name) and a per-process suffix",
+    )
+    max_connection_age_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="connections are renewed after this (GOAWAY, calls in progress finish): the service's clients "
+        "resolve its name again and spread over replicas added since, and a stalled stream's last bytes are freed; "
+        "0: never",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: the GPU when one answers, else the CPU; cpu forces the CPU"
@@ -34,6 +42,12 @@ class InferSettings(ServerSettings):
         256, gt=0, description="SegmentEverything: the most points one decoder call may take (points_per_batch)"
     )
     session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
+    decode_budget_bytes: int = Field(
+        2 << 30, gt=0, description="memory for the decoded pictures of the requests in progress (wait beyond it)"
+    )
+    decode_wait_seconds: float = Field(
+        30.0, gt=0, description="how long a request waits for room in the decode budget before MEMORY_BUDGET"
+    )
     session_idle_seconds: float = Field(900.0, gt=0, description="a kept picture is forgotten after this idle time")
     batch_window_ms: float = Field(
         3.0, ge=0, description="requests arriving within this many ms run as one batch (models that batch)"
@@ -44,4 +58,9 @@ class InferSettings(ServerSettings):
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )
     cpu_threads: int = Field(0, ge=0, description="threads per model on the CPU; 0: one per core")
+    cpu_spin: bool = Field(
+        False,
+        description="onnxruntime's CPU threads spin between runs (its default); off: they sleep, leaving the"
+        " cores to the server's decoding, encoding and gRPC threads (docs/PERFORMANCE.md)",
+    )
     png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")

@@ -3,6 +3,10 @@
 The CUDA provider comes first when a GPU is asked for and the installed onnxruntime has it; the CPU
 provider is always there to fall back on. `intra_op_threads` 0 leaves onnxruntime's default (one
 per core). A graph may be a path or the bytes of a model already in memory.
+
+`spin` False makes onnxruntime's intra-op threads sleep between runs instead of spinning (its
+default): a serving process shares its cores with gRPC's threads and the picture codecs, and
+spinning workers take those cores from them between requests (docs/PERFORMANCE.md, issue 19).
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ def providers(device: str = "cpu") -> list[Any]:
     return chosen
 
 
-def open_session(graph: Path | str | bytes, device: str = "cpu", *, intra_op_threads: int = 0) -> Any:
+def open_session(
+    graph: Path | str | bytes, device: str = "cpu", *, intra_op_threads: int = 0, spin: bool = True
+) -> Any:
     """An onnxruntime InferenceSession on `device` (the CPU when CUDA is not there to be had)."""
     import onnxruntime as ort
 
@@ -30,6 +36,9 @@ def open_session(graph: Path | str | bytes, device: str = "cpu", *, intra_op_thr
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = intra_op_threads
     options.inter_op_num_threads = 1
+    if not spin:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     source = graph if isinstance(graph, bytes) else str(graph)
     return ort.InferenceSession(source, sess_options=options, providers=providers(device))
 

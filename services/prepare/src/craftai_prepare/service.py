@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import grpc
-from filelock import FileLock, Timeout
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of
-from craftai_common.errors import Reason, ServiceError, handle_stream_errors, invalid_argument
+from craftai_common.errors import Reason, handle_stream_errors, invalid_argument
 from craftai_common.observability import Collectors
 from craftai_common.peers import Peers
 from craftai_common.server import Mount
@@ -20,6 +20,7 @@ from craftai_common.store import Store, prepared_key
 from craftai_prepare.conversion import ensure_prepared
 from craftai_prepare.downloads import ensure_file, forget_archives
 from craftai_prepare.jobs import JobRegistry
+from craftai_prepare.locks import route_lock
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
 from craftai_prepare.sources import Timeouts, sources_of
@@ -30,36 +31,26 @@ Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = prepare_pb2.DESCRIPTOR.services_by_name["PrepareService"].full_name
 
 
-def run_setup(
-    store: Store, resolved: catalogue_pb2.ResolveRouteResponse, reporter: Reporter, timeouts: Timeouts, lock_wait: float
+def run_setup(  # noqa: PLR0917 - the job's inputs, passed from one place
+    store: Store,
+    resolved: catalogue_pb2.ResolveRouteResponse,
+    reporter: Reporter,
+    timeouts: Timeouts,
+    lock_wait: float,
+    stopping: threading.Event | None = None,
 ) -> prepare_pb2.SetupResult:
     """The job: under the store's cross-process lock for this route, fetch and check every file."""
     store.ensure()
     route = resolved.route
     key = f"{route.feature}/{route.recipe}/{route.engine}"
-    lock = FileLock(store.lock_path(key))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        reporter.progress("wait", 0, 0, "", "another process is preparing the same route; waiting for it", force=True)
-        try:
-            lock.acquire(timeout=lock_wait)
-        except Timeout as exc:
-            raise ServiceError(
-                grpc.StatusCode.DEADLINE_EXCEEDED,
-                Reason.PREPARATION_FAILED,
-                f"another process held the lock on {key} for more than {lock_wait:.0f} s",
-            ) from exc
-    try:
+    with route_lock(store, key, reporter, lock_wait, stopping):
         sources = [sources_of(spec) for spec in resolved.recipe.files]
         outcomes = [
-            ensure_file(store, pin, own, reporter, timeouts)
+            ensure_file(store, pin, own, reporter, timeouts, stopping)
             for pin, own in zip(pins_of(resolved.recipe), sources, strict=True)
         ]
         forget_archives(store, [source for own in sources for source in own])  # every file is in place
         prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
-    finally:
-        lock.release()
     return prepare_pb2.SetupResult(
         route=route,
         files=[
@@ -107,7 +98,9 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
         log.info("setup %s (%s)", key, resolved.reason)
 
         def work(reporter: Reporter) -> prepare_pb2.SetupResult:
-            return run_setup(self.store, resolved, reporter, self.timeouts, self.settings.lock_wait_seconds)
+            return run_setup(
+                self.store, resolved, reporter, self.timeouts, self.settings.lock_wait_seconds, self.jobs.stopping
+            )
 
         async for event in self.jobs.join(key, work):
             yield event
@@ -160,4 +153,6 @@ def build(settings: PrepareSettings, *, embedded: bool = False) -> Mount:
         register=lambda server: prepare_pb2_grpc.add_PrepareServiceServicer_to_server(servicer, server),
         start=start,
         stop=stop,
+        drain=servicer.jobs.stop_waiting,
+        long_calls={f"/{SERVICE_NAME}/Setup": settings.max_setup_seconds},
     )

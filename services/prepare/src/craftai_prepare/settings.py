@@ -15,3 +15,6 @@ class PrepareSettings(ServerSettings):
     lock_wait_seconds: float = Field(
         3600.0, gt=0, description="how long a job waits for another process preparing the same route"
     )
+    max_setup_seconds: float = Field(
+        6 * 3600.0, gt=0, description="the longest one Setup call may run (the job itself goes on; a caller rejoins)"
+    )

@@ -163,6 +163,7 @@ class PinnedFile(_message.Message):
     SHA256_FIELD_NUMBER: _builtins.int
     SOURCES_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
+    ENGINES_FIELD_NUMBER: _builtins.int
     folder: _builtins.str
     name: _builtins.str
     size: _builtins.int
@@ -171,6 +172,12 @@ class PinnedFile(_message.Message):
     """what the recipe uses it for, e.g. "encoder", "decoder", "weights" """
     @_builtins.property
     def sources(self) -> _containers.RepeatedCompositeFieldContainer[Global___Source]: ...
+    @_builtins.property
+    def engines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The engines whose routes use the file; empty: every route of the recipe. A resolved route's
+        recipe (ResolveRouteResponse.recipe) lists only the files its own engine uses.
+        """
+
     def __init__(
         self,
         *,
@@ -180,10 +187,11 @@ class PinnedFile(_message.Message):
         sha256: _builtins.str = ...,
         sources: _abc.Iterable[Global___Source] | None = ...,
         role: _builtins.str = ...,
+        engines: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["folder", b"folder", "name", b"name", "role", b"role", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["engines", b"engines", "folder", b"folder", "name", b"name", "role", b"role", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1060,6 +1060,9 @@ class OpenSessionResult(_message.Message):
     IDLE_SECONDS_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """Opaque to apps; it ends with "." and the name of the replica that keeps it (`replica`), so
+    that a client routing by the id alone (a web gateway's) reaches that replica.
+    """
     width: _builtins.int
     height: _builtins.int
     device: _builtins.str

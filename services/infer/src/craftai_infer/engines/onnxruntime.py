@@ -17,8 +17,8 @@ from craftai_models.onnx_sessions import open_session, session_device
 class OnnxModel:
     """One InferenceSession; onnxruntime allows concurrent run() calls on it."""
 
-    def __init__(self, path: Path, device: str, cpu_threads: int = 0) -> None:
-        self.session = open_session(path, device, intra_op_threads=cpu_threads)
+    def __init__(self, path: Path, device: str, cpu_threads: int = 0, spin: bool = False) -> None:
+        self.session = open_session(path, device, intra_op_threads=cpu_threads, spin=spin)
         self.device = session_device(self.session)
         self.input_names = [i.name for i in self.session.get_inputs()]
         self.output_names = [o.name for o in self.session.get_outputs()]

@@ -1,44 +1,95 @@
-"""What every feature works with: the loaded routes, the CPU pool, the picture decoder, the settings."""
+"""What every feature works with: the loaded routes, the CPU pool, the picture decoder under the
+memory budget, the settings."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from craftai_infer import encodings, pictures
+from craftai_infer import encodings, memory, pictures
 from craftai_infer.loader import RouteLoader
 from craftai_infer.pictures import Picture
 from craftai_infer.settings import InferSettings
 
 T = TypeVar("T")
+# What a request holds per pixel of its picture while it runs, counted against the decode budget
+# (craftai_infer.memory): the decoded picture and what its feature makes at the picture's size.
+# image.matte: the picture (3-4 bytes) and the decoder's copy while decoding, the matte upscaled
+# in float (4) and as bytes (1), the RGBA cutout (4) and the PNG encoders' rows.
+MATTE_BYTES_PER_PIXEL = 16
+# image.segment (open, once): the picture and its copy over white (3 + 3) and the decoder's copy;
+# the encoder works at 1024x1024 whatever the picture's size.
+SEGMENT_BYTES_PER_PIXEL = 10
 
 
 class FeatureContext:
     """Owns the CPU pool (decoding and encoding pictures: CPU work off the event loop, beside the
-    model workers) and the pool that compresses the bands of one large PNG at once (separate, so
-    that an encoding waiting for its bands never waits for its own pool); `close` ends both."""
+    model workers), the pool that compresses the bands of one large PNG at once (separate, so that
+    an encoding waiting for its bands never waits for its own pool) and the decode budget; `close`
+    ends both pools."""
 
     def __init__(self, settings: InferSettings, routes: RouteLoader) -> None:
         self.settings = settings
         self.routes = routes
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
+        self.budget = memory.DecodeBudget(settings.decode_budget_bytes, settings.decode_wait_seconds)
+        memory.prefer_mmap()
         cores = max(2, os.cpu_count() or 2)
         self._cpu = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="pictures")
         self._bands = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="png-bands")
         self._cores = cores
 
     async def on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
-        return await asyncio.get_running_loop().run_in_executor(self._cpu, fn, *args)
+        """`fn(*args)` on the CPU pool, in this request's context (its log lines carry its ids)."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, context.run, fn, *args)
 
     def decode(self, data: bytes) -> Picture:
         """The one picture type, limits checked before any pixel is decoded (craftai_infer.pictures)."""
         return pictures.decode(data, self.limits)
+
+    def header(self, data: bytes) -> pictures.Header:
+        """The picture's size from its header, limits checked, no pixel decoded."""
+        return pictures.header(data, self.limits)
+
+    @contextlib.asynccontextmanager
+    async def admitted(self, nbytes: int, what: str) -> AsyncIterator[Callable[[object], None]]:
+        """`nbytes` of the decode budget (waiting their turn, else MEMORY_BUDGET), for the block;
+        the block calls the function it is given with the array whose freeing gives them back
+        (when it does not, they are given back as the block ends)."""
+        await self.budget.admit(nbytes, what)
+        held = False
+
+        def hold(picture: object) -> None:
+            nonlocal held
+            self.budget.hold_until_freed(picture, nbytes)
+            held = True
+
+        try:
+            yield hold
+        finally:
+            if not held:
+                self.budget.release(nbytes)
+
+    async def decoded(self, data: bytes, bytes_per_pixel: int, *, rgb: bool = False) -> Picture:
+        """The picture decoded on the CPU pool once its memory fits the decode budget (waiting its
+        turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `rgb`:
+        transparency composited over white."""
+        head = await self.on_cpu(self.header, data)
+        async with self.admitted(
+            head.width * head.height * bytes_per_pixel, f"a {head.width}x{head.height} picture"
+        ) as hold:
+            picture = await self.on_cpu(pictures.decode_rgb if rgb else pictures.decode, data, self.limits)
+            hold(picture)
+        return picture
 
     def encode(self, pixels: npt.NDArray[np.uint8] | npt.NDArray[np.bool_], encoding: encodings.Encoding) -> bytes:
         """An output in its encoding (craftai_infer.encodings); a large PNG in bands on every core."""

@@ -10,12 +10,14 @@ then the cutout, composite and mask made from it on the route's device -> each o
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Collection
+from typing import TypeVar
 
 from craftai_common.errors import ServiceError
 from craftai_infer import matte_options
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
-from craftai_infer.features.context import FeatureContext
+from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import Kind, Rendered
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
@@ -23,6 +25,33 @@ from craftai_wire.v1 import infer_pb2
 
 FEATURE = "image.matte"
 STAGES = ("decode", "model", "encode")
+T = TypeVar("T")
+# What a request holds per pixel of its picture while its outputs are made, beyond
+# MATTE_BYTES_PER_PIXEL (the picture, the matte, the encoders), counted against the decode budget
+# (craftai_infer.memory); the peaks of pipelines/matte_outputs.py on the CPU, where they are made
+# on a CPU route (tests/unit/test_matte_memory.py measures them): the foreground estimation's
+# float planes (a cutout or a composite that is not naive), a composite's integer arithmetic and
+# its background layer, a naive cutout's RGBA, a mask.
+FOREGROUND_BYTES_PER_PIXEL = 200
+COMPOSITE_BYTES_PER_PIXEL = 160
+NAIVE_CUTOUT_BYTES_PER_PIXEL = 10
+MASK_BYTES_PER_PIXEL = 4
+# A background picture's own pixels: decoded (3-4 bytes) and the decoder's copy.
+BACKGROUND_BYTES_PER_PIXEL = 8
+
+
+def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
+    """What a request for these outputs holds per pixel of its picture (see the constants)."""
+    making = 0
+    if not naive and {"cutout", "composite"} & set(kinds):
+        making = FOREGROUND_BYTES_PER_PIXEL
+    elif "composite" in kinds:
+        making = COMPOSITE_BYTES_PER_PIXEL
+    elif "cutout" in kinds:
+        making = NAIVE_CUTOUT_BYTES_PER_PIXEL
+    elif "mask" in kinds:
+        making = MASK_BYTES_PER_PIXEL
+    return MATTE_BYTES_PER_PIXEL + making
 
 
 class MatteFeature:
@@ -38,10 +67,7 @@ class MatteFeature:
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture = await c.on_cpu(c.decode, request.picture.data)
-            background = None
-            if asked.background_picture is not None:
-                background = await c.on_cpu(self._background, asked.background_picture)
+            picture, background = await self._decoded(request.picture.data, asked)
         height, width = picture.shape[:2]
         spec = asked.within(width, height, background)
         made = [kind for kind in asked.kinds if kind != "matte"]
@@ -65,10 +91,29 @@ class MatteFeature:
                 getattr(result, kind).CopyFrom(_image(kind, data, asked.encodings[kind].format, rendered))
         return result
 
-    def _background(self, data: bytes) -> Picture:
-        """The background picture, decoded as the picture is; its refusals name its own field."""
+    async def _decoded(self, data: bytes, asked: matte_options.Checked) -> tuple[Picture, Picture | None]:
+        """The picture and the background picture (when one came), decoded once the memory of the
+        request fits the decode budget (the headers read first: no pixel decoded before)."""
+        c = self.context
+        head = await c.on_cpu(c.header, data)
+        nbytes = head.width * head.height * bytes_per_pixel(asked.kinds, asked.naive)
+        what = f"a {head.width}x{head.height} picture"
+        back = asked.background_picture
+        if back is not None:
+            back_head = await c.on_cpu(self._background, c.header, back)
+            nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
+            what += f" over a {back_head.width}x{back_head.height} background"
+        async with c.admitted(nbytes, what) as hold:
+            picture = await c.on_cpu(c.decode, data)
+            hold(picture)  # the request holds its picture to the end: the whole cost goes with it
+            background = None if back is None else await c.on_cpu(self._background, c.decode, back)
+        return picture, background
+
+    @staticmethod
+    def _background(step: Callable[[bytes], T], data: bytes) -> T:
+        """`step` (header or decode) on the background picture; its refusals name its own field."""
         try:
-            return self.context.decode(data)
+            return step(data)
         except ServiceError as error:
             field = "background.picture.data"
             raise ServiceError(

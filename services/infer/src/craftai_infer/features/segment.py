@@ -24,12 +24,11 @@ from craftai_common.errors import Reason, not_found, resource_exhausted
 from craftai_infer import masks as answers
 from craftai_infer import prompts
 from craftai_infer.features import run as runs
-from craftai_infer.features.context import FeatureContext
+from craftai_infer.features.context import SEGMENT_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.loader import LoadedRoute
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_generator import Candidates
-from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import DECODE, ENCODE, GRID, DecodeRequest, GridRequest, SegmentRoute
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
@@ -139,6 +138,8 @@ class SegmentFeature:
         height, width = session.height, session.width
         points = mask_generator.grid_points(settings.points_per_side, height, width)
         loaded = session.route
+        if not settings.multimask_output and not loaded.route.capabilities.single_mask_like_meta:
+            raise prompts.like_meta_refused(loaded.ref.engine, "options", "multimask_output", Reason.BAD_OPTIONS)
         found: list[Candidates] = []
         with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
             done = 0
@@ -179,7 +180,7 @@ class SegmentFeature:
         """RGB: transparency composited over white (colours under transparent pixels are arbitrary)."""
         c = self.context
         with run.stage("decode", "decoding the picture"):
-            return await c.on_cpu(lambda: over_white(c.decode(data)))
+            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True)
 
     async def _encode(self, loaded: LoadedRoute[SegmentRoute], rgb: Picture, run: runs.Run) -> Any:
         height, width = rgb.shape[:2]

@@ -36,8 +36,13 @@ __all__ = [
     "matte_inspyrenet",
     "matte_inspyrenet_batch",
     "matte_inspyrenet_float",
+    "network_input",
     "network_shape",
+    "normalise_imagenet",
+    "refine_edges",
     "refine_radius",
+    "refined_tiles",
+    "tile_count",
 ]
 
 MatteNetwork = Callable[[Tensor], Tensor]
@@ -73,7 +78,7 @@ def refine_radius(scale: float) -> int:
     return max(2, math.ceil(3.0 / scale))
 
 
-def _normalise(chw: Tensor) -> Tensor:
+def normalise_imagenet(chw: Tensor) -> Tensor:
     """(1, 3, H, W) float in [0, 255] -> ImageNet-normalised."""
     x = chw / 255.0
     mean = torch.tensor(imagenet.MEAN, device=x.device).view(1, 3, 1, 1)
@@ -99,7 +104,7 @@ def edge_tiles(alpha: Tensor, tile: int, margin: int, edge_margin: float) -> lis
     return [(int(r) * tile, int(c) * tile) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
 
 
-def _refine(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tensor:
+def refine_edges(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tensor:
     """Guided filter on the edge tiles only; each tile is filtered with a 2r margin of context, which
     makes its result equal to filtering the whole picture (a pixel depends on pixels within 2r)."""
     _, _, h, w = alpha.shape
@@ -148,11 +153,24 @@ def network_input(
         pixels = torch.from_numpy(np.require(rgb, requirements=("C", "W"))).to(device)
     chw = pixels.permute(2, 0, 1).unsqueeze(0).float()  # (1, 3, H, W) in [0, 255]
     if max(h, w) <= settings.max_side:
-        return NetworkInput(pixels, _normalise(reflect_pad(chw, *network_shape(h, w, settings))), reduced=False)
+        return NetworkInput(pixels, normalise_imagenet(reflect_pad(chw, *network_shape(h, w, settings))), reduced=False)
     side = max(h, w)
     n = settings.max_side
     reduced = resize_lanczos(reflect_pad(chw, side, side), n, n).clamp(0.0, 255.0)
-    return NetworkInput(pixels, _normalise(reduced), reduced=True)
+    return NetworkInput(pixels, normalise_imagenet(reduced), reduced=True)
+
+
+def _enlarged(prepared: NetworkInput, out: Tensor) -> Tensor:
+    """A reduced picture's network output enlarged back to the picture: (1, 1, H, W)."""
+    h, w = prepared.pixels.shape[:2]
+    side = max(h, w)
+    return F.interpolate(out, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
+
+
+def _refine_scale(prepared: NetworkInput, settings: MatteSettings) -> float | None:
+    """The reduction's scale when the matte is refined, else None."""
+    scale = settings.max_side / max(prepared.pixels.shape[:2])
+    return scale if prepared.reduced and scale < settings.refine_below_scale else None
 
 
 def matte_from_network(prepared: NetworkInput, out: Tensor, settings: MatteSettings = MatteSettings()) -> Tensor:
@@ -160,12 +178,26 @@ def matte_from_network(prepared: NetworkInput, out: Tensor, settings: MatteSetti
     h, w = prepared.pixels.shape[:2]
     if not prepared.reduced:
         return out[0, 0, :h, :w]
-    side = max(h, w)
-    alpha = F.interpolate(out, size=(side, side), mode="bilinear", align_corners=False)[:, :, :h, :w]
-    scale = settings.max_side / side
-    if scale < settings.refine_below_scale:
-        alpha = _refine(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings)
+    alpha = _enlarged(prepared, out)
+    scale = _refine_scale(prepared, settings)
+    if scale is not None:
+        alpha = refine_edges(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings)
     return alpha[0, 0]
+
+
+def refined_tiles(prepared: NetworkInput, out: Tensor, settings: MatteSettings = MatteSettings()) -> int:
+    """How many tiles the edge refinement filters for this network output (0 when it does not
+    refine), of `tile_count`: what a benchmark reports, so that its timing is seen to include them."""
+    scale = _refine_scale(prepared, settings)
+    if scale is None:
+        return 0
+    margin = 2 * refine_radius(scale)
+    return len(edge_tiles(_enlarged(prepared, out).contiguous(), settings.tile, margin, settings.edge_margin))
+
+
+def tile_count(height: int, width: int, settings: MatteSettings = MatteSettings()) -> int:
+    """The tiles of a picture (the refinement's candidates)."""
+    return math.ceil(height / settings.tile) * math.ceil(width / settings.tile)
 
 
 def matte_inspyrenet_float(

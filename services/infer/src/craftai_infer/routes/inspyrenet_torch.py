@@ -10,7 +10,7 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 import torch
 
-from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch, network_shape
@@ -40,22 +40,18 @@ class InspyrenetTorch(MatteRoute):
         on_gpu = device.startswith("cuda")
         precision = files.gpu_precision
         self.autocast = (PRECISIONS[precision] if precision != "auto" else GPU_DEFAULT) if on_gpu else None
-        self._graphs: GraphCache | None = None
+        self._graphs: ChannelsLastGraphs | None = None
         self._staging = HostStaging(torch.device(device))
         if on_gpu:
             fold_batchnorm(self.network)
-            self.network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
-            self._graphs = GraphCache(self._network_forward, torch.device(device), capacity=6)
-
-    def _network_forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self.network(x.contiguous(memory_format=torch.channels_last)),)
+            self._graphs = ChannelsLastGraphs(self.network, torch.device(device), capacity=6)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The network on a normalised (N, 3, H, W) input, replayed from a CUDA graph on a GPU."""
         if self._graphs is None:
             out: torch.Tensor = self.network(x)
             return out
-        return self._graphs.run(tuple(x.shape), [x])[0]
+        return self._graphs(x)
 
     def warm_up(self, step: Step) -> None:
         """Capture the graph every picture over 1280 px uses (no-op on the CPU)."""

@@ -7,7 +7,15 @@ from craftai_infer.routes import Factory
 
 def factories() -> dict[tuple[str, str], Factory]:
     """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
-    from craftai_infer.routes import inspyrenet_torch, sam2_onnx, sam2_torch, u2netp_onnx, u2netp_torch
+    from craftai_infer.routes import (
+        birefnet_onnx,
+        birefnet_torch,
+        inspyrenet_torch,
+        sam2_onnx,
+        sam2_torch,
+        u2netp_onnx,
+        u2netp_torch,
+    )
 
     return {
         ("sam2-hiera-tiny", "onnxruntime"): sam2_onnx.Sam2Onnx,
@@ -17,4 +25,6 @@ def factories() -> dict[tuple[str, str], Factory]:
         ("u2netp", "onnxruntime"): u2netp_onnx.U2netpOnnx,
         ("u2netp", "torch"): u2netp_torch.U2netpTorch,
         ("inspyrenet-swinb", "torch"): inspyrenet_torch.InspyrenetTorch,
+        ("birefnet-lite", "onnxruntime"): birefnet_onnx.BirefnetOnnx,
+        ("birefnet-lite", "torch"): birefnet_torch.BirefnetTorch,
     }

@@ -53,11 +53,17 @@ class SamOnnxRunner:
     """
 
     def __init__(
-        self, encoder_path: Path | str, decoder_path: Path | str, *, intra_op_threads: int = 0, use_gpu: bool = True
+        self,
+        encoder_path: Path | str,
+        decoder_path: Path | str,
+        *,
+        intra_op_threads: int = 0,
+        use_gpu: bool = True,
+        spin: bool = True,
     ) -> None:
         device = "cuda" if use_gpu else "cpu"
-        self.encoder = open_session(encoder_path, device, intra_op_threads=intra_op_threads)
-        self.decoder = open_session(decoder_path, device, intra_op_threads=intra_op_threads)
+        self.encoder = open_session(encoder_path, device, intra_op_threads=intra_op_threads, spin=spin)
+        self.decoder = open_session(decoder_path, device, intra_op_threads=intra_op_threads, spin=spin)
         _check_contract("encoder", self.encoder, ENCODER_INPUTS, ENCODER_OUTPUTS)
         _check_contract("decoder", self.decoder, DECODER_INPUTS, DECODER_OUTPUTS)
 
@@ -128,6 +134,7 @@ class Sam2Onnx(SegmentRoute):
                 files.role("decoder"),
                 intra_op_threads=files.cpu_threads,
                 use_gpu=device.startswith("cuda"),
+                spin=files.cpu_spin,
             )
         except ValueError as exc:  # the files load but are not the samexporter contract
             raise ModelRefusedError(str(exc)) from exc

@@ -236,9 +236,10 @@ class SamTorchRunner:
         return [answers[i] for i in range(len(items))]
 
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
-        """One batch of the automatic mask generator: every point in one decoder call, the filters on the device."""
+        """One batch of the automatic mask generator: every point in one decoder call, the filters on
+        the device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
         prompts = [(embedding, SamPrompt(points=[(float(x), float(y))], labels=[1])) for x, y in points]
-        embeddings, masks, ious = self._decode_network(prompts)
+        embeddings, masks, ious = self._decode_network(prompts, single=not settings.multimask_output)
         e = embeddings[0]
         with torch.inference_mode():
             return mask_generator_torch.batch_candidates(

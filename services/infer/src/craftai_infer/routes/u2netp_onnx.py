@@ -18,7 +18,7 @@ class U2netpOnnx(MatteRoute):
     """The published graph takes one picture at a time."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        self.model = OnnxModel(files.role("network"), device, files.cpu_threads)
+        self.model = OnnxModel(files.role("network"), device, files.cpu_threads, files.cpu_spin)
         self.device = self.model.device
         self.input_name = self.model.input_names[0]
         # On the CPU two requests may run at once on the one (thread-safe) session: the second uses

@@ -1,0 +1,598 @@
+// The page: try "remove background" and "select" on a picture, through the gateway's HTTP API.
+// Plain ES module, no dependency, no build step. Every call goes to /api/v1 with the app key the
+// page was given (the link `craftai serve --web` prints carries the local key in its fragment).
+
+const API = "/api/v1";
+const $ = (id) => document.getElementById(id);
+const FEATURES = ["image.matte", "image.segment"];
+const READY = new Set(["ROUTE_STATE_PREPARED", "ROUTE_STATE_READY"]);
+const MASK_RGBA = [30, 144, 255, 150];
+const PALETTE = [[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48], [145, 30, 180],
+  [70, 240, 240], [240, 50, 230], [210, 245, 60], [0, 128, 128], [170, 110, 40], [128, 0, 0]];
+
+const state = {
+  key: localStorage.getItem("craftai.key") || "",
+  appId: localStorage.getItem("craftai.app") || "",
+  status: null,
+  chosen: {}, // feature -> {recipe, engine}
+  file: null,
+  shown: false, // the browser could decode the picture
+  session: null, // {session_id, width, height, recipe, engine, device}
+  selecting: false,
+  prompt: { points: [], box: null },
+  history: [],
+  sequence: 0,
+  masks: 0, // overlay updates so far (tests wait on body[data-masks])
+  urls: [],
+};
+
+class ApiError extends Error {
+  constructor(status, body) {
+    const error = (body && body.error) || {};
+    super(error.message || `the gateway answered ${status}`);
+    this.status = status;
+    this.reason = error.reason || "";
+  }
+}
+
+// -- keys ------------------------------------------------------------------------------------
+
+function takeKeyFromLink() {
+  const found = new URLSearchParams(location.hash.slice(1)).get("key");
+  if (found) {
+    state.key = found;
+    localStorage.setItem("craftai.key", found);
+    history.replaceState(null, "", location.pathname + location.search); // the key leaves the address bar
+  }
+}
+
+function headers(extra = {}) {
+  const made = { ...extra };
+  if (state.key) made["Authorization"] = `Bearer ${state.key}`;
+  if (state.appId) made["Craftai-App-Id"] = state.appId;
+  return made;
+}
+
+async function api(path, { method = "GET", body, type, accept, json } = {}) {
+  const extra = {};
+  if (json !== undefined) {
+    extra["Content-Type"] = "application/json";
+    body = JSON.stringify(json);
+  } else if (type) {
+    extra["Content-Type"] = type;
+  }
+  if (accept) extra["Accept"] = accept;
+  const response = await fetch(API + path, { method, body, headers: headers(extra) });
+  if (!response.ok) {
+    let parsed = null;
+    try { parsed = await response.json(); } catch { /* not JSON: the status says it */ }
+    const error = new ApiError(response.status, parsed);
+    if (response.status === 401 || response.status === 403) $("key-panel").hidden = false;
+    throw error;
+  }
+  return response;
+}
+
+// -- what is shown -----------------------------------------------------------------------------
+
+function showError(error) {
+  $("error").textContent = error ? error.message : "";
+  $("error").hidden = !error;
+  document.body.dataset.error = error ? (error.reason || "error") : "";
+}
+
+async function busy(work) {
+  $("busy").hidden = false;
+  showError(null);
+  try {
+    return await work();
+  } catch (error) {
+    showError(error);
+    return undefined;
+  } finally {
+    $("busy").hidden = true;
+  }
+}
+
+function url(blob) {
+  const made = URL.createObjectURL(blob);
+  state.urls.push(made);
+  return made;
+}
+
+function bytes(base64) {
+  return Uint8Array.from(atob(base64), (c) => c.charCodeAt(0));
+}
+
+function ms(timing) {
+  const total = Object.values(timing || {}).reduce((a, b) => a + b, 0);
+  return `${Math.round(total)} ms on the server`;
+}
+
+// -- status, routes and setup ----------------------------------------------------------------
+
+function routesOf(feature) {
+  return (state.status.routes || []).filter((r) => r.route.feature === feature);
+}
+
+function chooseRoutes() {
+  for (const feature of FEATURES) {
+    if (state.chosen[feature]) continue;
+    const advised = (state.status.resolved[feature] || {}).route;
+    const routes = routesOf(feature);
+    const same = (r) => advised && r.route.recipe === advised.recipe && r.route.engine === advised.engine;
+    const pick = routes.find((r) => same(r) && READY.has(r.state)) || routes.find((r) => READY.has(r.state))
+      || routes.find(same) || routes[0];
+    if (pick) state.chosen[feature] = { recipe: pick.route.recipe, engine: pick.route.engine };
+  }
+}
+
+function renderRoutes() {
+  const runtime = state.status.runtime;
+  $("runtime").textContent = `infer runs on ${runtime.device}` +
+    (runtime.gpu_available ? ` (${runtime.gpu_name})` : " (no GPU)") + `; engines: ${runtime.engines.join(", ")}`;
+  document.body.dataset.device = runtime.device;
+  const box = $("routes");
+  box.replaceChildren();
+  for (const feature of FEATURES) {
+    const card = document.createElement("div");
+    card.className = "route";
+    card.dataset.feature = feature;
+    const title = document.createElement("h2");
+    title.textContent = feature === "image.matte" ? "Remove background (image.matte)" : "Select (image.segment)";
+    const select = document.createElement("select");
+    select.setAttribute("aria-label", `${feature} route`);
+    for (const r of routesOf(feature)) {
+      const option = document.createElement("option");
+      option.value = `${r.route.recipe}/${r.route.engine}`;
+      option.textContent = `${r.route.recipe} / ${r.route.engine}`;
+      const chosen = state.chosen[feature];
+      option.selected = chosen && chosen.recipe === r.route.recipe && chosen.engine === r.route.engine;
+      select.append(option);
+    }
+    select.addEventListener("change", () => {
+      const [recipe, engine] = select.value.split("/");
+      state.chosen[feature] = { recipe, engine };
+      if (feature === "image.segment") forgetSession();
+      renderRoutes();
+    });
+    const chosen = state.chosen[feature];
+    const route = chosen && routesOf(feature).find((r) => r.route.recipe === chosen.recipe && r.route.engine === chosen.engine);
+    const ready = route && READY.has(route.state);
+    const badge = document.createElement("span");
+    badge.className = `state ${ready ? "ready" : "missing"}`;
+    badge.textContent = route ? route.state.replace("ROUTE_STATE_", "").toLowerCase() : "no route";
+    card.dataset.ready = ready ? "true" : "false";
+    card.append(title, select, " ", badge);
+    if (route && !ready) {
+      const detail = document.createElement("p");
+      detail.className = "hint";
+      detail.textContent = route.detail || "not set up on this installation";
+      const button = document.createElement("button");
+      button.textContent = "Set up";
+      button.className = "setup";
+      button.addEventListener("click", () => setUp(feature, card, button));
+      card.append(detail, button);
+    }
+    box.append(card);
+  }
+}
+
+async function loadStatus() {
+  const response = await api("/status");
+  state.status = await response.json();
+  chooseRoutes();
+  renderRoutes();
+}
+
+function* events(text) {
+  for (const block of text.split("\n\n")) {
+    let name = "message";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith("event:")) name = line.slice(6).trim();
+      else if (line.startsWith("data:")) data.push(line.slice(5).trim());
+    }
+    if (data.length) yield [name, JSON.parse(data.join("\n"))];
+  }
+}
+
+async function readEvents(response, onEvent) {
+  // Server-sent events of a POST (EventSource only GETs): each complete event to onEvent; an
+  // `error` event is thrown as the gateway's error.
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) break;
+    pending += value;
+    const cut = pending.lastIndexOf("\n\n");
+    if (cut < 0) continue;
+    const complete = pending.slice(0, cut);
+    pending = pending.slice(cut + 2);
+    for (const [name, data] of events(complete)) {
+      if (name === "error") throw new ApiError(data.status, { error: data });
+      onEvent(name, data);
+    }
+  }
+}
+
+async function setUp(feature, card, button) {
+  button.disabled = true;
+  const bar = document.createElement("progress");
+  const line = document.createElement("p");
+  line.className = "hint";
+  card.append(bar, line);
+  await busy(async () => {
+    const response = await api("/setup", { method: "POST", json: { feature, ...state.chosen[feature] } });
+    await readEvents(response, (name, data) => {
+      if (name === "progress") {
+        bar.max = Number(data.total) || 1;
+        if (Number(data.total)) bar.value = Number(data.done); else bar.removeAttribute("value");
+        line.textContent = `${data.stage}: ${data.message}`;
+      } else if (name === "notice") {
+        line.textContent = data.message;
+      }
+    });
+  });
+  await busy(loadStatus);
+}
+
+// -- the picture ------------------------------------------------------------------------------
+
+async function choose(file) {
+  if (!file) return;
+  forgetSession();
+  state.file = file;
+  state.prompt = { points: [], box: null };
+  state.history = [];
+  $("file-name").textContent = `${file.name} (${file.size.toLocaleString()} bytes)`;
+  $("cutout-view").hidden = true;
+  showError(null);
+  try {
+    const picture = await createImageBitmap(file);
+    for (const id of ["picture", "overlay", "marks"]) {
+      $(id).width = picture.width;
+      $(id).height = picture.height;
+    }
+    $("picture").getContext("2d").drawImage(picture, 0, 0);
+    $("overlay").getContext("2d").clearRect(0, 0, picture.width, picture.height);
+    state.shown = true;
+    $("picture-view").hidden = false;
+  } catch {
+    state.shown = false; // the services say what is wrong with it when asked
+    $("picture-view").hidden = true;
+  }
+  drawMarks();
+  $("remove").disabled = false;
+  $("select").disabled = false;
+  $("everything").disabled = false;
+  setSelecting(false);
+}
+
+function query(feature, extra = {}) {
+  const params = new URLSearchParams({ ...state.chosen[feature], ...extra });
+  return params.toString();
+}
+
+function matteOptions() {
+  const background = $("background").value;
+  const outputs = ["cutout", "matte", "mask"];
+  const options = { format: $("format").value };
+  if (background === "color") options.bg_color = $("bg-color").value;
+  if (background === "blur") options.bg_blur = $("bg-blur").value;
+  if (background !== "none") outputs.push("composite");
+  if ($("naive").checked) options.naive = "true";
+  return { outputs: outputs.join(","), answer: "json", ...options };
+}
+
+async function draw(canvas, blob) {
+  const picture = await createImageBitmap(blob, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
+  canvas.width = picture.width;
+  canvas.height = picture.height;
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  context.drawImage(picture, 0, 0);
+}
+
+async function removeBackground() {
+  await busy(async () => {
+    const response = await api(`/remove-background?${query("image.matte", matteOptions())}`, {
+      method: "POST", body: state.file, type: state.file.type || "application/octet-stream",
+    });
+    const result = await response.json();
+    const blobs = {};
+    for (const [name, image] of Object.entries(result.outputs)) {
+      blobs[name] = new Blob([bytes(image.data)], { type: image.media_type });
+    }
+    await draw($("cutout"), blobs.cutout);
+    $("composite").hidden = !blobs.composite;
+    if (blobs.composite) await draw($("composite"), blobs.composite);
+    const links = $("downloads");
+    links.replaceChildren();
+    const stem = (state.file.name || "picture").replace(/\.[^.]*$/, "");
+    for (const [name, image] of Object.entries(result.outputs)) {
+      const link = document.createElement("a");
+      link.id = `download-${name}`;
+      link.href = url(blobs[name]);
+      link.download = `${stem}.${name}.${image.format === "jpeg" ? "jpg" : image.format}`;
+      link.textContent = `${name[0].toUpperCase()}${name.slice(1)} (${image.format.toUpperCase()})`;
+      links.append(link);
+    }
+    $("cutout-caption").textContent = `${result.recipe} / ${result.engine} on ${result.device}, ${ms(result.timing_ms)}`;
+    $("cutout-view").hidden = false;
+    document.body.dataset.cutout = "shown";
+  });
+}
+
+// -- select -----------------------------------------------------------------------------------
+
+function forgetSession() {
+  if (state.session) {
+    fetch(`${API}/sessions/${state.session.session_id}`, { method: "DELETE", headers: headers(), keepalive: true })
+      .catch(() => {});
+  }
+  state.session = null;
+}
+
+async function openSession() {
+  const response = await api(`/sessions?${query("image.segment")}`, {
+    method: "POST", body: state.file, type: state.file.type || "application/octet-stream",
+  });
+  state.session = await response.json();
+  document.body.dataset.session = state.session.session_id;
+}
+
+function setSelecting(on) {
+  state.selecting = on;
+  $("select").setAttribute("aria-pressed", on ? "true" : "false");
+  $("help").hidden = !on;
+  $("undo").disabled = !on || state.history.length === 0;
+  $("clear").disabled = !on;
+}
+
+async function toggleSelect() {
+  if (state.selecting) {
+    setSelecting(false);
+    return;
+  }
+  await busy(async () => {
+    if (!state.session) await openSession();
+    setSelecting(true);
+    $("info").textContent = `select: ${state.session.recipe} / ${state.session.engine} on ${state.session.device}`;
+  });
+}
+
+function change(next) {
+  state.history.push(state.prompt);
+  state.prompt = next;
+  setSelecting(true);
+  drawMarks();
+  return segment();
+}
+
+function drawMarks() {
+  const canvas = $("marks");
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  const r = Math.max(4, Math.round(Math.min(canvas.width, canvas.height) / 120));
+  if (state.prompt.box) {
+    const [x0, y0, x1, y1] = state.prompt.box;
+    context.setLineDash([6, 4]);
+    context.lineWidth = Math.max(2, r / 2);
+    context.strokeStyle = "#ffd166";
+    context.strokeRect(x0, y0, x1 - x0, y1 - y0);
+    context.setLineDash([]);
+  }
+  for (const p of state.prompt.points) {
+    context.beginPath();
+    context.arc(p.x, p.y, r, 0, 2 * Math.PI);
+    context.fillStyle = p.foreground ? "#38a169" : "#e53e3e";
+    context.fill();
+    context.lineWidth = 2;
+    context.strokeStyle = "#fff";
+    context.stroke();
+  }
+}
+
+async function paintMask(blob) {
+  const mask = await createImageBitmap(blob);
+  const scratch = new OffscreenCanvas(mask.width, mask.height);
+  const context = scratch.getContext("2d");
+  context.drawImage(mask, 0, 0);
+  const pixels = context.getImageData(0, 0, mask.width, mask.height);
+  const data = pixels.data;
+  for (let i = 0; i < data.length; i += 4) {
+    const on = data[i] > 0;
+    data[i] = MASK_RGBA[0]; data[i + 1] = MASK_RGBA[1]; data[i + 2] = MASK_RGBA[2];
+    data[i + 3] = on ? MASK_RGBA[3] : 0;
+  }
+  $("overlay").getContext("2d").putImageData(pixels, 0, 0);
+}
+
+function clearMask() {
+  const overlay = $("overlay");
+  overlay.getContext("2d").clearRect(0, 0, overlay.width, overlay.height);
+  $("mask-caption").textContent = "";
+  $("download-mask").hidden = true;
+}
+
+async function segment() {
+  const asked = ++state.sequence;
+  const { points, box } = state.prompt;
+  if (!points.length && !box) {
+    clearMask();
+    state.masks += 1;
+    document.body.dataset.masks = String(state.masks);
+    return;
+  }
+  await busy(async () => {
+    const response = await sessionCall(() => api(`/sessions/${state.session.session_id}/segment?answer=png`, {
+      method: "POST", json: { points, box }, accept: "image/png",
+    }));
+    const blob = await response.blob();
+    if (asked !== state.sequence) return; // a later click's answer is on its way
+    await paintMask(blob);
+    const iou = Number(response.headers.get("X-Craftai-Predicted-Iou"));
+    const share = Number(response.headers.get("X-Craftai-Selected-Fraction"));
+    $("mask-caption").textContent = response.headers.get("X-Craftai-Empty") === "true"
+      ? "nothing selected" : `${(share * 100).toFixed(1)} % of the picture, predicted IoU ${iou.toFixed(3)}`;
+    const link = $("download-mask");
+    link.href = url(blob);
+    link.hidden = false;
+    state.masks += 1;
+    document.body.dataset.masks = String(state.masks);
+  });
+}
+
+// -- everything --------------------------------------------------------------------------------
+
+async function sessionCall(ask) {
+  // A call on the page's session, opened (again) when the server does not have it.
+  if (!state.session) await openSession();
+  try {
+    return await ask();
+  } catch (error) {
+    if (error.status !== 404 || error.reason !== "SESSION_NOT_FOUND") throw error;
+    await openSession(); // the server forgot it (idle, memory, restart): send the picture again
+    return ask();
+  }
+}
+
+async function paintEverything(masks) {
+  // Every object in its own colour; smaller ones drawn last, over the larger ones they lie on.
+  const overlay = $("overlay");
+  const { width, height } = overlay;
+  const out = new ImageData(width, height);
+  const scratch = new OffscreenCanvas(width, height);
+  const context = scratch.getContext("2d", { willReadFrequently: true });
+  const ordered = masks.map((mask, i) => [mask, i]).sort((a, b) => b[0].area - a[0].area);
+  for (const [mask, i] of ordered) {
+    const picture = await createImageBitmap(new Blob([bytes(mask.png)], { type: "image/png" }));
+    context.clearRect(0, 0, width, height);
+    context.drawImage(picture, 0, 0);
+    const data = context.getImageData(0, 0, width, height).data;
+    const [r, g, b] = PALETTE[i % PALETTE.length];
+    for (let p = 0; p < data.length; p += 4) {
+      if (data[p] > 0) {
+        out.data[p] = r; out.data[p + 1] = g; out.data[p + 2] = b; out.data[p + 3] = MASK_RGBA[3];
+      }
+    }
+  }
+  overlay.getContext("2d").putImageData(out, 0, 0);
+}
+
+async function everything() {
+  await busy(async () => {
+    setSelecting(false);
+    state.prompt = { points: [], box: null };
+    state.history = [];
+    drawMarks();
+    const options = { formats: ["png"] };
+    for (const [id, name] of [["everything-side", "points_per_side"], ["everything-iou", "pred_iou_thresh"],
+      ["everything-stability", "stability_score_thresh"]]) {
+      if ($(id).value !== "") options[name] = Number($(id).value);
+    }
+    const bar = $("everything-progress");
+    bar.removeAttribute("value");
+    bar.hidden = false;
+    let result = null;
+    try {
+      const response = await sessionCall(() => api(`/sessions/${state.session.session_id}/everything`, {
+        method: "POST", json: options, accept: "text/event-stream",
+      }));
+      await readEvents(response, (name, data) => {
+        if (name === "progress" && data.stage === "points") {
+          bar.max = data.total || 1;
+          bar.value = data.done;
+          document.body.dataset.everythingProgress = `${data.done}/${data.total}`;
+        } else if (name === "result") {
+          result = data;
+        }
+      });
+    } finally {
+      bar.hidden = true;
+    }
+    if (!result) throw new Error("the gateway's answer ended before its result: try again");
+    await paintEverything(result.masks);
+    $("download-mask").hidden = true;
+    $("mask-caption").textContent = `${result.masks.length} objects (of ${result.candidates} candidates from ` +
+      `${result.points} clicks), ${ms(result.timing_ms)}`;
+    state.masks += 1;
+    document.body.dataset.masks = String(state.masks);
+    document.body.dataset.everything = String(result.masks.length);
+  });
+}
+
+function pictureXY(event) {
+  const canvas = $("marks");
+  const rect = canvas.getBoundingClientRect();
+  return {
+    x: Math.min(Math.max((event.clientX - rect.left) * (canvas.width / rect.width), 0), canvas.width),
+    y: Math.min(Math.max((event.clientY - rect.top) * (canvas.height / rect.height), 0), canvas.height),
+  };
+}
+
+function listen() {
+  const marks = $("marks");
+  let start = null;
+  marks.addEventListener("contextmenu", (event) => event.preventDefault());
+  marks.addEventListener("pointerdown", (event) => {
+    if (!state.selecting) return;
+    start = { ...pictureXY(event), button: event.button, background: event.shiftKey || event.altKey || event.ctrlKey };
+    marks.setPointerCapture(event.pointerId);
+  });
+  marks.addEventListener("pointerup", (event) => {
+    if (!start) return;
+    const end = pictureXY(event);
+    const began = start;
+    start = null;
+    const moved = Math.hypot(end.x - began.x, end.y - began.y);
+    const small = Math.max(4, marks.width / 100);
+    if (moved > small) {
+      const box = [Math.min(began.x, end.x), Math.min(began.y, end.y), Math.max(began.x, end.x), Math.max(began.y, end.y)];
+      change({ points: state.prompt.points, box });
+    } else {
+      const foreground = began.button === 0 && !began.background;
+      change({ points: [...state.prompt.points, { x: began.x, y: began.y, foreground }], box: state.prompt.box });
+    }
+  });
+
+  $("file").addEventListener("change", (event) => choose(event.target.files[0]));
+  const drop = $("drop");
+  drop.addEventListener("dragover", (event) => { event.preventDefault(); drop.classList.add("over"); });
+  drop.addEventListener("dragleave", () => drop.classList.remove("over"));
+  drop.addEventListener("drop", (event) => {
+    event.preventDefault();
+    drop.classList.remove("over");
+    choose(event.dataTransfer.files[0]);
+  });
+  $("remove").addEventListener("click", removeBackground);
+  $("select").addEventListener("click", toggleSelect);
+  $("everything").addEventListener("click", everything);
+  $("undo").addEventListener("click", () => {
+    if (!state.history.length) return;
+    state.prompt = state.history.pop();
+    setSelecting(true);
+    drawMarks();
+    segment();
+  });
+  $("clear").addEventListener("click", () => change({ points: [], box: null }));
+  $("key-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    state.key = $("key-input").value.trim();
+    state.appId = $("app-input").value.trim();
+    localStorage.setItem("craftai.key", state.key);
+    localStorage.setItem("craftai.app", state.appId);
+    $("key-panel").hidden = true;
+    busy(loadStatus);
+  });
+  window.addEventListener("pagehide", forgetSession);
+}
+
+// What the page's tests read (and a curious developer's console): the prompt as sent.
+window.craftaiPage = state;
+
+takeKeyFromLink();
+listen();
+busy(loadStatus).then(() => { document.body.dataset.ready = "true"; });

@@ -1,0 +1,51 @@
+"""BiRefNet_lite for image.matte on onnxruntime: the published ONNX graph run as published (CUDA
+provider when a GPU answers), the pipeline shared with the torch route
+(craftai_infer.pipelines.matte_birefnet) around it on the CPU."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from craftai_infer.engines.onnxruntime import OnnxModel
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture_convert import over_white
+from craftai_infer.routes import MatteRoute, ModelRefusedError, RouteFiles
+
+
+def _square_side(shape: Sequence[object]) -> int:
+    """The side of a (1, 3, S, S) input; a graph with other dimensions is not this recipe's."""
+    if len(shape) != 4 or shape[1] != 3 or shape[2] != shape[3] or not isinstance(shape[2], int):
+        raise ModelRefusedError(f"the graph's input is {list(shape)}, not BiRefNet's (1, 3, S, S) picture")
+    return shape[2]
+
+
+class BirefnetOnnx(MatteRoute):
+    """The published graph takes one 1024² picture at a time; the network side is read from the
+    graph's own input."""
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        self.model = OnnxModel(files.role("network"), device, files.cpu_threads)
+        self.device = self.model.device
+        inputs = self.model.session.get_inputs()
+        if len(inputs) != 1:
+            raise ModelRefusedError(f"the graph has {len(inputs)} inputs; BiRefNet's has one picture")
+        self.input_name = inputs[0].name
+        self.settings = BirefnetSettings(size=_square_side(inputs[0].shape))
+
+    def _network(self, x: torch.Tensor) -> torch.Tensor:
+        (logits, *_rest) = self.model.run({self.input_name: np.ascontiguousarray(x.numpy(), dtype=np.float32)})
+        return torch.from_numpy(logits)
+
+    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
+        """Host arrays (views of the CPU tensors the pipeline made around the session, no copy): the
+        outputs are made from them on the route's device (routes.MATTE)."""
+        return [self._matte(p).numpy() for p in pictures]
+
+    def _matte(self, picture: Picture) -> torch.Tensor:
+        (matte,) = matte_birefnet_batch([over_white(picture)], self._network, settings=self.settings)
+        return matte

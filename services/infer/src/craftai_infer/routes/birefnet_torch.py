@@ -1,0 +1,79 @@
+"""BiRefNet_lite for image.matte on torch: the network written in this project
+(craftai_models.birefnet), weights read from the pinned safetensors file as downloaded (no
+preparation; the loader has hashed it), the pipeline shared with the onnxruntime route
+(craftai_infer.pipelines.matte_birefnet)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+import numpy as np
+import torch
+
+from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
+from craftai_infer.engines.precision import autocast_dtype
+from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture_convert import over_white
+from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_models.birefnet import fold_batchnorm, load_birefnet
+from craftai_models.checkpoints import CheckpointRefusedError
+
+# fp32 on the GPU unless CRAFTAI_GPU_PRECISION asks for autocast: on the H200 (2026-12-01) bf16 moved
+# the calibrated random-weight matte by 3.7/255 on average (68 at most, IoU of the >0.5 masks 0.79);
+# a reduced default waits for the real weights to show it keeps the matte (docs/PERFORMANCE.md).
+GPU_DEFAULT: torch.dtype | None = None
+
+
+class BirefnetTorch(MatteRoute):
+    """On a GPU: BatchNorm folded into the convs, channels-last, autocast, one CUDA graph per batch
+    size (every picture is a 1024² input, so any pictures batch together). On the CPU: the network
+    as loaded, fp32, one picture per call (a 1024² forward holds about a gigabyte of activations; a
+    batch would hold as many)."""
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        try:
+            self.network = load_birefnet(files.role("weights"), device=device)
+        except CheckpointRefusedError as exc:
+            raise ModelRefusedError(str(exc)) from exc
+        self.device = device
+        self.settings = BirefnetSettings()
+        self._staging = HostStaging(torch.device(device))
+        self._graphs: ChannelsLastGraphs | None = None
+        self.autocast: torch.dtype | None = None
+        # Logits of a normalised (N, 3, 1024, 1024) input: the network, or on a GPU its CUDA graphs.
+        self.forward: Callable[[torch.Tensor], torch.Tensor] = self.network
+        if device.startswith("cuda"):
+            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
+            fold_batchnorm(self.network)
+            self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
+            self.capabilities = Capabilities(batched=frozenset({MATTE}))
+
+    def warm_up(self, step: Step) -> None:
+        """Capture the graph of one picture (no-op on the CPU)."""
+        if self._graphs is not None:
+            step(f"capturing the network's CUDA graph at {self.settings.size}²")
+            self.matte([np.zeros((64, 64, 3), np.uint8)])
+
+    def batch_key(self, picture: Picture) -> Hashable:
+        return self.settings.size
+
+    def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
+        """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
+        # On the CPU one forward per picture even when handed several (e.g. a batch formed on the
+        # GPU before a fallback to the CPU): memory stays that of one 1024² forward.
+        groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
+        with torch.inference_mode():
+            return [
+                matte
+                for group in groups
+                for matte in matte_birefnet_batch(
+                    [over_white(p) for p in group],
+                    self.forward,
+                    device=self.device,
+                    autocast=self.autocast,
+                    settings=self.settings,
+                    upload=self._staging.upload,
+                )
+            ]

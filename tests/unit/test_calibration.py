@@ -1,0 +1,44 @@
+"""The random-weight calibration helpers (tests/support/calibration.py) do what the fixtures rely on."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from tests.support.calibration import calibrate_batchnorm, fit_readout, readout_input
+
+
+def test_batchnorm_calibration_brings_every_layer_to_unit_scale() -> None:
+    torch.manual_seed(0)
+    convs = [nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1)]
+    norms = [nn.BatchNorm2d(8), nn.BatchNorm2d(8)]
+    net = nn.Sequential(convs[0], norms[0], convs[1], norms[1])
+    with torch.no_grad():
+        for conv in convs:
+            conv.weight.mul_(50.0)  # activations that grow layer after layer
+    x = torch.randn(1, 3, 24, 24) * 7 + 3
+    state = calibrate_batchnorm(net, lambda: net(x))
+    assert not net.training and set(state) == set(net.state_dict())
+    with torch.no_grad():
+        first, out = norms[0](convs[0](x)), net(x)
+    for t in (first, out):
+        assert t.mean(dim=(0, 2, 3)).abs().max() < 1e-3  # BatchNorm's own bias is 0 here
+        assert (t.std(dim=(0, 2, 3)) - 1).abs().max() < 0.05
+
+
+def test_a_readout_fitted_to_what_it_can_express_reproduces_it() -> None:
+    torch.manual_seed(1)
+    features = torch.randn(1, 6, 20, 20)
+    truth = nn.Conv2d(6, 1, 3, padding=1, bias=False)
+    target = truth(features).detach()
+    readout = nn.Conv2d(6, 1, 3, padding=1, bias=False)
+    r2 = fit_readout(readout, features, target, ridge=1e-8)
+    assert r2 > 0.9999
+    assert torch.allclose(readout.weight, truth.weight, atol=1e-3)
+
+
+def test_the_readout_input_is_what_the_readout_sees() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 4, 1), nn.ReLU(), nn.Conv2d(4, 1, 1))
+    x = torch.randn(1, 3, 5, 5)
+    seen = readout_input(net, net[2], lambda: net(x))
+    assert torch.equal(seen, torch.relu(net[0](x)).detach())

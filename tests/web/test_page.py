@@ -1,0 +1,243 @@
+"""The page in a real browser (Debian's chromium, headless, driven by Playwright): the key taken
+from the printed link, a background removed and the shown cutout's pixels checked against the
+service's, an object selected by clicks and a box with the overlay checked against the service's
+masks, undo, the error shown for a file that is not a picture, and a route set up from the page.
+
+One browser and one page for the module; the gateway and the services are the web suite's."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from PIL import Image
+
+from craftai import AiClient, CraftAiError, Point, SegmentSession
+from tests.support import servers, web
+
+if TYPE_CHECKING:
+    from playwright.sync_api import BrowserContext, Page
+
+PIXELS = """(id) => {
+  const canvas = document.getElementById(id);
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let text = "";
+  for (let i = 0; i < data.length; i += 0x8000) text += String.fromCharCode(...data.subarray(i, i + 0x8000));
+  return [canvas.width, canvas.height, btoa(text)];
+}"""
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = web.launch(
+            playwright, tmp_path_factory.mktemp("chromium-profile"), viewport={"width": 1200, "height": 1000}
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def page(browser: BrowserContext, gateway: servers.Process, key: str) -> Iterator[Page]:
+    opened = browser.new_page()
+    opened.goto(f"{gateway.address}/#key={key}")
+    opened.wait_for_selector("body[data-ready=true]")
+    yield opened
+    opened.close()
+
+
+def _pixels(page: Page, canvas: str) -> npt.NDArray[np.uint8]:
+    width, height, data = page.evaluate(PIXELS, canvas)
+    return np.frombuffer(base64.b64decode(data), dtype=np.uint8).reshape(height, width, 4)
+
+
+def _wait_masks(page: Page, count: int) -> None:
+    page.wait_for_selector(f"body[data-masks='{count}']", timeout=60_000)
+
+
+def _prompt(page: Page) -> dict[str, Any]:
+    found: dict[str, Any] = json.loads(page.evaluate("() => JSON.stringify(window.craftaiPage.prompt)"))
+    return found
+
+
+def _as_page(sdk: AiClient, session_id: str) -> SegmentSession:
+    """The page's own session, through the SDK as the page's app (the gateway's default app id)."""
+    return sdk.for_app("craftai-web", servers.ensure_local_key()).resume_session(session_id)
+
+
+def _expected(sdk: AiClient, session_id: str, prompt: dict[str, Any]) -> npt.NDArray[np.bool_]:
+    """The mask the service answers for the page's own prompt (the same session)."""
+    points = [Point(p["x"], p["y"], p["foreground"]) for p in prompt["points"]]
+    answer = _as_page(sdk, session_id).segment(points=points, box=prompt["box"])
+    return np.asarray(Image.open(io.BytesIO(answer.best.png)).convert("L")) > 0
+
+
+def _screen(page: Page, x: float, y: float) -> tuple[float, float]:
+    box = page.locator("#marks").bounding_box()
+    size = page.evaluate("() => [document.getElementById('marks').width, document.getElementById('marks').height]")
+    assert box is not None
+    return box["x"] + x * box["width"] / size[0], box["y"] + y * box["height"] / size[1]
+
+
+def test_the_key_comes_from_the_link_and_the_route_and_device_are_shown(page: Page) -> None:
+    assert "#key" not in page.url  # taken into the browser, out of the address bar
+    assert page.evaluate("() => localStorage.getItem('craftai.key')").startswith("craftai_")
+    assert "infer runs on cpu" in page.locator("#runtime").inner_text()
+    matte = page.locator(".route[data-feature='image.matte']")
+    assert matte.get_attribute("data-ready") == "true"
+    assert "u2netp / onnxruntime" in matte.locator("select").inner_text()
+
+
+def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, photo: Path, sdk: AiClient) -> None:
+    page.set_input_files("#file", str(photo))
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    assert page.locator("#cutout").is_visible() and "checker" in (page.get_attribute("#cutout", "class") or "")
+    shown = _pixels(page, "cutout")
+    cutout = np.asarray(Image.open(io.BytesIO(sdk.remove_background(photo, cutout=True, recipe="u2netp").cutout_png)))
+    assert shown.shape == cutout.shape
+    np.testing.assert_array_equal(shown[..., 3], cutout[..., 3])
+    assert 0.05 < (cutout[..., 3] > 127).mean() < 0.95  # a real cutout: some subject, some background
+    # A canvas keeps colours premultiplied by alpha: they come back exactly only where alpha is
+    # full, within 255 / alpha elsewhere (checked where the subject is nearly opaque).
+    solid = cutout[..., 3] >= 200
+    assert solid.sum() > 1000
+    difference = np.abs(shown[solid][:, :3].astype(int) - cutout[solid][:, :3].astype(int))
+    assert difference.max() <= 2, difference.max()
+    for link in ("#download-cutout", "#download-matte"):
+        assert (page.get_attribute(link, "href") or "").startswith("blob:")
+    assert "u2netp / onnxruntime on cpu" in page.locator("#cutout-caption").inner_text()
+
+
+def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sdk: AiClient) -> None:
+    page.select_option("#background", "color")
+    page.fill("#bg-color", "#2a6df4")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    expected = sdk.remove_background(photo, outputs="composite", bg_color="#2a6df4", recipe="u2netp").composite
+    assert expected is not None
+    composite = np.asarray(Image.open(io.BytesIO(expected.data)).convert("RGB"))
+    np.testing.assert_array_equal(_pixels(page, "composite")[..., :3], composite)  # opaque: exact
+    assert (page.get_attribute("#download-composite", "download") or "").endswith(".composite.png")
+    page.select_option("#background", "none")
+
+
+def _covering_click(session: SegmentSession) -> tuple[tuple[float, float], tuple[float, float]]:
+    """A click whose mask (random-weight SAM fixture) covers it, and a background click that
+    changes that mask: found on the service itself (the page's session), then clicked in the page."""
+    for x, y in [(225.5, 150.5), (200.5, 120.5), (150.5, 200.5), (300.5, 100.5), (100.5, 100.5), (350.5, 250.5)]:
+        first = session.segment(points=[(x, y, True)])
+        covered = np.asarray(Image.open(io.BytesIO(first.best.png)).convert("L")) > 0
+        if not covered[int(y), int(x)]:
+            continue
+        for bx, by in [(30.5, 30.5), (420.5, 270.5), (60.5, 250.5), (400.5, 40.5)]:
+            second = session.segment(points=[(x, y, True), (bx, by, False)])
+            if second.best.png != first.best.png:
+                return (x, y), (bx, by)
+    raise AssertionError("no click of the list is covered by its own mask on this fixture")
+
+
+def test_select_by_clicks_and_a_box_with_undo(page: Page, photo: Path, sdk: AiClient) -> None:
+    page.set_input_files("#file", str(photo))
+    page.click("#select")
+    page.wait_for_selector("#select[aria-pressed=true]", timeout=60_000)
+    session = page.evaluate("() => document.body.dataset.session")
+    (x, y), (bx, by) = _covering_click(_as_page(sdk, session))
+    before = int(page.evaluate("() => Number(document.body.dataset.masks || 0)"))
+
+    page.mouse.click(*_screen(page, x, y))
+    _wait_masks(page, before + 1)
+    overlay = _pixels(page, "overlay")[..., 3] > 0
+    prompt = _prompt(page)
+    assert prompt["points"][0]["foreground"] is True
+    px, py = prompt["points"][0]["x"], prompt["points"][0]["y"]
+    assert abs(px - x) < 1 and abs(py - y) < 1
+    assert overlay[int(py), int(px)]  # the overlay covers the clicked point
+    np.testing.assert_array_equal(overlay, _expected(sdk, session, prompt))
+    first = overlay
+
+    page.mouse.click(*_screen(page, bx, by), button="right")
+    _wait_masks(page, before + 2)
+    overlay = _pixels(page, "overlay")[..., 3] > 0
+    prompt = _prompt(page)
+    assert [p["foreground"] for p in prompt["points"]] == [True, False]
+    assert not np.array_equal(overlay, first)  # the background click changed the selection
+    np.testing.assert_array_equal(overlay, _expected(sdk, session, prompt))
+
+    page.click("#undo")
+    _wait_masks(page, before + 3)
+    np.testing.assert_array_equal(_pixels(page, "overlay")[..., 3] > 0, first)
+
+    page.mouse.move(*_screen(page, 60, 40))
+    page.mouse.down()
+    page.mouse.move(*_screen(page, 300, 200), steps=5)
+    page.mouse.move(*_screen(page, 400, 280), steps=5)
+    page.mouse.up()
+    _wait_masks(page, before + 4)
+    prompt = _prompt(page)
+    assert prompt["box"] is not None and len(prompt["points"]) == 1
+    np.testing.assert_array_equal(_pixels(page, "overlay")[..., 3] > 0, _expected(sdk, session, prompt))
+    assert "predicted IoU" in page.locator("#mask-caption").inner_text()
+
+    page.click("#clear")
+    _wait_masks(page, before + 5)
+    assert not (_pixels(page, "overlay")[..., 3] > 0).any()
+
+
+def test_everything_colours_every_object_with_progress(page: Page, sdk: AiClient) -> None:
+    """On the session the select test opened: the grid's progress shown, then the union of the
+    service's masks for the same options drawn over the picture, each object in its colour."""
+    for field, value in (("#everything-side", "4"), ("#everything-iou", "0"), ("#everything-stability", "0")):
+        page.fill(field, value)
+    page.click("#everything")
+    page.wait_for_selector("body[data-everything]", timeout=60_000)
+    assert page.evaluate("() => document.body.dataset.everythingProgress") == "16/16"
+    session = page.evaluate("() => document.body.dataset.session")
+    expected = _as_page(sdk, session).segment_everything(
+        points_per_side=4, pred_iou_thresh=0, stability_score_thresh=0, formats="png"
+    )
+    assert expected.masks and page.evaluate("() => document.body.dataset.everything") == str(len(expected.masks))
+    union = np.zeros((expected.height, expected.width), dtype=bool)
+    for mask in expected.masks:
+        union |= np.asarray(Image.open(io.BytesIO(mask.png)).convert("L")) > 0
+    overlay = _pixels(page, "overlay")
+    np.testing.assert_array_equal(overlay[..., 3] > 0, union)
+    smallest = min(expected.masks, key=lambda m: m.area)  # drawn last: its pixels have its colour
+    x0, y0, x1, y1 = smallest.box
+    inside = (np.asarray(Image.open(io.BytesIO(smallest.png)).convert("L")) > 0)[y0:y1, x0:x1]
+    colours = {tuple(c) for c in overlay[y0:y1, x0:x1][inside][:, :3]}
+    assert len(colours) == 1
+    assert f"{len(expected.masks)} objects" in page.locator("#mask-caption").inner_text()
+
+
+def test_a_file_that_is_not_a_picture_shows_the_services_words(page: Page, tmp_path: Path, sdk: AiClient) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("shopping list: milk, eggs\n")
+    with pytest.raises(CraftAiError) as raised:
+        sdk.remove_background(notes, recipe="u2netp")
+    page.set_input_files("#file", str(notes))
+    page.click("#remove")
+    page.wait_for_selector("#error:not([hidden])", timeout=60_000)
+    assert page.locator("#error").inner_text() == raised.value.message
+    assert page.evaluate("() => document.body.dataset.error") == "BAD_PICTURE"
+
+
+def test_a_route_not_set_up_is_set_up_from_the_page_with_progress(page: Page) -> None:
+    card = page.locator(".route[data-feature='image.matte']")
+    card.locator("select").select_option("u2netp/torch")
+    card = page.locator(".route[data-feature='image.matte']")
+    assert card.get_attribute("data-ready") == "false"
+    card.locator("button.setup").click()
+    page.wait_for_selector(".route[data-feature='image.matte'] progress", timeout=30_000)
+    page.wait_for_selector(".route[data-feature='image.matte'][data-ready=true]", timeout=240_000)
+    assert "prepared" in page.locator(".route[data-feature='image.matte'] .state").inner_text()
