@@ -101,6 +101,7 @@ class ReplicaTable(Generic[ChannelT]):
         target: str,
         open_channel: OpenChannel[ChannelT],
         *,
+        key: Callable[[Any], Hashable] = lambda way: way,
         timeout: float = 5.0,
         refresh_seconds: float = 5.0,
         retire_seconds: float = 900.0,
@@ -108,6 +109,7 @@ class ReplicaTable(Generic[ChannelT]):
     ) -> None:
         self.target = parse_target(target)
         self._open = open_channel
+        self._key = key  # what tells one way of making the channels from another (Security.pinned)
         self.timeout = timeout
         self.refresh_seconds = refresh_seconds
         self.retire_seconds = retire_seconds
@@ -116,29 +118,30 @@ class ReplicaTable(Generic[ChannelT]):
         self._by_name: dict[str, str] = {}
         self._missed: dict[str, float] = {}  # names not found behind the target, and when
         self._retired: list[tuple[float, ChannelT]] = []  # channels of vanished addresses, since when
-        self._way: Hashable = None  # how the pinned channels were made (Security.pinned)
+        self._way: Hashable = None  # the key of how the pinned channels were made
 
-    def known(self, replica: str, way: Hashable) -> Stub | None:
-        """The stub pinned to `replica` when it is known already (no lock needed: the common case)."""
-        if not replica or self.target.kind == "other" or way != self._way:
+    def known(self, replica: str, way: Any) -> Stub | None:
+        """The stub pinned to `replica` when it is known already (no lock needed: the common case);
+        `way`: how the infer channel is made now (the transport's Security)."""
+        if not replica or self.target.kind == "other" or self._key(way) != self._way:
             return None
         known = self._pinned.get(self._by_name.get(replica, ""))
         return known.stub if known is not None and known.replica == replica else None
 
-    def wants_lookup(self, replica: str, way: Hashable) -> bool:
+    def wants_lookup(self, replica: str, way: Any) -> bool:
         """Whether to resolve and ask again for `replica` now (under the subclass's lock)."""
         if not replica or self.target.kind == "other" or self.known(replica, way) is not None:
             return False
-        return way != self._way or self._clock() - self._missed.get(replica, -1e9) >= self.refresh_seconds
+        return self._key(way) != self._way or self._clock() - self._missed.get(replica, -1e9) >= self.refresh_seconds
 
-    def update(self, addresses: list[str] | None, way: Hashable) -> tuple[dict[str, Stub], list[ChannelT]]:
+    def update(self, addresses: list[str] | None, way: Any) -> tuple[dict[str, Stub], list[ChannelT]]:
         """The target resolved again (`addresses`; None: it could not be, keep those known): open
         channels to new addresses, retire those of vanished ones. Returns the stubs to ask for
         their replica's name, by address, and the channels to close now."""
         now = self._clock()
-        if way != self._way:  # made another way now: every pinned channel is made again
+        if self._key(way) != self._way:  # made another way now: every pinned channel is made again
             self._retired += [(now, pinned.channel) for pinned in self._pinned.values()]
-            self._pinned, self._by_name, self._way = {}, {}, way
+            self._pinned, self._by_name, self._way = {}, {}, self._key(way)
         if addresses is None:
             addresses = list(self._pinned)
         if len(addresses) <= 1:
@@ -216,7 +219,7 @@ class Replicas(ReplicaTable[grpc.Channel]):
         super().__init__(target, open_channel, **kwargs)
         self._lock = threading.Lock()
 
-    def stub(self, replica: str, way: Hashable, metadata: Callable[[], Metadata]) -> Stub | None:
+    def stub(self, replica: str, way: Any, metadata: Callable[[], Metadata]) -> Stub | None:
         """The stub pinned to `replica`; None when the target is one endpoint (the infer channel
         reaches it) or the replica is not (or no longer) found behind the target. `metadata`: what
         the question to each replica carries (the caller's identity)."""
@@ -260,7 +263,7 @@ class AsyncReplicas(ReplicaTable[grpc.aio.Channel]):
         super().__init__(target, open_channel, **kwargs)
         self._lock: asyncio.Lock | None = None  # made in the loop that uses it
 
-    async def stub(self, replica: str, way: Hashable, metadata: Callable[[], Metadata]) -> Stub | None:
+    async def stub(self, replica: str, way: Any, metadata: Callable[[], Metadata]) -> Stub | None:
         """Replicas.stub, awaited: the name resolved off the loop, the replicas asked at once."""
         known = self.known(replica, way)
         if known is not None or not replica:

@@ -243,6 +243,12 @@ class Reading(Generic[AnswerT]):
         return self._answer
 
 
+def pinned_key(security: Security) -> bytes | None:
+    """What tells two ways of reaching an address apart: the pinned local certificate (credentials
+    given on purpose never change)."""
+    return security.pinned
+
+
 def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.Channel:
     """A blocking channel to `address`, made as `security` says, with `options`."""
     if security.credentials is None:
@@ -266,7 +272,7 @@ class Transport:
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()  # one client may be shared by threads
         self._reached: set[str] = set()  # addresses whose channel was READY once
-        self.replicas = Replicas(connection.addresses["infer"], self._pinned_channel)
+        self.replicas = Replicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> Transport:
         """The same channels, calls made as another app with exactly this key, or none: never the
@@ -318,7 +324,7 @@ class Transport:
         channel, security = self._channel(self.connection.addresses[service])
         if service == "infer" and replica:
             ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
-            pinned = self.replicas.stub(replica, security.pinned, ask)
+            pinned = self.replicas.stub(replica, security, ask)
             if pinned is not None:
                 return getattr(pinned, name), security, True
         return getattr(STUBS[service](channel), name), security, False

@@ -35,6 +35,7 @@ from craftai.transport import (
     Security,
     StreamEvent,
     new_request_id,
+    pinned_key,
     stream_item,
 )
 from craftai_wire.channels import target_options
@@ -61,7 +62,7 @@ class AsyncTransport:
         self._retired: list[grpc.aio.Channel] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._reached: set[str] = set()  # addresses whose channel was READY once
-        self.replicas = AsyncReplicas(connection.addresses["infer"], self._pinned_channel)
+        self.replicas = AsyncReplicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> AsyncTransport:
         """The same channels, calls made as another app with exactly this key, or none: never the
@@ -104,7 +105,7 @@ class AsyncTransport:
         channel, security = self._channel(self.connection.addresses[service])
         if service == "infer" and replica:
             ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
-            pinned = await self.replicas.stub(replica, security.pinned, ask)
+            pinned = await self.replicas.stub(replica, security, ask)
             if pinned is not None:
                 return getattr(pinned, name), security, True
         return getattr(STUBS[service](channel), name), security, False
