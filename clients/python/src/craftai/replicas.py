@@ -189,10 +189,12 @@ class ReplicaTable(Generic[ChannelT]):
             request_id=error.request_id,
         )
 
-    def failed(self, replica: str, pinned: bool, error: CraftAiError) -> ReplicaLostError | None:
-        """After a call on `replica`'s own channel (`pinned`) failed: the replica is lost when the
-        call went unanswered (not tried elsewhere: the session opens itself again instead)."""
-        return self.lost(replica, error) if pinned and unanswered(error) else None
+    def check(self, replica: str, pinned: bool, error: CraftAiError) -> None:
+        """After a call on `replica`'s own channel (`pinned`) failed with `error`: raise
+        ReplicaLostError when the call went unanswered (it is not tried elsewhere: the session
+        opens itself again instead); else return, and the transport's retries decide."""
+        if pinned and unanswered(error):
+            raise self.lost(replica, error) from None
 
     def _channels(self) -> list[ChannelT]:
         """Every channel, forgotten: what `close` closes."""

@@ -360,9 +360,7 @@ class Transport:
                 answer = call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
-                lost = self.replicas.failed(replica, pinned, error)
-                if lost is not None:
-                    raise lost from None
+                self.replicas.check(replica, pinned, error)
                 self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
@@ -409,9 +407,7 @@ class Transport:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
-            lost = self.replicas.failed(replica, pinned, error)
-            if lost is not None:
-                raise lost
+            self.replicas.check(replica, pinned, error)
             if delivered and time.monotonic() - started > self.retries.wait_seconds:
                 plan = self.retries.plan()
             self._wait_again(address, error, plan)

@@ -141,9 +141,7 @@ class AsyncTransport:
                 answer = await call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
-                lost = self.replicas.failed(replica, pinned, error)
-                if lost is not None:
-                    raise lost from None
+                self.replicas.check(replica, pinned, error)
                 await self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
@@ -185,9 +183,7 @@ class AsyncTransport:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
-            lost = self.replicas.failed(replica, pinned, error)
-            if lost is not None:
-                raise lost
+            self.replicas.check(replica, pinned, error)
             if delivered and time.monotonic() - started > self.retries.wait_seconds:
                 plan = self.retries.plan()  # a long try that delivered (a renewed connection) uses up no tries
             await self._wait_again(address, error, plan)
