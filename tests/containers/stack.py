@@ -8,8 +8,10 @@ the images, and their own HEALTHCHECK (probed every second here instead of every
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,6 +22,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
@@ -148,6 +151,16 @@ def wait_serving(address: str, seconds: float = 90.0) -> None:
         time.sleep(0.25)
 
 
+def large_picture(photo: Path) -> bytes:
+    """About 23 megapixels: seconds of decoding, resizing and encoding, time to kill or stop a server."""
+    from PIL import Image
+
+    image = Image.open(photo).convert("RGB")
+    out = io.BytesIO()
+    image.resize((image.width * 13, image.height * 13), Image.Resampling.BILINEAR).save(out, "JPEG", quality=85)
+    return out.getvalue()
+
+
 def store_listing(container: DockerContainer) -> dict[str, tuple[int, str]]:
     """Every file of the store volume (path relative to the store: size, SHA-256), read in a container."""
     result = container.exec(["python", "-c", STORE_LISTING])
@@ -187,38 +200,113 @@ class Stack:
         )
 
 
+def catalogue_and_prepare(
+    images: dict[str, str],
+    network: Network,
+    store: str,
+    recipes: Path,
+    names: tuple[str, str],
+    infer_at: str,
+    ports: dict[str, int],
+) -> tuple[DockerContainer, DockerContainer]:
+    """The catalogue (serving `recipes`, asking infer at `infer_at`) and prepare (writing the
+    store), under the aliases `names` and on the host ports `ports["catalogue"]`,
+    `ports["prepare"]` (not started)."""
+    catalogue = service(
+        images["catalogue"],
+        names[0],
+        network,
+        store,
+        env={"CRAFTAI_RECIPES": "/etc/craftai/recipes.toml", "CRAFTAI_INFER_ADDRESS": infer_at},
+        host_port=ports["catalogue"],
+    ).with_volume_mapping(recipes, "/etc/craftai/recipes.toml", "ro")
+    prepare = service(
+        images["prepare"],
+        names[1],
+        network,
+        store,
+        store_mode="rw",
+        env={"CRAFTAI_CATALOGUE_ADDRESS": f"{names[0]}:{PORT}"},
+        host_port=ports["prepare"],
+    )
+    return catalogue, prepare
+
+
 def stack(images: dict[str, str], network: Network, store: str, recipes: Path, alias_suffix: str = "") -> Stack:
     """Start catalogue, prepare and infer (aliases catalogue/prepare/infer + suffix) and wait for health."""
     names = {name: name + alias_suffix for name in ("catalogue", "prepare", "infer")}
     ports = {name: free_port() for name in names}
-    catalogue_at = f"{names['catalogue']}:{PORT}"
+    catalogue, prepare = catalogue_and_prepare(
+        images, network, store, recipes, (names["catalogue"], names["prepare"]), f"{names['infer']}:{PORT}", ports
+    )
     running = Stack(
-        catalogue=service(
-            images["catalogue"],
-            names["catalogue"],
-            network,
-            store,
-            env={"CRAFTAI_RECIPES": "/etc/craftai/recipes.toml", "CRAFTAI_INFER_ADDRESS": f"{names['infer']}:{PORT}"},
-            host_port=ports["catalogue"],
-        ).with_volume_mapping(recipes, "/etc/craftai/recipes.toml", "ro"),
-        prepare=service(
-            images["prepare"],
-            names["prepare"],
-            network,
-            store,
-            store_mode="rw",
-            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
-            host_port=ports["prepare"],
-        ),
+        catalogue=catalogue,
+        prepare=prepare,
         infer=service(
             images["infer-cpu"],
             names["infer"],
             network,
             store,
-            env={"CRAFTAI_CATALOGUE_ADDRESS": catalogue_at},
+            env={"CRAFTAI_CATALOGUE_ADDRESS": f"{names['catalogue']}:{PORT}"},
             host_port=ports["infer"],
         ),
         ports=ports,
     )
     start_all([running.catalogue, running.prepare, running.infer])
     return running
+
+
+METRICS_PORT = 9464
+
+
+@dataclass
+class Replica:
+    """One infer replica of a pool: its container and its host ports (gRPC and metrics)."""
+
+    container: DockerContainer
+    port: int
+    metrics_port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def metrics(self) -> str:
+        """Its Prometheus text, read through its host port."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as answer:
+            return str(answer.read().decode())
+
+    def ip(self, network: Network) -> str:
+        """Its address on the network (what the pool's DNS name resolves to)."""
+        self.container.reload()
+        networks = self.container.get_wrapped_container().attrs["NetworkSettings"]["Networks"]
+        return str(networks[network.name]["IPAddress"])
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` (a counter's `_total` included) whose labels include `labels`."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in (name, f"{name}_total") and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def replica_name(text: str) -> str:
+    """The replica's name from its metrics (craftai_infer_replica{replica=...})."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "craftai_infer_replica":
+                return str(sample.labels["replica"])
+    raise AssertionError("no craftai_infer_replica metric")
+
+
+def infer_replica(image: str, alias: str, network: Network, store: str, env: dict[str, str]) -> Replica:
+    """An infer container under a DNS alias it shares with the other replicas of its pool, with its
+    metrics on a port of their own (not started)."""
+    port, metrics_port = free_port(), free_port()
+    env = {**env, "CRAFTAI_METRICS_PORT": str(METRICS_PORT), "CRAFTAI_METRICS_HOST": "0.0.0.0"}
+    container = service(image, alias, network, store, env=env, host_port=port)
+    container.ports[f"{METRICS_PORT}/tcp"] = ("127.0.0.1", metrics_port)  # type: ignore[assignment]
+    return Replica(container, port, metrics_port)

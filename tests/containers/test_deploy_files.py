@@ -249,3 +249,47 @@ def test_each_image_gets_only_the_dependencies_its_packages_declare() -> None:
     cuda = _requirements("craftai-infer[onnx-gpu,torch]")
     assert {"torch", "onnxruntime-gpu"} <= cuda and "onnxruntime" not in cuda
     assert not {n for n in _requirements("craftai[server]") if n.startswith("craftai")}
+
+
+def test_infer_is_a_headless_service_of_ready_replicas_named_after_their_pods() -> None:
+    """Clients balance calls over the pods (not connections over a virtual IP) and reach the pod
+    that keeps a session: the name must resolve to each ready pod (docs/DEPLOY.md, Scaling)."""
+    for overlay in OVERLAYS:
+        docs = _render(overlay)
+        services = _by_kind(docs, "Service")
+        infer = services["craftai-infer"]["spec"]
+        assert infer["clusterIP"] == "None" and infer["publishNotReadyAddresses"] is False, overlay
+        assert all("clusterIP" not in services[name]["spec"] for name in ("craftai-catalogue", "craftai-prepare"))
+        specs = _pod_specs(docs)
+        (container,) = specs["craftai-infer"]["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["CRAFTAI_REPLICA"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name", overlay
+        assert container["readinessProbe"]["grpc"]["service"] == "craftai.v1.InferService", overlay  # per pod
+        for caller in ("craftai-catalogue", "craftai-setup"):
+            (called,) = specs[caller]["containers"]
+            address = {e["name"]: e.get("value") for e in called["env"]}["CRAFTAI_INFER_ADDRESS"]
+            assert address == "dns:///craftai-infer:50051", caller  # the headless name, balanced: every replica
+    (hpa,) = _by_kind(_render("gpu"), "HorizontalPodAutoscaler").values()
+    assert hpa["spec"]["maxReplicas"] == 8  # one per GPU of an 8-GPU node
+
+
+def test_compose_scales_infer_and_the_gpu_override_runs_one_replica_per_gpu() -> None:
+    base = _compose_config("compose.yaml")["services"]["infer"]
+    assert "container_name" not in base
+    (ports,) = base["ports"]
+    assert ports.startswith("127.0.0.1:50063-50070:50051"), ports  # --scale infer=N: a free port each
+    services = _compose_config("compose.yaml", "compose.gpu.yaml")["services"]
+    replicas = {name: s for name, s in services.items() if name.startswith("infer-gpu")}
+    assert sorted(replicas) == [f"infer-gpu{n}" for n in range(1, 8)]
+    differs = {"image", "build", "deploy", "networks", "profiles"}
+    infer = services["infer"]
+    for n, (name, replica) in enumerate(sorted(replicas.items()), start=1):
+        assert replica["profiles"] == [f"gpu{n}"], name
+        assert replica["networks"]["default"]["aliases"] == ["infer"], name  # reached as dns:///infer:50051
+        assert replica["image"] == infer["image"], name
+        (device,) = replica["deploy"]["resources"]["reservations"]["devices"]
+        assert device == {"driver": "nvidia", "device_ids": [str(n)], "capabilities": ["gpu"]}, name
+        # Everything else is infer's own (the override repeats it: compose cannot extend infer).
+        assert {k: v for k, v in replica.items() if k not in differs} == {
+            k: v for k, v in infer.items() if k not in differs
+        }, name

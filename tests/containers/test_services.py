@@ -152,19 +152,11 @@ def test_the_torch_route_is_converted_in_the_prepare_container_and_served_by_inf
     assert f"prepared/u2netp/{result.revision}/manifest.json" in listing, sorted(listing)
 
 
-def _large_picture(photo: Path) -> bytes:
-    """About 23 megapixels: seconds of decoding, resizing and encoding, time to kill the server."""
-    image = Image.open(photo).convert("RGB")
-    out = io.BytesIO()
-    image.resize((image.width * 13, image.height * 13), Image.Resampling.BILINEAR).save(out, "JPEG", quality=85)
-    return out.getvalue()
-
-
 def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_works(
     set_up: st.Stack, photos: dict[str, Path]
 ) -> None:
     before = st.store_listing(set_up.prepare)
-    picture = _large_picture(photos["chelsea.png"])
+    picture = st.large_picture(photos["chelsea.png"])
     stages: list[str] = []
 
     def kill_during_the_model(progress: common_pb2.Progress) -> None:

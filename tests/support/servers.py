@@ -212,27 +212,39 @@ def free_port() -> int:
 
 
 def separate(
-    store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False
+    store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False, replicas: int = 1
 ) -> dict[str, Process]:
     """The three services as separate processes (the compose/Kubernetes topology), one store;
-    with `probe`, infer also serves health in plain text on a port of its own."""
-    ports = {name: free_port() for name in ("catalogue", "prepare", "infer")}
+    with `probe`, infer also serves health in plain text on a port of its own. `replicas` infer
+    processes (named `infer`, `infer-2`, ... as their CRAFTAI_REPLICA) share the store, and the
+    catalogue reaches them as one address list, as a client would (`infer_target`)."""
+    infers = ["infer", *(f"infer-{n}" for n in range(2, replicas + 1))]
+    ports = {name: free_port() for name in ("catalogue", "prepare", *infers)}
     addr = {name: f"127.0.0.1:{port}" for name, port in ports.items()}
     common = {
         "CRAFTAI_STORE": str(store),
         "CRAFTAI_CATALOGUE_ADDRESS": addr["catalogue"],
-        "CRAFTAI_INFER_ADDRESS": addr["infer"],
+        "CRAFTAI_INFER_ADDRESS": infer_target([addr[name] for name in infers]),
         **(env or {}),
     }
     started: dict[str, Process] = {}
     try:
-        for name in ("catalogue", "prepare", "infer"):
+        for name in ("catalogue", "prepare", *infers):
             own = {"CRAFTAI_PORT": str(ports[name])}
             if probe and name == "infer":
                 own["CRAFTAI_PROBE_PORT"] = str(free_port())
-            started[name] = start(name, [str(BIN / f"craftai-{name}")], {**common, **own}, workdir)
+            if name in infers and replicas > 1:
+                own["CRAFTAI_REPLICA"] = name
+            command = name if name not in infers else "infer"
+            started[name] = start(name, [str(BIN / f"craftai-{command}")], {**common, **own}, workdir)
     except BaseException:
         for process in started.values():
             process.kill()
         raise
     return started
+
+
+def infer_target(addresses: list[str]) -> str:
+    """One gRPC target for the infer replicas at `addresses`: the address itself for one, else
+    gRPC's address list (`ipv4:a:p,b:p`: calls spread, sessions pinned: docs/DEPLOY.md, Scaling)."""
+    return addresses[0] if len(addresses) == 1 else "ipv4:" + ",".join(addresses)

@@ -133,6 +133,8 @@ def test_write_private_never_overwrites(tmp_path: Path) -> None:
         ("[::1]:50051", True),
         ("ipv4:127.0.0.1:5", True),
         ("dns:///localhost:5", True),
+        ("ipv4:127.0.0.1:5,127.0.0.1:6", True),  # several replicas on this machine
+        ("ipv4:127.0.0.1:5,10.0.0.2:6", False),
         ("10.0.0.2:50051", False),
         ("infer.example:443", False),
         ("[2001:db8::1]:50051", False),

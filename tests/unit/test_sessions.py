@@ -77,6 +77,17 @@ def test_ids_are_unguessable_and_distinct() -> None:
     assert len(ids) == 100 and all(len(i) >= 24 for i in ids)
 
 
+def test_an_id_names_the_replica_that_keeps_it_as_the_sdk_reads_it() -> None:
+    """Sessions known by their id alone (a web gateway's) are routed by it (craftai.replicas)."""
+    from craftai.replicas import replica_of
+
+    named = SessionStore(budget_bytes=100, idle_seconds=10, clock=Clock(), replica="infer-7f.pod-2")
+    session_id = _open(named)
+    assert replica_of(session_id) == "infer-7f.pod-2" and len(session_id.partition(".")[0]) >= 24
+    assert named.get("app", session_id) is not None
+    assert replica_of(_open(SessionStore(budget_bytes=100, idle_seconds=10, clock=Clock()))) == ""
+
+
 async def test_the_sweep_forgets_idle_sessions_without_requests_and_stops() -> None:
     store = SessionStore(budget_bytes=100, idle_seconds=0.2)
     _open(store)

@@ -38,11 +38,13 @@ OwnerT = TypeVar("OwnerT")
 
 @dataclass(frozen=True)
 class UnaryCall(Generic[AnswerT]):
-    """A unary call to its answer (tried again under the transport's Retries)."""
+    """A unary call to its answer (tried again under the transport's Retries); a session's call
+    names the session's `replica` (craftai.replicas)."""
 
     rpc: Unary[Any, AnswerT]
     request: Message
     request_id: str | None = None
+    replica: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,18 @@ class StreamCall(Generic[AnswerT]):
     on_progress: ProgressCallback | None
     notices: list[str]
     request_id: str
+    replica: str = ""
 
 
 Call = UnaryCall[Any] | StreamCall[Any]
 Op = Generator[Call, Any, T]
 
 
-def unary(rpc: Unary[Any, AnswerT], request: Message, request_id: str | None = None) -> Op[AnswerT]:
+def unary(
+    rpc: Unary[Any, AnswerT], request: Message, request_id: str | None = None, *, replica: str = ""
+) -> Op[AnswerT]:
     """The answer of one unary call."""
-    answer = yield UnaryCall(rpc, request, request_id)
+    answer = yield UnaryCall(rpc, request, request_id, replica)
     assert isinstance(answer, rpc.answer)
     return answer
 
@@ -73,9 +78,11 @@ def result(
     on_progress: ProgressCallback | None,
     notices: list[str],
     request_id: str,
+    *,
+    replica: str = "",
 ) -> Op[AnswerT]:
     """The result of one stream (its progress and notices on the way)."""
-    answer = yield StreamCall(rpc, request, on_progress, notices, request_id)
+    answer = yield StreamCall(rpc, request, on_progress, notices, request_id, replica)
     assert isinstance(answer, rpc.answer)
     return answer
 
@@ -83,7 +90,9 @@ def result(
 class BlockingCalls(Protocol):
     """What the blocking driver needs of a transport."""
 
-    def unary(self, rpc: Unary[Any, AnswerT], request: Any, request_id: str | None = None) -> AnswerT: ...
+    def unary(
+        self, rpc: Unary[Any, AnswerT], request: Any, request_id: str | None = None, *, replica: str = ""
+    ) -> AnswerT: ...
 
     def result(
         self,
@@ -92,13 +101,17 @@ class BlockingCalls(Protocol):
         on_progress: ProgressCallback | None,
         notices: list[str],
         request_id: str,
+        *,
+        replica: str = "",
     ) -> AnswerT: ...
 
 
 class AsyncCalls(Protocol):
     """What the asyncio driver needs of a transport."""
 
-    async def unary(self, rpc: Unary[Any, AnswerT], request: Any, request_id: str | None = None) -> AnswerT: ...
+    async def unary(
+        self, rpc: Unary[Any, AnswerT], request: Any, request_id: str | None = None, *, replica: str = ""
+    ) -> AnswerT: ...
 
     async def result(
         self,
@@ -107,6 +120,8 @@ class AsyncCalls(Protocol):
         on_progress: ProgressCallback | None,
         notices: list[str],
         request_id: str,
+        *,
+        replica: str = "",
     ) -> AnswerT: ...
 
 
@@ -122,9 +137,11 @@ def run_blocking(transport: BlockingCalls, op: Op[T]) -> T:
         answer, error = None, None
         try:
             if isinstance(call, UnaryCall):
-                answer = transport.unary(call.rpc, call.request, call.request_id)
+                answer = transport.unary(call.rpc, call.request, call.request_id, replica=call.replica)
             else:
-                answer = transport.result(call.rpc, call.request, call.on_progress, call.notices, call.request_id)
+                answer = transport.result(
+                    call.rpc, call.request, call.on_progress, call.notices, call.request_id, replica=call.replica
+                )
         except CraftAiError as exc:
             error = exc
 
@@ -141,9 +158,11 @@ async def run_async(transport: AsyncCalls, op: Op[T]) -> T:
         answer, error = None, None
         try:
             if isinstance(call, UnaryCall):
-                answer = await transport.unary(call.rpc, call.request, call.request_id)
+                answer = await transport.unary(call.rpc, call.request, call.request_id, replica=call.replica)
             else:
-                answer = await transport.result(call.rpc, call.request, call.on_progress, call.notices, call.request_id)
+                answer = await transport.result(
+                    call.rpc, call.request, call.on_progress, call.notices, call.request_id, replica=call.replica
+                )
         except CraftAiError as exc:
             error = exc
 

@@ -1,10 +1,15 @@
 """A picture kept on the server for prompts (image.segment sessions), re-opened with the kept
-bytes when the server has forgotten it: the session's state and its methods (ops, craftai.methods)
-written once; `SegmentSession` runs them on the blocking transport, `AsyncSegmentSession` on the
-asyncio one."""
+bytes when the server has forgotten it or the replica that kept it is gone: the session's state
+and its methods (ops, craftai.methods) written once; `SegmentSession` runs them on the blocking
+transport, `AsyncSegmentSession` on the asyncio one.
+
+A session lives on the infer replica that opened it, which its id names (`replica`): its prompts,
+SegmentEverything and CloseSession go there (craftai.replicas), so the encoder runs once per
+picture however many replicas share the work. Opening goes to whichever replica gRPC picks."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -24,6 +29,7 @@ from craftai.outputs import (
     everything_output,
     segment_output,
 )
+from craftai.replicas import ReplicaLostError, replica_of
 from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
 
@@ -34,8 +40,10 @@ AnswerT = TypeVar("AnswerT", bound=Message)
 
 
 def forgotten(error: CraftAiError) -> bool:
-    """The server no longer has the session (evicted, idle too long, closed, or it restarted):
-    open it again with the picture, then prompt."""
+    """The server no longer has the session (evicted, idle too long, closed, it restarted, or the
+    replica that kept it is gone or draining): open it again with the picture, then prompt."""
+    if isinstance(error, ReplicaLostError):
+        return True
     return error.code == grpc.StatusCode.NOT_FOUND and error.reason == "SESSION_NOT_FOUND"
 
 
@@ -55,6 +63,11 @@ class SessionState:
         self.timing_ms: dict[str, float] = {}
         self.notices: list[str] = []  # notices of the last opening (e.g. FELL_BACK_TO_CPU)
         self.reopened = 0  # how many times the server had forgotten it and it was opened again
+
+    @property
+    def replica(self) -> str:
+        """The infer replica that keeps the session, as its id names it ("" when not open)."""
+        return replica_of(self.session_id)
 
     @property
     def recipe(self) -> str:
@@ -101,7 +114,8 @@ def _on_session(
 ) -> Op[tuple[AnswerT, list[str], bool]]:
     """A call on the session (its request made by `request` for the current id), opening it
     again once if the server forgot it: (result, notices, whether it was opened again). A session
-    resumed by id alone (no picture kept) answers the server's SESSION_NOT_FOUND as it is."""
+    resumed by id alone (no picture kept) answers the server's SESSION_NOT_FOUND as it is, and so
+    a lost replica (as SESSION_NOT_FOUND: its opener opens it again)."""
     reopened = False
     if not session.session_id:
         yield from open_op(session, on_progress, request_id=request_id)
@@ -109,11 +123,13 @@ def _on_session(
     while True:
         notices: list[str] = []
         try:
-            answer = yield from result(rpc, request(), on_progress, notices, request_id)
+            answer = yield from result(rpc, request(), on_progress, notices, request_id, replica=session.replica)
         except CraftAiError as exc:
+            if isinstance(exc, ReplicaLostError) and session._picture is None:
+                raise exc.as_forgotten() from None
             if reopened or not forgotten(exc) or session._picture is None:
                 raise
-            yield from open_op(session, on_progress, request_id=request_id)  # evicted, expired or restarted
+            yield from open_op(session, on_progress, request_id=request_id)  # evicted, expired, restarted, gone
             session.reopened += 1
             reopened = True
             continue
@@ -191,11 +207,14 @@ def segment_everything_op(
 
 
 def close_op(session: SessionState, /) -> Op[None]:
-    """Forget the picture on the server (nothing happens if it is already gone)."""
+    """Forget the picture on the server (nothing happens if it is already gone, or the replica
+    that kept it is)."""
     if session.session_id:
         request = infer_pb2.CloseSessionRequest(session_id=session.session_id)
+        replica = session.replica
         session.session_id = ""
-        yield from unary(calls.CLOSE_SESSION, request)
+        with contextlib.suppress(ReplicaLostError):  # the replica went away with the session
+            yield from unary(calls.CLOSE_SESSION, request, replica=replica)
 
 
 class SegmentSession(SessionState):

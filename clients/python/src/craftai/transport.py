@@ -3,6 +3,10 @@ shared with any transport), and the blocking transport (`Transport`): one channe
 deadlines, the retry loop that waits for a server to come back, the unary caller and the one
 reader of server streams.
 
+Each address is a gRPC target; a balanced one (`dns:///host:port`, several addresses:
+craftai_wire.targets) spreads calls over the replicas that report SERVING (craftai_wire.channels);
+a session's calls go to the replica that keeps it (craftai.replicas). docs/DEPLOY.md, Scaling.
+
 Credentials: the app's key is `app_key`, else CRAFTAI_APP_KEY, else the local key that `craftai
 serve` generated (craftai_wire.keys), which goes only over TLS to a loopback server that proves to
 be the local server: its certificate, made at its first start, is pinned (craftai_wire.local_tls).
@@ -21,7 +25,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -32,8 +36,9 @@ from google.protobuf.message import Message
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
+from craftai.replicas import Replicas, pinned_options
 from craftai_wire import local_tls
-from craftai_wire.channels import client_options
+from craftai_wire.channels import client_options, target_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
@@ -192,6 +197,13 @@ class Connection:
         return error
 
 
+STUBS: dict[ServiceName, Any] = {
+    "catalogue": catalogue_pb2_grpc.CatalogueServiceStub,
+    "prepare": prepare_pb2_grpc.PrepareServiceStub,
+    "infer": infer_pb2_grpc.InferServiceStub,
+}
+
+
 def stream_item(rpc: Stream[RequestT, AnswerT], event: Any) -> common_pb2.Progress | common_pb2.Notice | AnswerT | None:
     """What one event of an RPC's stream gives the reader: progress, a notice or the result."""
     kind = event.WhichOneof("event")
@@ -231,11 +243,26 @@ class Reading(Generic[AnswerT]):
         return self._answer
 
 
+def pinned_key(security: Security) -> bytes | None:
+    """What tells two ways of reaching an address apart: the pinned local certificate (credentials
+    given on purpose never change)."""
+    return security.pinned
+
+
+def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.Channel:
+    """A blocking channel to `address`, made as `security` says, with `options`."""
+    if security.credentials is None:
+        return grpc.insecure_channel(address, options=list(options))
+    return grpc.secure_channel(address, security.credentials, options=list(options))
+
+
 class Transport:
     """Blocking calls to the three services: one channel per address (shared when services share
-    one; made again when how to reach it changed, e.g. the local server made its certificate since),
-    a deadline on every call, and calls the server could not answer tried again under `retries`
-    once the server is reachable again."""
+    one; spread over the replicas behind it; made again when how to reach it changed, e.g. the
+    local server made its certificate since), a deadline on every call, and calls the server could
+    not answer tried again under `retries` once the server is reachable again. A session's calls
+    (`replica=`) go to the replica that keeps the session, and are not tried elsewhere: the session
+    opens itself again instead (ReplicaLostError)."""
 
     def __init__(self, connection: Connection, deadlines: Deadlines, retries: Retries) -> None:
         self.connection = connection
@@ -245,6 +272,7 @@ class Transport:
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()  # one client may be shared by threads
         self._reached: set[str] = set()  # addresses whose channel was READY once
+        self.replicas = Replicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> Transport:
         """The same channels, calls made as another app with exactly this key, or none: never the
@@ -274,10 +302,7 @@ class Transport:
                 return kept[0], security  # the same way there (credentials given on purpose never change)
             if kept is not None:
                 self._retired.append(kept[0])  # calls in flight on it finish there; closed with the transport
-            if security.credentials is None:
-                channel = grpc.insecure_channel(address, options=list(security.options))
-            else:
-                channel = grpc.secure_channel(address, security.credentials, options=list(security.options))
+            channel = open_channel(address, security, target_options(security.options, address))
 
             def seen(state: grpc.ChannelConnectivity, address: str = address) -> None:
                 if state == grpc.ChannelConnectivity.READY:
@@ -287,15 +312,22 @@ class Transport:
             self._channels[address] = (channel, security)
             return channel, security
 
-    def _call(self, service: ServiceName, name: str) -> tuple[Any, Security]:
-        """The method `name` of `service` on its channel as it should be now, and how it goes."""
+    @staticmethod
+    def _pinned_channel(address: str, authority: str, security: Security) -> grpc.Channel:
+        """A channel to one replica's address, made as the infer channel is (craftai.replicas)."""
+        return open_channel(address, security, pinned_options(security.options, authority))
+
+    def _call(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, Security, bool]:
+        """The method `name` of `service` on its channel as it should be now, how it goes, and
+        whether it is pinned to `replica` (a session's replica, on a channel of its own where the
+        infer target has several)."""
         channel, security = self._channel(self.connection.addresses[service])
-        stub_type = {
-            "catalogue": catalogue_pb2_grpc.CatalogueServiceStub,
-            "prepare": prepare_pb2_grpc.PrepareServiceStub,
-            "infer": infer_pb2_grpc.InferServiceStub,
-        }[service]
-        return getattr(stub_type(channel), name), security
+        if service == "infer" and replica:
+            ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
+            pinned = self.replicas.stub(replica, security, ask)
+            if pinned is not None:
+                return getattr(pinned, name), security, True
+        return getattr(STUBS[service](channel), name), security, False
 
     def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -313,25 +345,35 @@ class Transport:
             raise error from None
         plan.tried(time.monotonic() - started)
 
-    def unary(self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None) -> AnswerT:
-        """One unary call to its answer, tried again after UNAVAILABLE (Retries)."""
+    def unary(
+        self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None, *, replica: str = ""
+    ) -> AnswerT:
+        """One unary call to its answer, tried again after UNAVAILABLE (Retries); on `replica`'s
+        own channel when it has one (then ReplicaLostError instead of another try)."""
         address = self.connection.addresses[rpc.service]
         request_id = request_id or new_request_id()
         plan = self.retries.plan()
         while True:
-            call, security = self._call(rpc.service, rpc.name)
+            call, security, pinned = self._call(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             try:
                 answer = call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                self.replicas.check(replica, pinned, error)
                 self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
             return answer
 
     def stream(
-        self, rpc: Stream[RequestT, AnswerT], request: RequestT, request_id: str, *, what: str = "the stream"
+        self,
+        rpc: Stream[RequestT, AnswerT],
+        request: RequestT,
+        request_id: str,
+        *,
+        what: str = "the stream",
+        replica: str = "",
     ) -> Generator[StreamEvent | AnswerT, None, None]:
         """The one reader of server streams: progress and notices as they come, the result last.
 
@@ -340,11 +382,12 @@ class Transport:
         the next caller joins it). A stream that fails before its result is tried again under
         `retries`, after a `Retrying` event: what it gave before is void and progress starts again.
         A long try that delivered events before it failed (a setup whose connection the server
-        renewed after CRAFTAI_MAX_CONNECTION_AGE_SECONDS) does not use up the tries."""
+        renewed after CRAFTAI_MAX_CONNECTION_AGE_SECONDS) does not use up the tries. A session's
+        stream (`replica`) on its replica's own channel raises ReplicaLostError instead."""
         address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
         while True:
-            call, security = self._call(rpc.service, rpc.name)
+            call, security, pinned = self._call(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
             answered = delivered = False
@@ -364,6 +407,7 @@ class Transport:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
+            self.replicas.check(replica, pinned, error)
             if delivered and time.monotonic() - started > self.retries.wait_seconds:
                 plan = self.retries.plan()
             self._wait_again(address, error, plan)
@@ -376,15 +420,18 @@ class Transport:
         on_progress: ProgressCallback | None,
         notices: list[str],
         request_id: str,
+        *,
+        replica: str = "",
     ) -> AnswerT:
         """A stream run to its one result: progress to the callback, notices collected (those of
         the try that answered only)."""
         reading = Reading(rpc, on_progress, notices)
-        for event in self.stream(rpc, request, request_id):
+        for event in self.stream(rpc, request, request_id, replica=replica):
             reading.take(event)
         return reading.answer()
 
     def close(self) -> None:
+        self.replicas.close()
         with self._lock:
             for channel in [*(kept for kept, _ in self._channels.values()), *self._retired]:
                 channel.close()

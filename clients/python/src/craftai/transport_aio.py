@@ -1,7 +1,9 @@
 """The asyncio transport (`AsyncTransport`, on grpc.aio): what craftai.transport's `Transport`
 does, awaited. The same `Connection` (addresses, TLS, keys, metadata), the same retry decisions
 (craftai.policy's RetryPlan), the same reading of a stream's events (`stream_item`, `Reading`);
-only the sleeping, the waiting for a server and the channels are asyncio's.
+only the sleeping, the waiting for a server and the channels are asyncio's. A session's calls go
+to its replica as on the blocking transport: the same decisions (craftai.replicas' ReplicaTable),
+awaited (AsyncReplicas).
 
 Channels are made on first use, inside the event loop that uses them: one AsyncTransport (one
 AsyncAiClient) belongs to one event loop.
@@ -13,7 +15,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 import grpc
@@ -22,7 +24,9 @@ import grpc.aio
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
+from craftai.replicas import AsyncReplicas, pinned_options
 from craftai.transport import (
+    STUBS,
     AnswerT,
     Connection,
     ProgressCallback,
@@ -31,21 +35,24 @@ from craftai.transport import (
     Security,
     StreamEvent,
     new_request_id,
+    pinned_key,
     stream_item,
 )
-from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2_grpc, prepare_pb2_grpc
+from craftai_wire.channels import target_options
 
-STUBS: dict[ServiceName, Any] = {
-    "catalogue": catalogue_pb2_grpc.CatalogueServiceStub,
-    "prepare": prepare_pb2_grpc.PrepareServiceStub,
-    "infer": infer_pb2_grpc.InferServiceStub,
-}
+
+def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.aio.Channel:
+    """A grpc.aio channel to `address`, made as `security` says, with `options`."""
+    if security.credentials is None:
+        return grpc.aio.insecure_channel(address, options=list(options))
+    return grpc.aio.secure_channel(address, security.credentials, options=list(options))
 
 
 class AsyncTransport:
     """Awaited calls to the three services: one grpc.aio channel per address (shared when services
-    share one), a deadline on every call, and calls the server could not answer tried again under
-    `retries` once the server is reachable again."""
+    share one; spread over the replicas behind it), a deadline on every call, and calls the server
+    could not answer tried again under `retries` once the server is reachable again. A session's
+    calls (`replica=`) go to its replica, as Transport's."""
 
     def __init__(self, connection: Connection, deadlines: Deadlines, retries: Retries) -> None:
         self.connection = connection
@@ -55,6 +62,7 @@ class AsyncTransport:
         self._retired: list[grpc.aio.Channel] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._reached: set[str] = set()  # addresses whose channel was READY once
+        self.replicas = AsyncReplicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> AsyncTransport:
         """The same channels, calls made as another app with exactly this key, or none: never the
@@ -72,11 +80,7 @@ class AsyncTransport:
             return kept[0], security
         if kept is not None:
             self._retired.append(kept[0])  # calls in flight on it finish there; closed with the transport
-        options = list(security.options)
-        if security.credentials is None:
-            channel = grpc.aio.insecure_channel(address, options=options)
-        else:
-            channel = grpc.aio.secure_channel(address, security.credentials, options=options)
+        channel = open_channel(address, security, target_options(security.options, address))
         self._channels[address] = (channel, security)
         self._watchers.append(asyncio.get_running_loop().create_task(self._watch(address, channel)))
         return channel, security
@@ -91,9 +95,20 @@ class AsyncTransport:
             state = channel.get_state(try_to_connect=False)
         self._reached.add(address)
 
-    def _method(self, service: ServiceName, name: str) -> tuple[Any, Security]:
+    @staticmethod
+    def _pinned_channel(address: str, authority: str, security: Security) -> grpc.aio.Channel:
+        """A channel to one replica's address, made as the infer channel is (craftai.replicas)."""
+        return open_channel(address, security, pinned_options(security.options, authority))
+
+    async def _method(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, Security, bool]:
+        """Transport._call, awaited: the method, how it goes, whether pinned to `replica`."""
         channel, security = self._channel(self.connection.addresses[service])
-        return getattr(STUBS[service](channel), name), security
+        if service == "infer" and replica:
+            ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
+            pinned = await self.replicas.stub(replica, security, ask)
+            if pinned is not None:
+                return getattr(pinned, name), security, True
+        return getattr(STUBS[service](channel), name), security, False
 
     async def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
         """Before another try: raise `error` when the plan says it is not worth one; else sleep its
@@ -111,33 +126,44 @@ class AsyncTransport:
             raise error from None
         plan.tried(time.monotonic() - started)
 
-    async def unary(self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None) -> AnswerT:
-        """One unary call to its answer, tried again after UNAVAILABLE (Retries)."""
+    async def unary(
+        self, rpc: Unary[RequestT, AnswerT], request: RequestT, request_id: str | None = None, *, replica: str = ""
+    ) -> AnswerT:
+        """One unary call to its answer, tried again after UNAVAILABLE (Retries); on `replica`'s
+        own channel when it has one (then ReplicaLostError instead of another try)."""
         address = self.connection.addresses[rpc.service]
         request_id = request_id or new_request_id()
         plan = self.retries.plan()
         while True:
-            call, security = self._method(rpc.service, rpc.name)
+            call, security, pinned = await self._method(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             try:
                 answer = await call(request, timeout=self.deadlines.unary, metadata=metadata)
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                self.replicas.check(replica, pinned, error)
                 await self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
             return answer
 
     async def stream(
-        self, rpc: Stream[RequestT, AnswerT], request: RequestT, request_id: str, *, what: str = "the stream"
+        self,
+        rpc: Stream[RequestT, AnswerT],
+        request: RequestT,
+        request_id: str,
+        *,
+        what: str = "the stream",
+        replica: str = "",
     ) -> AsyncGenerator[StreamEvent | AnswerT, None]:
         """The one reader of server streams, as Transport.stream: progress and notices as they come,
         the result last; cancelled when the reader stops early (or its task is cancelled); tried
-        again under `retries` after a `Retrying` event."""
+        again under `retries` after a `Retrying` event; a session's stream on its replica's own
+        channel raises ReplicaLostError instead."""
         address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
         while True:
-            call, security = self._method(rpc.service, rpc.name)
+            call, security, pinned = await self._method(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
             answered = delivered = False
@@ -157,6 +183,7 @@ class AsyncTransport:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
             if answered:
                 return
+            self.replicas.check(replica, pinned, error)
             if delivered and time.monotonic() - started > self.retries.wait_seconds:
                 plan = self.retries.plan()  # a long try that delivered (a renewed connection) uses up no tries
             await self._wait_again(address, error, plan)
@@ -169,11 +196,13 @@ class AsyncTransport:
         on_progress: ProgressCallback | None,
         notices: list[str],
         request_id: str,
+        *,
+        replica: str = "",
     ) -> AnswerT:
         """A stream run to its one result: progress to the callback, notices collected (those of
         the try that answered only)."""
         reading = Reading(rpc, on_progress, notices)
-        events = self.stream(rpc, request, request_id)
+        events = self.stream(rpc, request, request_id, replica=replica)
         try:
             async for event in events:
                 reading.take(event)
@@ -188,6 +217,7 @@ class AsyncTransport:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._watchers.clear()
+        await self.replicas.close()
         for channel in [*(kept for kept, _ in self._channels.values()), *self._retired]:
             await channel.close()
         self._channels.clear()

@@ -8,10 +8,24 @@ server accepts client pings every 10 s at most (more often is abuse: gRPC closes
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+
+from craftai_wire.targets import balanced
+
+ChannelOptions = list[tuple[str, int | str]]
+
 KEEPALIVE_MS = 60_000  # ping a quiet connection this often
 KEEPALIVE_TIMEOUT_MS = 20_000  # and drop it when the ping is not answered within this
 MIN_CLIENT_PING_MS = 10_000  # the most often a server accepts a client's ping without data
 IDLE_CONNECTION_MS = 600_000  # a server closes a connection without calls after this (clients reconnect)
+
+# Client-side load balancing (docs/DEPLOY.md, Scaling), for a balanced target (targets.balanced:
+# `dns:///name`, or several addresses: a Kubernetes headless Service, a compose service with
+# replicas, an `ipv4:a,b` list): one subchannel per address and calls spread over them in turn; a
+# subchannel whose server reports anything but SERVING on grpc.health.v1 (starting, or draining
+# for a stop) gets none. Any other target behaves as before: one connection.
+BALANCING = {"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}
 
 
 def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
@@ -34,6 +48,11 @@ def client_options(max_message_bytes: int) -> list[tuple[str, int]]:
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),  # a long stream of rare messages is still watched
     ]
+
+
+def target_options(options: Sequence[tuple[str, int | str]], target: str) -> ChannelOptions:
+    """`options` for a channel to `target`: with `BALANCING` when the target is balanced."""
+    return [*options, ("grpc.service_config", json.dumps(BALANCING))] if balanced(target) else list(options)
 
 
 def server_options(max_message_bytes: int, *, max_connection_age_s: float, grace_s: float) -> list[tuple[str, int]]:

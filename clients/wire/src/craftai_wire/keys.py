@@ -83,11 +83,14 @@ def read_key_file(path: Path) -> str | None:
 
 
 def is_loopback(target: str) -> bool:
-    """True for 127.0.0.0/8, ::1 and localhost targets (with or without a port or a scheme)."""
+    """True for 127.0.0.0/8, ::1 and localhost targets (with or without a port or a scheme), and
+    for an address list (`ipv4:a:p,b:p`: several replicas) whose every address is one."""
     host = target
     for scheme in ("dns:///", "ipv4:", "ipv6:", "dns:"):
         if host.startswith(scheme):
             host = host[len(scheme) :]
+    if "," in host and target.startswith(("ipv4:", "ipv6:")):
+        return all(is_loopback(item) for item in host.split(","))
     if host.startswith("["):
         host = host[1:].split("]", 1)[0]
     elif host.count(":") == 1:

@@ -24,7 +24,7 @@ from craftai_common.auth import INTERNAL_APP_ID, service_key
 from craftai_common.observability import request_id_var
 from craftai_common.settings import ServerSettings
 from craftai_wire import local_tls as pin
-from craftai_wire.channels import client_options
+from craftai_wire.channels import client_options, target_options
 from craftai_wire.keys import is_loopback
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 
@@ -67,12 +67,13 @@ class Peers:
         self._options: list[tuple[str, int | str]] = [*client_options(settings.max_message_bytes)]
 
     def channel(self, address: str) -> grpc.aio.Channel:
+        options = target_options(self._options, address)  # a replicated peer: calls balanced over it
         if self._credentials is None and self._local and is_loopback(address):
             credentials, extra = pin.pinned(local_tls.identity()[1])  # made by now: this server listens with it
-            return grpc.aio.secure_channel(address, credentials, options=[*self._options, *extra])
+            return grpc.aio.secure_channel(address, credentials, options=[*options, *extra])
         if self._credentials is None:
-            return grpc.aio.insecure_channel(address, options=self._options)
-        return grpc.aio.secure_channel(address, self._credentials, options=self._options)
+            return grpc.aio.insecure_channel(address, options=options)
+        return grpc.aio.secure_channel(address, self._credentials, options=options)
 
     @staticmethod
     def metadata() -> tuple[tuple[str, str], ...]:

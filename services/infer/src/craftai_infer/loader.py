@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class LoadedRoute(Generic[RouteT]):
         self._batching = batching or Batching()
         self._batchers: dict[Operation[Any, Any, Any], MicroBatcher[tuple[Hashable, Any], Answered]] = {}
         self.requests = 0
+        self.operations: Counter[str] = Counter()  # requests by operation (MATTE, ENCODE, ...): the metrics
 
     @property
     def device(self) -> str:
@@ -94,6 +96,7 @@ class LoadedRoute(Generic[RouteT]):
         """One request to the route: batched with like requests (the same `key`) arriving within the
         window when the route batches this operation, else a call of its own."""
         self.requests += 1
+        self.operations[operation.name] += 1
         if operation in self.route.capabilities.batched and self._batching.max_batch > 1:
             result, notice = await self._batcher(operation).submit((key, request))
         else:

@@ -1,6 +1,8 @@
-"""The infer service's own Prometheus metrics (docs/OBSERVABILITY.md): sessions, loaded routes,
-model queues, the route-resolution cache (resolutions by where they were answered) and GPU memory,
-read from the live objects at each scrape (nothing to keep in step)."""
+"""The infer service's own Prometheus metrics (docs/OBSERVABILITY.md): the replica's name, sessions,
+loaded routes, model requests by operation, model queues, the route-resolution cache (resolutions
+by where they were answered) and GPU memory, read from the live objects at each scrape (nothing to
+keep in step). Each replica serves its own: summed by replica (or by the scraped pod), they show how
+the work was spread."""
 
 from __future__ import annotations
 
@@ -22,13 +24,21 @@ log = logging.getLogger("craftai.infer.metrics")
 class InferCollector(Collector):
     """Reads the session store and the loaded routes at each scrape."""
 
-    def __init__(self, sessions: SessionStore, routes: RouteLoader, budget: DecodeBudget | None = None) -> None:
+    def __init__(
+        self, sessions: SessionStore, routes: RouteLoader, budget: DecodeBudget | None = None, replica: str = ""
+    ) -> None:
         self.sessions = sessions
         self.routes = routes
         self.budget = budget
+        self.replica = replica
 
     def collect(self) -> Iterator[Metric]:
         s = self.sessions
+        info = GaugeMetricFamily(
+            "craftai_infer_replica", "This replica's name (Runtime.replica), 1", labels=["replica", "device"]
+        )
+        info.add_metric([self.replica, self.routes.device.preferred], 1)
+        yield info
         open_sessions = GaugeMetricFamily(
             "craftai_infer_sessions", "Open image.segment sessions, by app", labels=["app"]
         )
@@ -42,6 +52,11 @@ class InferCollector(Collector):
         yield GaugeMetricFamily("craftai_infer_session_bytes", "Bytes of kept embeddings", value=s.bytes_used)
         yield GaugeMetricFamily(
             "craftai_infer_session_budget_bytes", "CRAFTAI_SESSION_BUDGET_BYTES", value=s.budget_bytes
+        )
+        yield CounterMetricFamily(
+            "craftai_infer_sessions_opened",
+            "Sessions opened on this replica (each ran the encoder once)",
+            value=s.opened_total,
         )
         ended = CounterMetricFamily(
             "craftai_infer_sessions_ended", "Sessions forgotten by the server, by why", labels=["why"]
@@ -59,6 +74,11 @@ class InferCollector(Collector):
         loaded = GaugeMetricFamily(
             "craftai_infer_loaded_routes", "Routes loaded (1 each)", labels=["feature", "recipe", "engine", "device"]
         )
+        operations = CounterMetricFamily(
+            "craftai_infer_model_requests",
+            "Requests to a loaded route's model, by operation (matte, encode, decode, grid)",
+            labels=["feature", "recipe", "engine", "operation"],
+        )
         queued = GaugeMetricFamily(
             "craftai_infer_model_queue_depth",
             "Requests waiting for a route's model (held for a batch or queued on its worker)",
@@ -68,7 +88,10 @@ class InferCollector(Collector):
             ref = route.ref
             loaded.add_metric([ref.feature, ref.recipe, ref.engine, route.device], 1)
             queued.add_metric([ref.feature, ref.recipe, ref.engine], route.queued)
+            for operation, count in sorted(route.operations.items()):
+                operations.add_metric([ref.feature, ref.recipe, ref.engine, operation], count)
         yield loaded
+        yield operations
         yield queued
         resolutions = CounterMetricFamily(
             "craftai_infer_route_resolutions",

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator
 from importlib.util import find_spec
@@ -33,9 +35,17 @@ Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = infer_pb2.DESCRIPTOR.services_by_name["InferService"].full_name
 
 
+def replica_name(configured: str) -> str:
+    """This process among the service's replicas: CRAFTAI_REPLICA, else the host name (a pod's name
+    under Kubernetes, the container's id under compose) with a suffix of its own, so that two
+    processes on one host, or a process restarted in place, are never taken for one another."""
+    return configured or f"{socket.gethostname()}-{secrets.token_hex(3)}"
+
+
 class InferServicer(infer_pb2_grpc.InferServiceServicer):
     def __init__(self, settings: InferSettings, catalogue: CatalogueClient) -> None:
         self.settings = settings
+        self.replica = replica_name(settings.replica)
         self.device = devices.detect(settings.device)
         self.catalogue = catalogue
         self.routes = RouteLoader(
@@ -49,11 +59,14 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
         )
         self.sessions = SessionStore(
-            settings.session_budget_bytes, settings.session_idle_seconds, max_per_app=settings.max_sessions_per_app
+            settings.session_budget_bytes,
+            settings.session_idle_seconds,
+            max_per_app=settings.max_sessions_per_app,
+            replica=self.replica,
         )
         self.context = FeatureContext(settings, self.routes)
         self.matte = MatteFeature(self.context)
-        self.segment = SegmentFeature(self.context, self.sessions)
+        self.segment = SegmentFeature(self.context, self.sessions, self.replica)
 
     @handle_errors
     async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
@@ -78,6 +91,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
                 max_points_per_side=s.max_points_per_side,
             ),
             engines=engines,
+            replica=self.replica,
         )
 
     @handle_stream_errors
@@ -156,10 +170,13 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
-        collectors.add([metrics.InferCollector(servicer.sessions, servicer.routes, servicer.context.budget)])
+        collectors.add(
+            [metrics.InferCollector(servicer.sessions, servicer.routes, servicer.context.budget, servicer.replica)]
+        )
         servicer.sessions.start_sweeping()
         log.info(
-            "device: %s%s",
+            "replica %s, device: %s%s",
+            servicer.replica,
             servicer.device.preferred,
             f" ({servicer.device.gpu_name})" if servicer.device.gpu_available else "",
         )

@@ -88,8 +88,10 @@ class SessionStore:
         clock: Callable[[], float] = time.monotonic,
         *,
         max_per_app: int = 0,
+        replica: str = "",
     ) -> None:
         self.budget_bytes = budget_bytes
+        self.replica = replica  # named in every session id: `<token>.<replica>` (the SDK routes by it)
         self.idle_seconds = idle_seconds
         self.max_per_app = max_per_app  # 0: no limit
         self._clock = clock
@@ -97,6 +99,7 @@ class SessionStore:
         self._per_app: dict[str, int] = {}
         self._bytes = 0
         self._sweeper: asyncio.Task[None] | None = None
+        self.opened_total = 0
         self.evicted_total = 0
         self.expired_total = 0
         self.hits_total = 0  # prompts that found their session
@@ -166,10 +169,13 @@ class SessionStore:
         self.evicted_total += evicted
         now = self._clock()
         session_id = secrets.token_urlsafe(18)  # unguessable: an id alone never reaches another app's picture
+        if self.replica:  # the token has no dot: the SDK reads the replica after the first one
+            session_id = f"{session_id}.{self.replica}"
         session = Session(session_id, app_id, embedding, width, height, route, device, nbytes, now, now)
         self._sessions[session_id] = session
         self._bytes += nbytes
         self._per_app[app_id] = self._per_app.get(app_id, 0) + 1
+        self.opened_total += 1
         return Opened(session, evicted)
 
     def close(self, app_id: str, session_id: str) -> bool:

@@ -11,6 +11,20 @@ from craftai_common.settings import ServerSettings
 
 class InferSettings(ServerSettings):
     catalogue_address: str = Field("", description="the catalogue service (host:port); embedded: this server")
+    replica: str = Field(
+        "",
+        max_length=128,
+        pattern=r"^([A-Za-z0-9][A-Za-z0-9._-]*)?$",  # a host name's characters: it ends every session id
+        description="this process's name among the service's replicas (sessions name it, metrics carry it); "
+        "empty: the host name (a pod's name) and a per-process suffix",
+    )
+    max_connection_age_seconds: float = Field(
+        300.0,
+        ge=0,
+        description="connections are renewed after this (GOAWAY, calls in progress finish): the service's clients "
+        "resolve its name again and spread over replicas added since, and a stalled stream's last bytes are freed; "
+        "0: never",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto", description="auto: the GPU when one answers, else the CPU; cpu forces the CPU"
     )

@@ -322,7 +322,9 @@ def build(settings: WebSettings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         retries = Retries(wait_seconds=settings.retry_seconds)
-        async with AsyncAiClient(app_id=settings.app_id, target=settings.target, retries=retries) as root:
+        async with AsyncAiClient(
+            app_id=settings.app_id, target=settings.target, infer=settings.infer, retries=retries
+        ) as root:
             app.state.root = root
             yield
 

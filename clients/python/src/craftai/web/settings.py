@@ -20,6 +20,11 @@ class WebSettings(BaseSettings):
     target: str | None = Field(
         None, description="the services' gRPC address (default: CRAFTAI_ADDRESS, else 127.0.0.1:50051)"
     )
+    infer: str | None = Field(
+        None,
+        description="the infer service's gRPC target when it is not at `target`: its replicas' one name "
+        "(dns:///infer:50051) or address list (docs/DEPLOY.md, Scaling)",
+    )
     app_id: str = Field(
         "craftai-web", description="the app id of requests that carry a key but no Craftai-App-Id header"
     )

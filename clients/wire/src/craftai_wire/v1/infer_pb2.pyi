@@ -239,10 +239,15 @@ class Runtime(_message.Message):
     LOADED_FIELD_NUMBER: _builtins.int
     LIMITS_FIELD_NUMBER: _builtins.int
     ENGINES_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
     device: _builtins.str
     """preferred device: "cuda:0" or "cpu" """
     gpu_available: _builtins.bool
     gpu_name: _builtins.str
+    replica: _builtins.str
+    """This process's name among the replicas of the service (CRAFTAI_REPLICA, else the host name and
+    a per-process suffix): OpenSessionResult.replica names the one that keeps a session.
+    """
     @_builtins.property
     def loaded(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadedRoute]: ...
     @_builtins.property
@@ -260,10 +265,11 @@ class Runtime(_message.Message):
         loaded: _abc.Iterable[Global___LoadedRoute] | None = ...,
         limits: Global___Limits | None = ...,
         engines: _abc.Iterable[_builtins.str] | None = ...,
+        replica: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "limits", b"limits", "loaded", b"loaded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "limits", b"limits", "loaded", b"loaded", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1052,12 +1058,20 @@ class OpenSessionResult(_message.Message):
     DEVICE_FIELD_NUMBER: _builtins.int
     TIMING_FIELD_NUMBER: _builtins.int
     IDLE_SECONDS_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
     session_id: _builtins.str
+    """Opaque to apps; it ends with "." and the name of the replica that keeps it (`replica`), so
+    that a client routing by the id alone (a web gateway's) reaches that replica.
+    """
     width: _builtins.int
     height: _builtins.int
     device: _builtins.str
     idle_seconds: _builtins.float
     """the session is forgotten after this long without use"""
+    replica: _builtins.str
+    """The replica that keeps the session (Runtime.replica): the session's prompts, SegmentEverything
+    and CloseSession are answered there only; any other replica answers SESSION_NOT_FOUND.
+    """
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef: ...
     @_builtins.property
@@ -1072,10 +1086,11 @@ class OpenSessionResult(_message.Message):
         device: _builtins.str = ...,
         timing: _common_pb2.Timing | None = ...,
         idle_seconds: _builtins.float = ...,
+        replica: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route", "timing", b"timing"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "height", b"height", "idle_seconds", b"idle_seconds", "route", b"route", "session_id", b"session_id", "timing", b"timing", "width", b"width"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "height", b"height", "idle_seconds", b"idle_seconds", "replica", b"replica", "route", b"route", "session_id", b"session_id", "timing", b"timing", "width", b"width"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -70,9 +70,13 @@ def _answerable(loaded: LoadedRoute[SegmentRoute], checked: Sequence[prompts.Che
 
 
 class SegmentFeature:
-    def __init__(self, context: FeatureContext, sessions: SessionStore) -> None:
+    """`replica` names this process in every session it opens: the SDK sends the session's later
+    calls to that replica (docs/DEPLOY.md, Scaling)."""
+
+    def __init__(self, context: FeatureContext, sessions: SessionStore, replica: str = "") -> None:
         self.context = context
         self.sessions = sessions
+        self.replica = replica
 
     # -- the three ways in -------------------------------------------------------------------
 
@@ -99,6 +103,7 @@ class SegmentFeature:
             device=loaded.device,
             timing=run.timing(),
             idle_seconds=self.sessions.idle_seconds,
+            replica=self.replica,
         )
 
     async def prompt(self, request: infer_pb2.SegmentRequest, app: str, run: runs.Run) -> infer_pb2.SegmentResult:
