@@ -1,8 +1,8 @@
 """What image.matte counts against the decode budget for the outputs it makes
 (craftai_infer.features.matte.bytes_per_pixel) covers what making them holds: each output set is
 made by pipelines/matte_outputs.render on the CPU in a fresh process and its peak memory (VmHWM,
-reset before each; the median of three runs) compared with the estimate. Before the estimate counted the outputs, a cutout
-of 7000x7000 was admitted as ~750 MiB and held ~9 GiB."""
+reset before each; the median of three runs) compared with the estimate. Before the estimate
+counted the outputs, a cutout of 7000x7000 was admitted as ~750 MiB and held ~9 GiB."""
 
 from __future__ import annotations
 
