@@ -119,6 +119,8 @@ def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, phot
 
 
 def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sdk: AiClient) -> None:
+    page.set_input_files("#file", str(photo))  # its own picture, whatever the test before left
+    page.wait_for_selector("#remove:not([disabled])", timeout=60_000)
     page.select_option("#background", "color")
     page.fill("#bg-color", "#2a6df4")
     page.evaluate("() => { delete document.body.dataset.cutout; }")
