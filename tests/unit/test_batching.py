@@ -58,7 +58,9 @@ async def test_items_group_by_key(worker: ThreadPoolExecutor) -> None:
     assert sorted(recorder.batches) == [[0], [1, 3, 5], [2, 4, 6]]
 
 
-async def test_the_window_caps_the_wait_behind_a_long_batch(worker: ThreadPoolExecutor) -> None:
+async def test_the_window_caps_the_wait_behind_a_long_batch() -> None:
+    """A route that runs two batches at once: what arrives behind a long one waits the window at
+    most, then goes to the free worker."""
     release = threading.Event()
 
     def slow(items: Sequence[int]) -> list[int]:
@@ -66,14 +68,15 @@ async def test_the_window_caps_the_wait_behind_a_long_batch(worker: ThreadPoolEx
             release.wait(5)
         return [i * 10 for i in items]
 
-    batcher = MicroBatcher(slow, worker, max_batch=8, window_s=0.05)
-    first = asyncio.ensure_future(batcher.submit(0))
-    await asyncio.sleep(0.01)
-    second = asyncio.ensure_future(batcher.submit(1))
-    await asyncio.sleep(0.2)  # the window has passed: the second is queued on the worker, not held back
-    assert batcher.stats.batches == 2
-    release.set()
-    assert (await first, await second) == (0, 10)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="model") as workers:
+        batcher = MicroBatcher(slow, workers, max_batch=8, window_s=0.05, capacity=2)
+        first = asyncio.ensure_future(batcher.submit(0))
+        await asyncio.sleep(0.01)
+        second = asyncio.ensure_future(batcher.submit(1))
+        await asyncio.sleep(0.2)  # the window has passed: the second is queued on the worker, not held back
+        assert batcher.stats.batches == 2
+        release.set()
+        assert (await first, await second) == (0, 10)
 
 
 async def test_with_a_capacity_the_window_waits_for_a_free_worker(worker: ThreadPoolExecutor) -> None:

@@ -2,11 +2,11 @@
 
 A request that finds the model idle runs at once (no added latency when the load is light);
 requests that arrive while a batch runs wait for it and then run together (up to `max_batch`), or
-after `window_s` at the latest. With a `capacity` (how many batches the executor runs at once: the
-loader gives the route's `concurrent_runs`), the window only dispatches while a worker is free: a
-partial batch sent to busy workers would only wait in their queue, smaller than it could be (one
-GPU worker at 32 requests in flight ran batches of 1.7 so, docs/PERFORMANCE.md); a full batch still
-goes at once, queued, so that the worker never waits for the event loop between batches. Each
+after `window_s` at the latest while a worker is free (`capacity`: how many batches the executor
+runs at once, the route's `concurrent_runs`). With every worker busy a partial batch waits for one:
+sent to busy workers it would only wait in their queue, smaller than it could be (one GPU worker at
+32 requests in flight ran batches of 1.7 so, docs/PERFORMANCE.md); a full batch still goes at once,
+queued, so that the worker never waits for the event loop between batches. Each
 caller still awaits its own result (and its own stream goes on); a caller that leaves before its
 batch starts is dropped from it. Items are grouped by a key
 (e.g. the input shape) because only like items stack into one tensor. Batches run on the model's
@@ -55,11 +55,11 @@ class MicroBatcher(Generic[T, R]):
         max_batch: int,
         window_s: float,
         key: Callable[[T], Hashable] = lambda _item: None,
-        capacity: int | None = None,
+        capacity: int = 1,
     ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
-        if capacity is not None and capacity < 1:
+        if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
         self._run = run
@@ -97,7 +97,7 @@ class MicroBatcher(Generic[T, R]):
         return await future
 
     def _busy(self) -> bool:
-        return self.capacity is not None and self._running >= self.capacity
+        return self._running >= self.capacity
 
     def _window_closed(self, key: Hashable) -> None:
         """The window's end: the batch goes now, unless every worker is busy (then it goes, fuller,
@@ -129,12 +129,10 @@ class MicroBatcher(Generic[T, R]):
     def _finished(self, done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:
         self._running -= 1
         _deliver(done, futures)
-        # what arrived meanwhile runs now, as one batch per key (up to the free workers)
-        if self._groups and (self._running == 0 or (self.capacity is not None and not self._busy())):
-            for key in list(self._groups):
-                if self._running > 0 and self._busy():
-                    break
-                self._dispatch(key)
+        for key in list(self._groups):  # what arrived meanwhile runs now, a batch per key, on the free workers
+            if self._busy():
+                break
+            self._dispatch(key)
 
 
 def _deliver(done: asyncio.Future[Sequence[R]], futures: list[asyncio.Future[R]]) -> None:
