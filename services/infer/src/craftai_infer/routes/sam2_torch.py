@@ -75,7 +75,10 @@ class TorchSamEmbedding:
     picture_width: int
 
     def to(self, device: torch.device) -> TorchSamEmbedding:
-        """The same embedding on another device (after a fall back to the CPU, sessions keep working)."""
+        """The same embedding on `device`: itself when it is there already, else a copy (after a
+        fall back to the CPU, sessions keep working)."""
+        if self.image_embed.device == device:
+            return self
         return TorchSamEmbedding(
             self.high_res_feats_0.to(device),
             self.high_res_feats_1.to(device),
@@ -174,7 +177,7 @@ class SamTorchRunner:
         ([N, 1, ...] and [N, 1], Meta's single-mask answer, when `single`)."""
         d = self.device
         n = len(items)
-        embeddings = [e if e.image_embed.device == d else e.to(d) for e, _ in items]
+        embeddings = [e.to(d) for e, _ in items]
         shared = all(e is items[0][0] for e, _ in items)
         if shared:
             embeddings = [embeddings[0]] * n
@@ -267,15 +270,11 @@ class SamTorchRunner:
         """One batch of the automatic mask generator: every point in one decoder call, the filters on
         the device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
         d = self.device
-        e = embedding if embedding.image_embed.device == d else embedding.to(d)
+        e = embedding.to(d)
         n = len(points)
         size = self._batch_size(n)
-        coords, labels = grid_point_feeds(points, e.picture_height, e.picture_width)
-        pad = size - n  # copies of the last point, answers dropped
-        coords, labels = (
-            np.concatenate([coords, coords[-1:].repeat(pad, 0)]),
-            np.concatenate([labels, labels[-1:].repeat(pad, 0)]),
-        )
+        padded = np.concatenate([points, np.repeat(points[-1:], size - n, axis=0)])  # copies of the last, dropped
+        coords, labels = grid_point_feeds(padded, e.picture_height, e.picture_width)
         with torch.inference_mode():
             feeds = [
                 torch.from_numpy(coords).to(d, non_blocking=True),
