@@ -91,15 +91,16 @@ def measure(address: str, picture: bytes, processes: int, threads: int, seconds:
 
 
 def profile(pid: int, seconds: float, out: Path, gil: bool) -> subprocess.Popen[bytes] | None:
-    spy = shutil.which("py-spy") or (str(Path(sys.prefix) / "bin" / "py-spy"))
-    for candidate in (spy, "/tmp/site/bin/py-spy"):
-        if Path(candidate).exists():
-            name = "server-gil.txt" if gil else "server-threads.txt"
-            command = [candidate, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
-            command += ["--format", "raw", "--threads", "--nonblocking", "-o", str(out / name)]
-            command += ["--gil"] if gil else []
-            return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(out / f"{name}.log").open("wb"))
-    return None
+    """py-spy recording the server for `seconds` (on the GPU machine it is installed into /tmp/site
+    from .whl/), or None where it is not installed."""
+    spy = shutil.which("py-spy") or shutil.which("py-spy", path="/tmp/site/bin")
+    if spy is None:
+        return None
+    name = "server-gil.txt" if gil else "server-threads.txt"
+    command = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
+    command += ["--format", "raw", "--threads", "--nonblocking", "-o", str(out / name)]
+    command += ["--gil"] if gil else []
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(out / f"{name}.log").open("wb"))
 
 
 def summarise(raw: Path, top: int = 25) -> dict[str, Any]:
