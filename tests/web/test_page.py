@@ -196,9 +196,11 @@ def test_select_by_clicks_and_a_box_with_undo(page: Page, photo: Path, sdk: AiCl
     assert not (_pixels(page, "overlay")[..., 3] > 0).any()
 
 
-def test_everything_colours_every_object_with_progress(page: Page, sdk: AiClient) -> None:
-    """On the session the select test opened: the grid's progress shown, then the union of the
+def test_everything_colours_every_object_with_progress(page: Page, photo: Path, sdk: AiClient) -> None:
+    """On the page's session of its own picture: the grid's progress shown, then the union of the
     service's masks for the same options drawn over the picture, each object in its colour."""
+    page.set_input_files("#file", str(photo))  # its own picture, whatever the test before left
+    page.wait_for_selector("#everything:not([disabled])", timeout=60_000)
     for field, value in (("#everything-side", "4"), ("#everything-iou", "0"), ("#everything-stability", "0")):
         page.fill(field, value)
     page.click("#everything")
