@@ -44,6 +44,7 @@ run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
 run speed 330 python3 tools/gpu/speed_check.py --out "$out/speed"
 run sam_load 300 python3 tools/gpu/sam_throughput.py --out "$out/sam_load"
+run click 300 python3 tools/gpu/click_profile.py --out "$out/click"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"

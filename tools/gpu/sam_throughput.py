@@ -100,7 +100,8 @@ def profile(pid: int, seconds: float, out: Path, gil: bool) -> subprocess.Popen[
     command = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
     command += ["--format", "raw", "--threads", "--nonblocking", "-o", str(out / name)]
     command += ["--gil"] if gil else []
-    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(out / f"{name}.log").open("wb"))
+    with (out / f"{name}.log").open("wb") as log:  # the child keeps its own copy of the handle
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
 
 
 def summarise(raw: Path, top: int = 25) -> dict[str, Any]:
