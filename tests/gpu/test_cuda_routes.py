@@ -22,6 +22,7 @@ import torch
 from PIL import Image
 
 from craftai import AiClient, Prompt
+from craftai_infer.pipelines import mask_formats
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
 from tests.support import segment, servers
@@ -88,7 +89,9 @@ def test_sam_torch_route_on_cuda_agrees_with_onnxruntime(
             b = reference.segment(**prompt, all_masks=True)  # type: ignore[arg-type]
             assert a.device.startswith("cuda")
             for x, y in zip(a.masks, b.masks, strict=True):
-                smallest = min(smallest, _iou(segment.mask_of(x.png) > 0, segment.mask_of(y.png) > 0))
+                pixels = segment.mask_of(x.png) > 0
+                smallest = min(smallest, _iou(pixels, segment.mask_of(y.png) > 0))
+                assert (x.area, x.box) == (int(pixels.sum()), mask_formats.box(pixels))  # measured on the device
         print(f"SAM torch on cuda, CRAFTAI_GPU_PRECISION={precision}: smallest per-mask IoU {smallest:.5f}")
         assert smallest >= SAM_MIN_IOU[precision]
 

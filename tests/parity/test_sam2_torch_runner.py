@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamOnnxRunner
 from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
@@ -49,6 +50,9 @@ def test_torch_runner_equals_the_onnxruntime_route(
         np.testing.assert_allclose(ours.ious, theirs.ious, atol=1e-4, err_msg=name)
         for k in range(3):
             assert _iou(ours.masks[k], theirs.masks[k]) >= 0.999, (name, k)
+        for answer in (ours, theirs):  # each route's areas and boxes are its masks' own
+            assert answer.areas.tolist() == [int(np.count_nonzero(m)) for m in answer.masks], name
+            assert [tuple(b) for b in answer.boxes.tolist()] == [mask_formats.box(m) for m in answer.masks], name
         previous = theirs.low_res[0]
     feedback = SamPrompt(points=[(220, 150)], labels=[1], mask_input=previous)
     ours = torch_runner.decode(ours_embedding, feedback)

@@ -24,6 +24,7 @@ Writes amg_gpu.json and amg_gpu.md into --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import io
 import json
 import sys
@@ -125,7 +126,42 @@ def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
                             "candidates": found.candidates,
                             "masks": [m.array() for m in found.masks],
                         }
+                results["inprocess"] = grid_inprocess(work, pixels, side)
         return results
+
+
+def grid_inprocess(work: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
+    """One batch of the grid in this process (the route built from the folder the server
+    prepared, while it idles): its time per batch for each case, and torch's profile of one batch
+    at Meta's defaults (the table of the most costly operations), to split the server's model stage."""
+    import torch
+
+    from craftai_infer.pipelines import mask_generator
+    from craftai_infer.routes import RouteFiles
+    from craftai_infer.routes.sam2_torch import Sam2Torch
+    from craftai_models.sam2.contract import WEIGHTS
+
+    folder = sorted(work.rglob(WEIGHTS))[0].parent
+    route = Sam2Torch(RouteFiles(by_role={}, prepared=folder, cpu_threads=1), "cuda")
+    route.warm_up(lambda _message: None)
+    runner = route.runner
+    embedding = route.encode([pixels])[0]
+    height, width = pixels.shape[:2]
+    out: dict[str, Any] = {}
+    for name, parameters in CASES.items():
+        settings = mask_generator.Everything(points_per_side=side, **parameters)
+        chunk = mask_generator.batches(mask_generator.grid_points(side, height, width), settings.points_per_batch)[0]
+        samples = harness.timed_ms(functools.partial(runner.grid, embedding, chunk, settings), 20, 3)
+        out[f"{name}: one batch ms"] = harness.percentiles(samples)
+    settings = mask_generator.Everything(points_per_side=side)
+    chunk = mask_generator.grid_points(side, height, width)[: settings.points_per_batch]
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(3):
+            runner.grid(embedding, chunk, settings)
+        torch.cuda.synchronize()
+    out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,6 +211,12 @@ def main(argv: list[str] | None = None) -> int:
             *rows,
         ]
     )
+    inprocess = ours.get("inprocess", {})
+    summary["inprocess"] = {k: v for k, v in inprocess.items() if k != "profile"}
+    table += "\n\nIn this process, one batch of the grid (the route the server prepared):\n\n"
+    table += "\n".join(f"- {k}: p50 {v['p50']:.2f}, p90 {v['p90']:.2f}" for k, v in summary["inprocess"].items())
+    if "profile" in inprocess:
+        (options.out / "amg_grid_profile.txt").write_text(inprocess["profile"])
     (options.out / "amg_gpu.json").write_text(json.dumps(summary, indent=2))
     (options.out / "amg_gpu.md").write_text(table + "\n")
     print(table)

@@ -163,10 +163,12 @@ def written(
     counts: I64 | None = None,
     size: tuple[int, int] | None = None,
     extent: tuple[int, int, int, int] | None = None,
+    area: int | None = None,
 ) -> infer_pb2.Mask:
     """A mask in the formats asked, with its box and area (the rest of the message is the
     caller's). Give the (H, W) `mask`, or its `counts`, `size` (H, W) and `extent` (its box): the
-    pixels are only made from the counts when a format needs them."""
+    pixels are only made from the counts when a format needs them. An `extent` and `area` already
+    known (the decoder's route measures them where it made the mask) are not measured again."""
     if mask is None:
         assert counts is not None and size is not None and extent is not None
         height, width = size
@@ -186,7 +188,9 @@ def written(
     if POLYGONS in output.formats:
         assert mask is not None
         message.polygons.extend(polygon_messages(mask, output.tolerance))
-    if counts is not None:
+    if area is not None:
+        message.area = area
+    elif counts is not None:
         message.area = mask_formats.area(counts)
     else:
         assert mask is not None

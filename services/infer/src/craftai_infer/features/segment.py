@@ -227,7 +227,14 @@ class SegmentFeature:
             out = []
             for index, masks in enumerate(decoded):
                 for k, pixels in enumerate(masks.masks):
-                    message = answers.written(np.asarray(pixels, dtype=np.bool_), output, level)
+                    x0, y0, x1, y1 = (int(v) for v in masks.boxes[k])
+                    message = answers.written(
+                        np.asarray(pixels, dtype=np.bool_),
+                        output,
+                        level,
+                        extent=(x0, y0, x1, y1),
+                        area=int(masks.areas[k]),
+                    )
                     message.predicted_iou = float(masks.ious[k])
                     message.empty = bool(masks.empty[k])
                     message.selected_fraction = float(masks.fractions[k])

@@ -23,23 +23,9 @@ from craftai_infer.pipelines.mask_generator import (
     stability_kept,
     stability_score,
 )
+from craftai_infer.pipelines.segment_sam_torch import boxes_of
 
 CHUNK_BYTES = 1 << 30  # float logits at the picture's size held at once
-
-
-def boxes_of(masks: torch.Tensor) -> torch.Tensor:
-    """Meta's batched_mask_to_box on [K, H, W] booleans: [K, 4] int64, last pixel included, zeros when empty."""
-    _, h, w = masks.shape
-    rows = masks.any(dim=2)  # [K, H]
-    cols = masks.any(dim=1)  # [K, W]
-    ys = torch.arange(h, device=masks.device)
-    xs = torch.arange(w, device=masks.device)
-    top = torch.where(rows, ys, h).amin(dim=1)
-    bottom = torch.where(rows, ys, -1).amax(dim=1)
-    left = torch.where(cols, xs, w).amin(dim=1)
-    right = torch.where(cols, xs, -1).amax(dim=1)
-    out = torch.stack([left, top, right, bottom], dim=1)
-    return torch.where(rows.any(dim=1)[:, None], out, torch.zeros_like(out))
 
 
 def batch_candidates(

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 from PIL import Image
 
+from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup, clean_logits
 from craftai_models import imagenet
 from craftai_models.sam2.contract import (
@@ -219,15 +220,25 @@ class SamMasks:
 
     masks: bool [K, H, W] at the picture's size; ious: the decoder's predicted IoU [K];
     low_res: clamped low-res logits [K, 256, 256] (feed one back as the next mask_input);
-    indices: which of the decoder's three outputs each is; fractions: share of the picture selected
-    (0.0 exactly when the mask is empty).
+    indices: which of the decoder's three outputs each is; areas: selected pixels [K]; boxes: their
+    extents [K, 4] (x0, y0, x1, y1, x1 and y1 past the last pixel; zeros when empty), computed
+    where the masks were made (on the device for the torch route) so that writing a mask does not
+    scan its pixels again.
     """
 
     masks: Bool
     ious: F32
     low_res: F32
     indices: I64
-    fractions: npt.NDArray[np.float64]
+    areas: I64
+    boxes: I64
+
+    @property
+    def fractions(self) -> npt.NDArray[np.float64]:
+        """Share of the picture each mask selects (0.0 exactly when it is empty)."""
+        height, width = self.masks.shape[-2:]
+        shares: npt.NDArray[np.float64] = np.asarray(self.areas, dtype=np.float64) / (height * width)
+        return shares
 
     @property
     def empty(self) -> Bool:
@@ -260,5 +271,6 @@ def postprocess(
     cleaned = clean_logits(picked, cleanup, MASK_THRESHOLD)
     # One mask at a time: the float logits at full size are the largest thing held (48 MB for 12 MP).
     masks = np.stack([upscale_logits(one, picture_height, picture_width) > MASK_THRESHOLD for one in cleaned])
-    fractions = masks.reshape(len(chosen), -1).mean(axis=1, dtype=np.float64)
-    return SamMasks(masks=masks, ious=scores[chosen], low_res=picked, indices=chosen, fractions=fractions)
+    areas = np.count_nonzero(masks.reshape(len(chosen), -1), axis=1).astype(np.int64)
+    boxes = np.array([mask_formats.box(m) for m in masks], dtype=np.int64).reshape(-1, 4)
+    return SamMasks(masks=masks, ious=scores[chosen], low_res=picked, indices=chosen, areas=areas, boxes=boxes)
