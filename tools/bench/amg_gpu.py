@@ -17,6 +17,11 @@ masks survive and every step has work). Times (device synchronised, as the calle
   SegmentEverything (the encoder included), round trips through gRPC;
 - Meta: `generate(picture)` (its set_image, the encoder, included).
 
+Ours runs twice: CRAFTAI_GPU_PRECISION at its default (the encoder and the grid's decoder batches
+in fp16) and fp32 throughout. In this process, one grid batch of the route in fp32, fp16 and bf16,
+with the candidates of the reduced precisions against fp32's (torch's profile of an fp32 batch in
+amg_grid_profile.txt).
+
 Parity on the same run: how many of Meta's masks have one of ours with IoU >= 0.9, the counts.
 Writes amg_gpu.json and amg_gpu.md into --out.
 """
@@ -43,6 +48,8 @@ for src in ("clients/wire/src", "clients/python/src", "services/common/src", "se
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
 
+PRECISIONS = ("auto", "fp32")  # the server's CRAFTAI_GPU_PRECISION: the default, and fp32 throughout
+GRID_BATCHES = 4  # batches of the grid whose candidates are compared across precisions in-process
 CASES: dict[str, dict[str, Any]] = {
     "meta-defaults": {},
     "calibrated": {"pred_iou_thresh": 0.3, "stability_score_thresh": 0.5},
@@ -96,7 +103,7 @@ def meta_runs(weights: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
     return results
 
 
-def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
+def our_runs(fixture: Any, pixels: np.ndarray, side: int, precision: str, inprocess: bool) -> dict[str, Any]:
     with harness.scratch("bench-amg-") as work:
         results: dict[str, Any] = {}
         with harness.files_on_loopback(fixture.folder) as url:
@@ -105,7 +112,7 @@ def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
                 "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
             }
             recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
-            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda"}
+            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda", "CRAFTAI_GPU_PRECISION": precision}
             with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
                 list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
                 data = png(pixels)
@@ -126,41 +133,62 @@ def our_runs(fixture: Any, pixels: np.ndarray, side: int) -> dict[str, Any]:
                             "candidates": found.candidates,
                             "masks": [m.array() for m in found.masks],
                         }
-                results["inprocess"] = grid_inprocess(work, pixels, side)
+                if inprocess:
+                    results["inprocess"] = grid_inprocess(work, pixels, side)
         return results
 
 
 def grid_inprocess(work: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
-    """One batch of the grid in this process (the route built from the folder the server
-    prepared, while it idles): its time per batch for each case, and torch's profile of one batch
-    at Meta's defaults (the table of the most costly operations), to split the server's model stage."""
+    """The grid in this process, the route built from the folder the server prepared (while it
+    idles) in each GPU precision: one batch's time for each case, and at the calibrated case the
+    candidates of the first GRID_BATCHES batches against fp32's (how many, and how many of fp32's
+    have one with IoU >= 0.9); torch's profile of one fp32 batch at Meta's defaults."""
     import torch
 
+    from craftai_infer.masks import decode_counts
     from craftai_infer.pipelines import mask_generator
     from craftai_infer.routes import RouteFiles
     from craftai_infer.routes.sam2_torch import Sam2Torch
     from craftai_models.sam2.contract import WEIGHTS
 
     folder = sorted(work.rglob(WEIGHTS))[0].parent
-    route = Sam2Torch(RouteFiles(by_role={}, prepared=folder, cpu_threads=1), "cuda")
-    route.warm_up(lambda _message: None)
-    runner = route.runner
-    embedding = route.encode([pixels])[0]
     height, width = pixels.shape[:2]
+    points = mask_generator.grid_points(side, height, width)
     out: dict[str, Any] = {}
-    for name, parameters in CASES.items():
-        settings = mask_generator.Everything(points_per_side=side, **parameters)
-        chunk = mask_generator.batches(mask_generator.grid_points(side, height, width), settings.points_per_batch)[0]
-        samples = harness.timed_ms(functools.partial(runner.grid, embedding, chunk, settings), 20, 3)
-        out[f"{name}: one batch ms"] = harness.percentiles(samples)
-    settings = mask_generator.Everything(points_per_side=side)
-    chunk = mask_generator.grid_points(side, height, width)[: settings.points_per_batch]
-    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=activities) as prof:
-        for _ in range(3):
-            runner.grid(embedding, chunk, settings)
-        torch.cuda.synchronize()
-    out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+    reference: list[np.ndarray] = []
+    for precision in ("fp32", "fp16", "bf16"):
+        files = RouteFiles(by_role={}, prepared=folder, cpu_threads=1, gpu_precision=precision)
+        route = Sam2Torch(files, "cuda")
+        route.warm_up(lambda _message: None)
+        runner = route.runner
+        embedding = route.encode([pixels])[0]
+        for name, parameters in CASES.items():
+            settings = mask_generator.Everything(points_per_side=side, **parameters)
+            chunk = mask_generator.batches(points, settings.points_per_batch)[0]
+            samples = harness.timed_ms(functools.partial(runner.grid, embedding, chunk, settings), 20, 3)
+            out[f"{precision}, {name}: one batch ms"] = harness.percentiles(samples)
+        settings = mask_generator.Everything(points_per_side=side, **CASES["calibrated"])
+        found = [
+            runner.grid(embedding, c, settings)
+            for c in mask_generator.batches(points, settings.points_per_batch)[:GRID_BATCHES]
+        ]
+        masks = [decode_counts(c, height, width) for f in found for c in f.counts]
+        if precision == "fp32":
+            reference = masks
+            out["fp32 candidates"] = len(masks)
+        else:
+            stats = parity(masks, reference)
+            out[f"{precision} candidates, of fp32's matched"] = (len(masks), stats["meta_matched"])
+        if precision == "fp32":
+            settings = mask_generator.Everything(points_per_side=side)
+            activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+            with torch.profiler.profile(activities=activities) as prof:
+                for _ in range(3):
+                    runner.grid(embedding, points[: settings.points_per_batch], settings)
+                torch.cuda.synchronize()
+            out["profile"] = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25)
+        del route, runner, embedding
+        torch.cuda.empty_cache()
     return out
 
 
@@ -176,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     fixture = sam21.ensure_fixture()
     width, height = (int(v) for v in options.size.split("x"))
     pixels = picture((width, height))
-    ours = our_runs(fixture, pixels, options.side)
+    ours = {p: our_runs(fixture, pixels, options.side, p, inprocess=k == 0) for k, p in enumerate(PRECISIONS)}
     theirs = meta_runs(fixture.weights, pixels, options.side)
     rows = []
     summary: dict[str, Any] = {
@@ -184,37 +212,43 @@ def main(argv: list[str] | None = None) -> int:
         "points_per_side": options.side,
         "nms": theirs["nms"],
     }
-    for name in CASES:
-        o, t = ours[name], theirs[name]
-        stats = parity(o["masks"], [np.asarray(m, dtype=bool) for m in t["masks"]])
-        speedup = t["ms"] / o["open_and_everything_ms"]
-        summary[name] = {
-            "ours_everything_ms": o["everything_ms"],
-            "ours_open_and_everything_ms": o["open_and_everything_ms"],
-            "ours_server_stages_ms": o["server_stages_ms"],
-            "meta_generate_ms": t["ms"],
-            "speedup_with_encoder": speedup,
-            "candidates": o["candidates"],
-            **stats,
-        }
-        rows.append(
-            f"| {name} | {o['everything_ms']:.0f} | {o['open_and_everything_ms']:.0f} | {t['ms']:.0f} | "
-            f"{speedup:.1f}x | {stats['ours']} / {stats['meta']} | {stats['meta_matched']} |"
-        )
+    for precision in PRECISIONS:
+        for name in CASES:
+            o, t = ours[precision][name], theirs[name]
+            stats = parity(o["masks"], [np.asarray(m, dtype=bool) for m in t["masks"]])
+            speedup = t["ms"] / o["open_and_everything_ms"]
+            summary[f"{precision}: {name}"] = {
+                "ours_everything_ms": o["everything_ms"],
+                "ours_open_and_everything_ms": o["open_and_everything_ms"],
+                "ours_server_stages_ms": o["server_stages_ms"],
+                "meta_generate_ms": t["ms"],
+                "speedup_with_encoder": speedup,
+                "candidates": o["candidates"],
+                **stats,
+            }
+            rows.append(
+                f"| {name} | {precision} | {o['everything_ms']:.0f} | {o['open_and_everything_ms']:.0f} | "
+                f"{t['ms']:.0f} | {speedup:.1f}x | {o['candidates']} | {stats['ours']} / {stats['meta']} | "
+                f"{stats['meta_matched']} |"
+            )
     table = "\n".join(
         [
             f"Picture {width}x{height}, points_per_side {options.side}, Meta's NMS: {theirs['nms']}",
             "",
-            "| parameters | ours: SegmentEverything ms | ours: OpenSession + SegmentEverything ms | "
-            "Meta generate ms | speed-up | masks ours / Meta | Meta's matched (IoU >= 0.9) |",
-            "|---|---|---|---|---|---|---|",
+            "| parameters | ours: CRAFTAI_GPU_PRECISION | ours: SegmentEverything ms | "
+            "ours: OpenSession + SegmentEverything ms | Meta generate ms | speed-up | ours: candidates | "
+            "masks ours / Meta | Meta's matched (IoU >= 0.9) |",
+            "|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
-    inprocess = ours.get("inprocess", {})
+    inprocess = ours[PRECISIONS[0]].get("inprocess", {})
     summary["inprocess"] = {k: v for k, v in inprocess.items() if k != "profile"}
     table += "\n\nIn this process, one batch of the grid (the route the server prepared):\n\n"
-    table += "\n".join(f"- {k}: p50 {v['p50']:.2f}, p90 {v['p90']:.2f}" for k, v in summary["inprocess"].items())
+    table += "\n".join(
+        f"- {k}: p50 {v['p50']:.2f}, p90 {v['p90']:.2f}" if isinstance(v, dict) else f"- {k}: {v}"
+        for k, v in summary["inprocess"].items()
+    )
     if "profile" in inprocess:
         (options.out / "amg_grid_profile.txt").write_text(inprocess["profile"])
     (options.out / "amg_gpu.json").write_text(json.dumps(summary, indent=2))

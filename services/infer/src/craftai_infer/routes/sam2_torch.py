@@ -13,6 +13,12 @@ points (GRID) and a call's several objects cost one embedding, not one per promp
 A prompt with `single_mask_like_meta` is answered by the network's `decode_single` (Meta's
 single-mask rule, on the device) instead of the three multimask outputs; its graphs are captured
 on first use.
+
+Precision: the encoder runs under the route's GPU precision (fp16 unless CRAFTAI_GPU_PRECISION
+says otherwise); so does the decoder in the automatic mask generator's batches, where it is most
+of the time (64 prompts a batch: 17 ms in fp32 on an H200) and its answers are filtered and
+de-duplicated rather than answered one by one. Prompts (clicks, boxes) are always decoded in fp32,
+the onnxruntime route's answers. docs/PERFORMANCE.md has the measured agreement.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,8 +64,9 @@ from craftai_models.sam2.contract import LOW_RES, WEIGHTS
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
 DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
-# The encoder's autocast on the GPU unless CRAFTAI_GPU_PRECISION says otherwise; the decoder runs
-# fp32. docs/PERFORMANCE.md has the tolerance kept against the fp32 route and the timings.
+# The encoder's (and the grid decoder's) autocast on the GPU unless CRAFTAI_GPU_PRECISION says
+# otherwise; prompts are decoded in fp32. docs/PERFORMANCE.md has the tolerance kept against the
+# fp32 route and the timings.
 GPU_ENCODER_DEFAULT = "fp16"
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -101,28 +108,50 @@ def load_network(weights: Path, device: str) -> Sam2ImageModel:
     return net.to(device).eval()
 
 
+DecoderFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
 class SamTorchRunner:
-    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32.
+    """The converted network on one device; `encoder_autocast` None runs the encoder in fp32, and
+    `grid_autocast` None the automatic mask generator's decoder batches.
 
     On a CUDA device the encoder and the decoder run as CUDA graphs unless `graphs` is False;
     `warm_up()` captures the common shapes at load.
     """
 
     def __init__(
-        self, net: Sam2ImageModel, device: str, *, encoder_autocast: torch.dtype | None = None, graphs: bool = True
+        self,
+        net: Sam2ImageModel,
+        device: str,
+        *,
+        encoder_autocast: torch.dtype | None = None,
+        grid_autocast: torch.dtype | None = None,
+        graphs: bool = True,
     ) -> None:
         self.net = net
         self.device = torch.device(device)
         self.encoder_autocast = encoder_autocast
+        self.grid_autocast = grid_autocast if self.device.type == "cuda" else None
         self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
-        self._decoder_graphs: GraphCache | None = None
-        self._single_graphs: GraphCache | None = None  # decode_single: Meta's one-mask answer
-        if graphs and self.device.type == "cuda":
+        # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the grid's batches in
+        # `grid_autocast` have their own; without it they share the prompts' fp32 ones.
+        self._decoders: dict[tuple[bool, bool], tuple[DecoderFn, GraphCache | None]] = {}
+        on_graphs = graphs and self.device.type == "cuda"
+        if on_graphs:
             # one graph per batch size up to the default max_batch (8): none evicted and recaptured under load
             self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=8)
-            self._decoder_graphs = GraphCache(self.net.decode, self.device, capacity=32)
-            self._single_graphs = GraphCache(self.net.decode_single, self.device, capacity=16)
+        kinds: list[tuple[bool, torch.dtype | None]] = [(False, None)]
+        if self.grid_autocast is not None:
+            kinds.append((True, self.grid_autocast))
+        for single in (False, True):
+            for reduced, dtype in kinds:
+                fn: DecoderFn = net.decode_single if single else net.decode
+                if dtype is not None:
+                    fn = _autocast(fn, self.device, dtype)
+                capacity = 16 if single or reduced else 32
+                cache = GraphCache(fn, self.device, capacity=capacity) if on_graphs else None
+                self._decoders[single, reduced] = (fn, cache)
 
     def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         autocast = (
@@ -195,7 +224,7 @@ class SamTorchRunner:
         return embeddings, masks[:n], ious[:n]
 
     def _batch_size(self, n: int) -> int:
-        return _bucket(n) if self._decoder_graphs is not None else n
+        return _bucket(n) if self._encoder_graphs is not None else n
 
     def _decoder(
         self,
@@ -204,9 +233,12 @@ class SamTorchRunner:
         size: int,
         prompt_feeds: list[torch.Tensor],
         single: bool,
+        *,
+        grid: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The decoder (or its graph) on `size` prompts' feeds (DECODER_FEEDS, on the device) over
-        their pictures' embeddings (one, broadcast, when `shared`)."""
+        their pictures' embeddings (one, broadcast, when `shared`); `grid`: a batch of the automatic
+        mask generator's points (in `grid_autocast`, where set)."""
         n = len(embeddings)
 
         def stacked(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -222,12 +254,12 @@ class SamTorchRunner:
                 stacked([e.high_res_feats_1 for e in embeddings]),
                 *prompt_feeds,
             ]
-            graphs = self._single_graphs if single else self._decoder_graphs
+            fn, graphs = self._decoders[single, grid and self.grid_autocast is not None]
             if graphs is not None:
                 key = (size, inputs[3].shape[1], shared and size > 1)
                 masks, ious = graphs.run(key, inputs)
             else:
-                masks, ious = (self.net.decode_single if single else self.net.decode)(*inputs)
+                masks, ious = fn(*inputs)
         return masks, ious
 
     def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
@@ -282,10 +314,21 @@ class SamTorchRunner:
                 torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
                 torch.zeros((size,), dtype=torch.float32, device=d),
             ]
-            masks, ious = self._decoder([e] * n, True, size, feeds, not settings.multimask_output)
+            masks, ious = self._decoder([e] * n, True, size, feeds, not settings.multimask_output, grid=True)
             return mask_generator_torch.batch_candidates(
                 masks[:n], ious[:n], points, e.picture_height, e.picture_width, settings=settings
             )
+
+
+def _autocast(fn: DecoderFn, device: torch.device, dtype: torch.dtype) -> DecoderFn:
+    """`fn` under autocast to `dtype`, its outputs back in fp32 (what the filters expect)."""
+
+    def reduced(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast(device.type, dtype=dtype):
+            masks, ious = fn(*inputs)
+        return masks.float(), ious.float()
+
+    return reduced
 
 
 def _bucket(n: int) -> int:
@@ -305,10 +348,9 @@ class Sam2Torch(SegmentRoute):
         on_gpu = device.startswith("cuda")
         if on_gpu:
             self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True)
+        autocast = PRECISIONS[precision] if on_gpu else None
         self.runner = SamTorchRunner(
-            load_network(files.prepared / WEIGHTS, device),
-            device,
-            encoder_autocast=PRECISIONS[precision] if on_gpu else None,
+            load_network(files.prepared / WEIGHTS, device), device, encoder_autocast=autocast, grid_autocast=autocast
         )
         self.device = device
 
