@@ -22,6 +22,9 @@ noise="is ignored: it is neither a file nor a directory"
 # and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 gdown beautifulsoup4 soupsieve kornia==0.9.0 kornia-rs==0.2.0 \
     hydra-core==1.3.8 omegaconf==2.3.1 tomli-w nobg==0.3.1 2> >(grep -v "$noise" >&2)
+# What transparent-background's Remover imports beyond those (albumentations at the top of its module;
+# 2026-12-01 on the GPU machine: "No module named 'albumentations'"), at versions that agree.
+"${pip[@]}" easydict albumentations==2.0.8 albucore==0.0.24 stringzilla simsimd 2> >(grep -v "$noise" >&2)
 # py-spy: the sampling profiler tools/gpu/profile_sam.sh runs on the server (one binary, no dependencies).
 "${pip[@]}" py-spy==0.4.3 2> >(grep -v "$noise" >&2)
 # rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.
