@@ -10,7 +10,7 @@ import pytest
 import torch
 from scipy import ndimage  # type: ignore[import-untyped]
 
-from craftai_infer.pipelines import mask_generator, mask_generator_torch
+from craftai_infer.pipelines import mask_generator, mask_generator_torch, segment_sam_torch
 from craftai_infer.pipelines.mask_cleanup import Cleanup, clean_logits, small_regions
 from craftai_infer.pipelines.mask_formats import rle_counts
 from craftai_infer.pipelines.segment_sam import upscale_logits
@@ -88,7 +88,7 @@ def test_stability_boxes_and_rle_are_meta_s() -> None:
     masks = up > 0
     boxes = batched_mask_to_box(masks).numpy()
     np.testing.assert_array_equal(np.stack([mask_generator.meta_box(m.numpy()) for m in masks]), boxes)
-    np.testing.assert_array_equal(mask_generator_torch.boxes_of(masks).numpy(), boxes)
+    np.testing.assert_array_equal(segment_sam_torch.boxes_of(masks).numpy(), boxes)
     for mine, rle in zip(masks, mask_to_rle_pytorch(masks), strict=True):
         assert rle_counts(mine.numpy()).tolist() == rle["counts"]
 
