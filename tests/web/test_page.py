@@ -46,13 +46,41 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrowserContext
         launched.close()
 
 
+# What happened to the page besides the tests' own steps: navigations after the first, crashes,
+# script errors and console errors. Under CI load a test once found the page back in its first
+# state (its buttons disabled after a picture was chosen); `_choose` says what this log saw then.
+PAGE_EVENTS: list[str] = []
+
+
 @pytest.fixture(scope="module")
 def page(browser: BrowserContext, gateway: servers.Process, key: str) -> Iterator[Page]:
     opened = browser.new_page()
+    opened.on("framenavigated", lambda frame: PAGE_EVENTS.append(f"navigated to {frame.url}"))
+    opened.on("crash", lambda _page: PAGE_EVENTS.append("the page crashed"))
+    opened.on("pageerror", lambda error: PAGE_EVENTS.append(f"script error: {error}"))
+    opened.on("console", lambda m: PAGE_EVENTS.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     opened.goto(f"{gateway.address}/#key={key}")
     opened.wait_for_selector("body[data-ready=true]")
+    PAGE_EVENTS.clear()  # the first load is the fixture's own
     yield opened
     opened.close()
+
+
+def _choose(page: Page, photo: Path, ready: str = "#remove:not([disabled])") -> None:
+    """The picture chosen in the page's file input, and the page ready for it; when it is not, the
+    failure says what the page showed and what happened to it."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    page.set_input_files("#file", str(photo))
+    try:
+        page.wait_for_selector(ready, timeout=60_000)
+    except PlaywrightTimeout:
+        shown = page.evaluate(
+            "() => ({file: document.getElementById('file-name').textContent, body: {...document.body.dataset},"
+            " url: location.href})"
+        )
+        what = f"{ready} not found after choosing {photo.name}"
+        raise AssertionError(f"{what}: page {shown}; events {PAGE_EVENTS}") from None
 
 
 def _pixels(page: Page, canvas: str) -> npt.NDArray[np.uint8]:
@@ -98,7 +126,7 @@ def test_the_key_comes_from_the_link_and_the_route_and_device_are_shown(page: Pa
 
 
 def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, photo: Path, sdk: AiClient) -> None:
-    page.set_input_files("#file", str(photo))
+    _choose(page, photo)
     page.click("#remove")
     page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
     assert page.locator("#cutout").is_visible() and "checker" in (page.get_attribute("#cutout", "class") or "")
@@ -119,8 +147,7 @@ def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, phot
 
 
 def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sdk: AiClient) -> None:
-    page.set_input_files("#file", str(photo))  # its own picture, whatever the test before left
-    page.wait_for_selector("#remove:not([disabled])", timeout=60_000)
+    _choose(page, photo)  # its own picture, whatever the test before left
     page.select_option("#background", "color")
     page.fill("#bg-color", "#2a6df4")
     page.evaluate("() => { delete document.body.dataset.cutout; }")
@@ -150,7 +177,7 @@ def _covering_click(session: SegmentSession) -> tuple[tuple[float, float], tuple
 
 
 def test_select_by_clicks_and_a_box_with_undo(page: Page, photo: Path, sdk: AiClient) -> None:
-    page.set_input_files("#file", str(photo))
+    _choose(page, photo, "#select:not([disabled])")
     page.click("#select")
     page.wait_for_selector("#select[aria-pressed=true]", timeout=60_000)
     session = page.evaluate("() => document.body.dataset.session")
@@ -199,8 +226,7 @@ def test_select_by_clicks_and_a_box_with_undo(page: Page, photo: Path, sdk: AiCl
 def test_everything_colours_every_object_with_progress(page: Page, photo: Path, sdk: AiClient) -> None:
     """On the page's session of its own picture: the grid's progress shown, then the union of the
     service's masks for the same options drawn over the picture, each object in its colour."""
-    page.set_input_files("#file", str(photo))  # its own picture, whatever the test before left
-    page.wait_for_selector("#everything:not([disabled])", timeout=60_000)
+    _choose(page, photo, "#everything:not([disabled])")  # its own picture, whatever the test before left
     for field, value in (("#everything-side", "4"), ("#everything-iou", "0"), ("#everything-stability", "0")):
         page.fill(field, value)
     page.click("#everything")

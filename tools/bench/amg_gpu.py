@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import functools
 import io
-import json
 import sys
 import time
 from pathlib import Path
@@ -251,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if "profile" in inprocess:
         (options.out / "amg_grid_profile.txt").write_text(inprocess["profile"])
-    (options.out / "amg_gpu.json").write_text(json.dumps(summary, indent=2))
-    (options.out / "amg_gpu.md").write_text(table + "\n")
-    print(table)
+    harness.write_report(options.out, "amg_gpu", summary, table)
     return 0
 
 

@@ -21,7 +21,6 @@ contiguous and channels-last, oneDNN as torch ships it).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -36,6 +35,8 @@ REPO = Path(__file__).resolve().parents[2]
 for src in ("services/common/src", "services/models/src", "services/prepare/src", "services/infer/src", "."):
     if str(REPO / src) not in sys.path:
         sys.path.insert(0, str(REPO / src))
+
+from tools.bench import harness  # noqa: E402
 
 Forward = Callable[[np.ndarray], np.ndarray]  # f32[1,3,320,320] -> the fused map f32[1,1,320,320]
 
@@ -168,10 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average": os.getloadavg(),
         "engines": rows,
     }
-    (options.out / "cpu_engines.json").write_text(json.dumps(result, indent=2))
-    text = report(result)
-    (options.out / "cpu_engines.md").write_text(text)
-    print(text)
+    harness.write_report(options.out, "cpu_engines", result, report(result))
     return 0
 
 

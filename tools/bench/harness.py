@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import json
 import os
 import signal
 import statistics
@@ -250,3 +251,13 @@ def in_threads(worker: Callable[[int], Any], count: int) -> None:
         t.join()
     if errors:
         raise errors[0]
+
+
+def write_report(out: Path, stem: str, results: Any, text: str, *, show: bool = True) -> str:
+    """`stem`.json (the raw figures) and `stem`.md (the table) under `out`, the table printed: every
+    benchmark leaves both, so that a figure in docs/PERFORMANCE.md can cite its raw file."""
+    (out / f"{stem}.json").write_text(json.dumps(results, indent=2, default=str))
+    (out / f"{stem}.md").write_text(text if text.endswith("\n") else text + "\n")
+    if show:
+        print(text)
+    return text

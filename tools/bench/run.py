@@ -471,10 +471,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             raise SystemExit(f"unknown section {section!r}; sections: {', '.join(SECTIONS)}")
         print(f"   {section} in {time.monotonic() - started:.0f} s", flush=True)
-    (options.out / "bench.json").write_text(json.dumps(results, indent=2))
-    text = report(results)
-    (options.out / "bench.md").write_text(text)
-    print(text)
+    harness.write_report(options.out, "bench", results, report(results))
     return 0
 
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import io
-import json
 import os
 import statistics
 import sys
@@ -36,20 +35,19 @@ for src in ("clients/wire/src", "clients/python/src", "."):
     if str(REPO / src) not in sys.path:
         sys.path.insert(0, str(REPO / src))
 
+from tools.bench import harness  # noqa: E402
+from tools.gpu import pyspy  # noqa: E402
+
 # name -> the server's extra environment; "switch" puts a sitecustomize on the server's path.
 VARIANTS: dict[str, dict[str, str]] = {"as configured": {}, "batching off": {"CRAFTAI_MAX_BATCH": "1"}, "switch": {}}
 SWITCH_INTERVAL_S = 0.0005
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:
-    from tools.bench import harness
-
     return {k: round(v, 3) for k, v in harness.percentiles(samples).items()}
 
 
 def timed(fn: Callable[[], Any], reps: int, warmup: int) -> dict[str, float]:
-    from tools.bench import harness
-
     return percentiles(harness.timed_ms(fn, reps, warmup))
 
 
@@ -128,7 +126,6 @@ def served(
     """Clicks through gRPC on one server: round trips, and the server's stages of each click."""
     from craftai import AiClient
     from tools.bench import run
-    from tools.gpu import sam_throughput
 
     w, h = size
     with variant_env(variant) as env, run.sam_served(device, env) as server:
@@ -138,7 +135,7 @@ def served(
                 session.segment([(w * 0.5, h * 0.45, True)])
             trips: list[float] = []
             stages: dict[str, list[float]] = {}
-            spies = [sam_throughput.profile(server.pid, 8, out, gil) for gil in (False, True)] if spy else []
+            spies = [pyspy.record(server.pid, 8, out, gil) for gil in (False, True)] if spy else []
             deadline = time.monotonic() + (9.0 if spies and any(spies) else 0.0)
             while len(trips) < reps or time.monotonic() < deadline:
                 started = time.perf_counter()
@@ -173,12 +170,7 @@ def report(results: dict[str, Any]) -> str:
         stages = ", ".join(f"{k} {v:.2f}" for k, v in r["server_stage_ms_median"].items())
         p = r["round_trip_ms"]
         lines.append(f"| through gRPC, server {name} (server: {stages}) | {p['p50']:.2f} | {p['p90']:.2f} |")
-    for kind, summary in results.get("profiles", {}).items():
-        lines += ["", f"py-spy, {kind}: {summary['samples']} samples", "", "threads: " + str(summary["threads"])]
-        lines += ["", "| self samples | frame |", "|---|---|"]
-        lines += [f"| {n} | `{frame}` |" for frame, n in summary["self"]]
-        lines += ["", "| total samples | frame |", "|---|---|"]
-        lines += [f"| {n} | `{frame}` |" for frame, n in summary["total"]]
+    lines += pyspy.report_lines(results.get("profiles", {}))
     return "\n".join(lines) + "\n"
 
 
@@ -190,7 +182,6 @@ def main(argv: list[str] | None = None) -> int:
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     from tools.bench import run
-    from tools.gpu import sam_throughput
 
     size = (256, 192) if options.tiny else (2048, 1536)
     reps = 3 if options.tiny else 300
@@ -206,14 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         print(variant, results["served"][variant], flush=True)
     results["device"] = results["served"]["as configured"].get("device", options.device)
     results["inprocess"] = results["served"]["as configured"].pop("inprocess", {})
-    results["profiles"] = {}
-    for kind, name in (("every thread", "server-threads.txt"), ("GIL holder", "server-gil.txt")):
-        if (options.out / name).exists():
-            results["profiles"][kind] = sam_throughput.summarise(options.out / name)
-    (options.out / "click_profile.json").write_text(json.dumps(results, indent=2))
-    text = report(results)
-    (options.out / "click_profile.md").write_text(text)
-    print(text)
+    results["profiles"] = pyspy.summaries(options.out)
+    harness.write_report(options.out, "click_profile", results, report(results))
     return 0
 
 

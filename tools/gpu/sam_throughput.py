@@ -13,12 +13,8 @@ Writes sam_throughput.json and sam_throughput.md (and py-spy's raw stacks) under
 from __future__ import annotations
 
 import argparse
-import collections
-import json
 import multiprocessing
-import shutil
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -29,6 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 for src in ("clients/wire/src", "clients/python/src", "."):
     if str(REPO / src) not in sys.path:
         sys.path.insert(0, str(REPO / src))
+
+from tools.bench import harness  # noqa: E402
+from tools.gpu import pyspy  # noqa: E402
 
 LAYOUTS = ((1, 32), (4, 8), (8, 4))  # (processes, threads each): 32 requests in flight
 TINY_LAYOUTS = ((1, 2), (2, 1))
@@ -90,45 +89,6 @@ def measure(address: str, picture: bytes, processes: int, threads: int, seconds:
     }
 
 
-def profile(pid: int, seconds: float, out: Path, gil: bool) -> subprocess.Popen[bytes] | None:
-    """py-spy recording the server for `seconds` (on the GPU machine it is installed into /tmp/site
-    from .whl/), or None where it is not installed."""
-    spy = shutil.which("py-spy") or shutil.which("py-spy", path="/tmp/site/bin")
-    if spy is None:
-        return None
-    name = "server-gil.txt" if gil else "server-threads.txt"
-    command = [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200"]
-    command += ["--format", "raw", "--threads", "--nonblocking", "-o", str(out / name)]
-    command += ["--gil"] if gil else []
-    with (out / f"{name}.log").open("wb") as log:  # the child keeps its own copy of the handle
-        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=log)
-
-
-def summarise(raw: Path, top: int = 25) -> dict[str, Any]:
-    """py-spy's raw stacks ("frame;frame;... count") -> samples per thread, and the frames with
-    the most samples on top of the stack (self) and anywhere in it (total)."""
-    threads: collections.Counter[str] = collections.Counter()
-    own: collections.Counter[str] = collections.Counter()
-    total: collections.Counter[str] = collections.Counter()
-    for line in raw.read_text().splitlines():
-        stack, _, count = line.rpartition(" ")
-        if not stack or not count.isdigit():
-            continue
-        frames = stack.split(";")
-        n = int(count)
-        threads[frames[0]] += n
-        own[frames[-1]] += n
-        for frame in set(frames[1:]):
-            total[frame] += n
-    samples = sum(threads.values())
-    return {
-        "samples": samples,
-        "threads": threads.most_common(12),
-        "self": own.most_common(top),
-        "total": total.most_common(top),
-    }
-
-
 def report(results: dict[str, Any]) -> str:
     lines = [
         f"SAM encoder through gRPC, {results['picture']} on {results['device']}, {results['seconds']} s a layout",
@@ -139,12 +99,7 @@ def report(results: dict[str, Any]) -> str:
     for r in results["layouts"]:
         stages = ", ".join(f"{k} {v}" for k, v in r["server_stage_ms_median"].items())
         lines.append(f"| {r['layout']} | {r['pictures_per_s']:.1f} | {r.get('mean_batch', 0):.2f} | {stages} |")
-    for kind, summary in results.get("profiles", {}).items():
-        lines += ["", f"py-spy, {kind}: {summary['samples']} samples", "", "threads: " + str(summary["threads"])]
-        lines += ["", "| self samples | frame |", "|---|---|"]
-        lines += [f"| {n} | `{frame}` |" for frame, n in summary["self"]]
-        lines += ["", "| total samples | frame |", "|---|---|"]
-        lines += [f"| {n} | `{frame}` |" for frame, n in summary["total"]]
+    lines += pyspy.report_lines(results.get("profiles", {}))
     return "\n".join(lines) + "\n"
 
 
@@ -170,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             before = {(r.route.engine): (r.requests, r.batches) for r in ai.runtime().loaded}
             spies = []
             if k == 1 and not options.tiny:  # the multi-process layout: the client's GIL out of the way
-                spies = [profile(served.pid, seconds, options.out, gil) for gil in (False, True)]
+                spies = [pyspy.record(served.pid, seconds, options.out, gil) for gil in (False, True)]
             measured = measure(served.address, picture, processes, threads, seconds)
             after = {(r.route.engine): (r.requests, r.batches) for r in ai.runtime().loaded}
             requests = after["torch"][0] - before.get("torch", (0, 0))[0]
@@ -181,14 +136,8 @@ def main(argv: list[str] | None = None) -> int:
             for spy in spies:
                 if spy is not None:
                     spy.wait(seconds + 60)
-    results["profiles"] = {}
-    for kind, name in (("every thread", "server-threads.txt"), ("GIL holder", "server-gil.txt")):
-        if (options.out / name).exists():
-            results["profiles"][kind] = summarise(options.out / name)
-    (options.out / "sam_throughput.json").write_text(json.dumps(results, indent=2))
-    text = report(results)
-    (options.out / "sam_throughput.md").write_text(text)
-    print(text)
+    results["profiles"] = pyspy.summaries(options.out)
+    harness.write_report(options.out, "sam_throughput", results, report(results))
     return 0
 
 

@@ -26,7 +26,6 @@ Writes speed_check.json and speed_check.md under --out.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 import traceback
@@ -232,11 +231,10 @@ def table(results: dict[str, Any]) -> str:
 
 
 def write(results: dict[str, Any], out: Path) -> str:
-    (out / "speed_check.json").write_text(json.dumps(results, indent=2, default=str))
+    from tools.bench import harness
+
     text = f"issue 19 figures, {results['date']}, {results['gpu'] or 'CPU'}, {results['cpus']} CPU cores\n\n"
-    text += table(results)
-    (out / "speed_check.md").write_text(text)
-    return text
+    return harness.write_report(out, "speed_check", results, text + table(results), show=False)
 
 
 def main(argv: list[str] | None = None) -> int:
