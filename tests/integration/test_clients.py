@@ -8,6 +8,7 @@ its own (tests/support/clients.py), so the assertions are the same lines for bot
 from __future__ import annotations
 
 import io
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -126,6 +127,26 @@ def test_keys_a_wrong_one_and_none(kind: Kind, loop: LoopThread, matte_server: s
         assert raised.value.reason == "MISSING_APP_KEY"
         keyed = ai.for_app("another-app", servers.ensure_local_key())  # the local key is the wildcard's
         assert keyed.runtime().device == "cpu"
+
+
+def test_the_asyncio_client_looks_a_name_up_off_its_event_loop(
+    loop: LoopThread, matte_server: servers.Process, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target by name is looked up (whether it names several replicas, to spread calls over
+    them) in a worker thread: a DNS answer can take seconds, and the event loop is the app's."""
+    lookups: list[str] = []
+    real = socket.getaddrinfo
+
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        lookups.append(threading.current_thread().name)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", watched)
+    port = matte_server.address.rsplit(":", 1)[1]
+    with both("asyncio", loop, target=f"localhost:{port}") as ai:
+        assert ai.runtime().device == "cpu"
+    assert lookups, "the name was never looked up"
+    assert "asyncio-client" not in lookups, lookups
 
 
 def test_a_server_never_reached_is_not_waited_for(kind: Kind, loop: LoopThread) -> None:

@@ -38,7 +38,8 @@ from craftai.transport import (
     pinned_key,
     stream_item,
 )
-from craftai_wire.channels import target_options
+from craftai_wire.channels import balancing_options
+from craftai_wire.targets import balanced
 
 
 def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.aio.Channel:
@@ -59,6 +60,7 @@ class AsyncTransport:
         self.deadlines = deadlines
         self.retries = retries
         self._channels: dict[str, tuple[grpc.aio.Channel, Security]] = {}
+        self._spread: dict[str, bool] = {}  # address -> craftai_wire.targets.balanced, looked up once
         self._retired: list[grpc.aio.Channel] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._reached: set[str] = set()  # addresses whose channel was READY once
@@ -80,7 +82,10 @@ class AsyncTransport:
             return kept[0], security
         if kept is not None:
             self._retired.append(kept[0])  # calls in flight on it finish there; closed with the transport
-        channel = open_channel(address, security, target_options(security.options, address))
+        spread = self._spread.get(address)
+        if spread is None:  # not asked through _method first (it looks the name up off the loop)
+            spread = self._spread[address] = balanced(address)
+        channel = open_channel(address, security, balancing_options(security.options, spread))
         self._channels[address] = (channel, security)
         self._watchers.append(asyncio.get_running_loop().create_task(self._watch(address, channel)))
         return channel, security
@@ -102,7 +107,10 @@ class AsyncTransport:
 
     async def _method(self, service: ServiceName, name: str, replica: str = "") -> tuple[Any, Security, bool]:
         """Transport._call, awaited: the method, how it goes, whether pinned to `replica`."""
-        channel, security = self._channel(self.connection.addresses[service])
+        address = self.connection.addresses[service]
+        if address not in self._spread:  # whether calls spread over its replicas: a DNS lookup, off the loop
+            self._spread[address] = await asyncio.to_thread(balanced, address)
+        channel, security = self._channel(address)
         if service == "infer" and replica:
             ask = lambda: self.connection.metadata(new_request_id(), security.app_key)  # noqa: E731
             pinned = await self.replicas.stub(replica, security, ask)

@@ -51,8 +51,15 @@ def client_options(max_message_bytes: int) -> list[tuple[str, int]]:
 
 
 def target_options(options: Sequence[tuple[str, int | str]], target: str) -> ChannelOptions:
-    """`options` for a channel to `target`: with `BALANCING` when the target is balanced."""
-    return [*options, ("grpc.service_config", json.dumps(BALANCING))] if balanced(target) else list(options)
+    """`options` for a channel to `target`: with `BALANCING` when the target is balanced (which may
+    look its name up: an asyncio caller asks `balanced` off its event loop and calls
+    `balancing_options` itself)."""
+    return balancing_options(options, balanced(target))
+
+
+def balancing_options(options: Sequence[tuple[str, int | str]], spread: bool) -> ChannelOptions:
+    """`options`, with `BALANCING` when the channel spreads its calls over the target's replicas."""
+    return [*options, ("grpc.service_config", json.dumps(BALANCING))] if spread else list(options)
 
 
 def server_options(max_message_bytes: int, *, max_connection_age_s: float, grace_s: float) -> list[tuple[str, int]]:
