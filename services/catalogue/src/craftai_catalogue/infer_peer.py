@@ -49,6 +49,7 @@ class InferPeer:
         self._clock = clock
         self._channel: grpc.aio.Channel | None = None
         self._machine: tuple[float, Machine] | None = None  # (when asked, answer)
+        self._silent = False  # the last question went unanswered: said once per outage in the log
 
     async def _ask(self) -> tuple[infer_pb2.Runtime | None, str]:
         """The runtime, or None and why not (plain words)."""
@@ -62,8 +63,10 @@ class InferPeer:
                 infer_pb2.GetRuntimeRequest(), timeout=self.timeout, metadata=Peers.metadata()
             )
         except grpc.aio.AioRpcError as exc:
-            log.info("infer service at %s did not answer (%s)", self.address, exc.code().name)
             return None, f"the infer service at {self.address} did not answer ({exc.code().name})"
+        if self._silent:
+            log.info("the infer service at %s answers again", self.address)
+            self._silent = False
         self._machine = (self._clock(), self._machine_of(runtime))
         return runtime, ""
 
@@ -86,7 +89,11 @@ class InferPeer:
             return self._machine[1]
         runtime, why = await self._ask()
         if runtime is None:
-            log.warning("engine advice without machine info: %s; assuming no GPU", why)
+            # once while infer stays silent (every resolve asks: a log line each was noise), then
+            # "answers again" when it does
+            if not self._silent:
+                log.warning("engine advice without machine info: %s; assuming no GPU until it answers", why)
+            self._silent = True
             return Machine(False, "", f"{why}, so a machine without a GPU is assumed")
         return self._machine_of(runtime)
 
