@@ -217,6 +217,36 @@ def stream_item(rpc: Stream[RequestT, AnswerT], event: Any) -> common_pb2.Progre
     return None
 
 
+class StreamTry(Generic[AnswerT]):
+    """One try at reading a server stream: what both transports' readers (blocking and asyncio)
+    decide from, with no I/O of its own. Whether the try delivered anything and answered, and the
+    error it ends with when it gave no result: the stream's own (explained) or "ended without a
+    result"; an error after the result is the call's end, not a failure."""
+
+    def __init__(self, rpc: Stream[Any, AnswerT], request_id: str, what: str) -> None:
+        self.rpc = rpc
+        self.answered = False
+        self.delivered = False
+        self.started = time.monotonic()
+        self.error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
+
+    def take(self, event: Any) -> common_pb2.Progress | common_pb2.Notice | AnswerT | None:
+        """One event of the stream: what the reader yields (None: nothing)."""
+        self.delivered = True
+        item = stream_item(self.rpc, event)
+        self.answered = self.answered or isinstance(item, self.rpc.answer)
+        return item
+
+    def failed(self, error: CraftAiError) -> None:
+        if not self.answered:
+            self.error = error
+
+    def renewed(self, wait_seconds: float) -> bool:
+        """A long try that delivered events before it failed (a setup whose connection the server
+        renewed after CRAFTAI_MAX_CONNECTION_AGE_SECONDS): it uses up no tries."""
+        return self.delivered and time.monotonic() - self.started > wait_seconds
+
+
 class Reading(Generic[AnswerT]):
     """A stream read to its one result, whatever the transport: progress to the callback, notices
     collected (those of the try that answered only), the result kept."""
@@ -390,28 +420,23 @@ class Transport:
             call, security, pinned = self._call(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
-            answered = delivered = False
-            started = time.monotonic()
-            error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
+            attempt = StreamTry(rpc, request_id, what)
             try:
                 for event in events:  # read to the end: the result is the last message, then the status
-                    delivered = True
-                    item = stream_item(rpc, event)
-                    answered = answered or isinstance(item, rpc.answer)
+                    item = attempt.take(event)
                     if item is not None:
                         yield item
             except grpc.RpcError as exc:
-                if not answered:
-                    error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                attempt.failed(self.connection.explain(CraftAiError.from_rpc(exc), address, security))
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
-            if answered:
+            if attempt.answered:
                 return
-            self.replicas.check(replica, pinned, error)
-            if delivered and time.monotonic() - started > self.retries.wait_seconds:
+            self.replicas.check(replica, pinned, attempt.error)
+            if attempt.renewed(self.retries.wait_seconds):
                 plan = self.retries.plan()
-            self._wait_again(address, error, plan)
-            yield Retrying(error)
+            self._wait_again(address, attempt.error, plan)
+            yield Retrying(attempt.error)
 
     def result(
         self,

@@ -34,9 +34,9 @@ from craftai.transport import (
     RequestT,
     Security,
     StreamEvent,
+    StreamTry,
     new_request_id,
     pinned_key,
-    stream_item,
 )
 from craftai_wire.channels import balancing_options
 from craftai_wire.targets import balanced
@@ -174,28 +174,23 @@ class AsyncTransport:
             call, security, pinned = await self._method(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
             events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
-            answered = delivered = False
-            started = time.monotonic()
-            error = CraftAiError(grpc.StatusCode.INTERNAL, f"{what} ended without a result", request_id=request_id)
+            attempt = StreamTry(rpc, request_id, what)
             try:
                 async for event in events:  # read to the end: the result is the last message, then the status
-                    delivered = True
-                    item = stream_item(rpc, event)
-                    answered = answered or isinstance(item, rpc.answer)
+                    item = attempt.take(event)
                     if item is not None:
                         yield item
             except grpc.RpcError as exc:
-                if not answered:
-                    error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+                attempt.failed(self.connection.explain(CraftAiError.from_rpc(exc), address, security))
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
-            if answered:
+            if attempt.answered:
                 return
-            self.replicas.check(replica, pinned, error)
-            if delivered and time.monotonic() - started > self.retries.wait_seconds:
-                plan = self.retries.plan()  # a long try that delivered (a renewed connection) uses up no tries
-            await self._wait_again(address, error, plan)
-            yield Retrying(error)
+            self.replicas.check(replica, pinned, attempt.error)
+            if attempt.renewed(self.retries.wait_seconds):
+                plan = self.retries.plan()
+            await self._wait_again(address, attempt.error, plan)
+            yield Retrying(attempt.error)
 
     async def result(
         self,
