@@ -34,7 +34,7 @@ import io
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -46,6 +46,9 @@ for src in ("clients/wire/src", "clients/python/src", "services/common/src", "se
 
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
+
+if TYPE_CHECKING:
+    from craftai_infer.routes import Precision
 
 PRECISIONS = ("auto", "fp32")  # the server's CRAFTAI_GPU_PRECISION: the default, and fp32 throughout
 GRID_BATCHES = 4  # batches of the grid whose candidates are compared across precisions in-process
@@ -102,39 +105,33 @@ def meta_runs(weights: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
     return results
 
 
-def our_runs(fixture: Any, pixels: np.ndarray, side: int, precision: str, inprocess: bool) -> dict[str, Any]:
-    with harness.scratch("bench-amg-") as work:
-        results: dict[str, Any] = {}
-        with harness.files_on_loopback(fixture.folder) as url:
-            files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-            pins = {
-                "sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}
-            }
-            recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
-            env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cuda", "CRAFTAI_GPU_PRECISION": precision}
-            with harness.serve(work, env) as address, AiClient(app_id="bench", target=address) as ai:
-                list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
-                data = png(pixels)
-                with ai.open_session(data, "sam2-hiera-tiny", "torch") as session:
-                    session.segment_everything(points_per_side=8)  # warm-up: graphs captured
-                    for name, parameters in CASES.items():
-                        started = time.perf_counter()
-                        found = session.segment_everything(points_per_side=side, **parameters)
-                        everything_ms = (time.perf_counter() - started) * 1000
-                        started = time.perf_counter()
-                        with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
-                            fresh.segment_everything(points_per_side=side, **parameters)
-                        results[name] = {
-                            "everything_ms": everything_ms,
-                            "open_and_everything_ms": (time.perf_counter() - started) * 1000,
-                            "server_stages_ms": found.timing_ms,
-                            "device": found.device,
-                            "candidates": found.candidates,
-                            "masks": [m.array() for m in found.masks],
-                        }
-                if inprocess:
-                    results["inprocess"] = grid_inprocess(work, pixels, side)
-        return results
+def our_runs(pixels: np.ndarray, side: int, precision: str, inprocess: bool) -> dict[str, Any]:
+    from tools.bench import run
+
+    results: dict[str, Any] = {}
+    with run.sam_served("cuda", {"CRAFTAI_GPU_PRECISION": precision}) as served:
+        with AiClient(app_id="bench", target=served.address) as ai:
+            data = png(pixels)
+            with ai.open_session(data, "sam2-hiera-tiny", "torch") as session:
+                session.segment_everything(points_per_side=8)  # warm-up: graphs captured
+                for name, parameters in CASES.items():
+                    started = time.perf_counter()
+                    found = session.segment_everything(points_per_side=side, **parameters)
+                    everything_ms = (time.perf_counter() - started) * 1000
+                    started = time.perf_counter()
+                    with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
+                        fresh.segment_everything(points_per_side=side, **parameters)
+                    results[name] = {
+                        "everything_ms": everything_ms,
+                        "open_and_everything_ms": (time.perf_counter() - started) * 1000,
+                        "server_stages_ms": found.timing_ms,
+                        "device": found.device,
+                        "candidates": found.candidates,
+                        "masks": [m.array() for m in found.masks],
+                    }
+        if inprocess:
+            results["inprocess"] = grid_inprocess(served.log.parent, pixels, side)
+    return results
 
 
 def grid_inprocess(work: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
@@ -146,19 +143,15 @@ def grid_inprocess(work: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
 
     from craftai_infer.masks import decode_counts
     from craftai_infer.pipelines import mask_generator
-    from craftai_infer.routes import RouteFiles
-    from craftai_infer.routes.sam2_torch import Sam2Torch
-    from craftai_models.sam2.contract import WEIGHTS
+    from tools.bench import run
 
-    folder = sorted(work.rglob(WEIGHTS))[0].parent
     height, width = pixels.shape[:2]
     points = mask_generator.grid_points(side, height, width)
     out: dict[str, Any] = {}
     reference: list[np.ndarray] = []
-    for precision in ("fp32", "fp16", "bf16"):
-        files = RouteFiles(by_role={}, prepared=folder, cpu_threads=1, gpu_precision=precision)
-        route = Sam2Torch(files, "cuda")
-        route.warm_up(lambda _message: None)
+    precisions: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
+    for precision in precisions:
+        route, _ = run.sam_torch_route(work, "cuda", precision)
         runner = route.runner
         embedding = route.encode([pixels])[0]
         for name, parameters in CASES.items():
@@ -203,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     fixture = sam21.ensure_fixture()
     width, height = (int(v) for v in options.size.split("x"))
     pixels = picture((width, height))
-    ours = {p: our_runs(fixture, pixels, options.side, p, inprocess=k == 0) for k, p in enumerate(PRECISIONS)}
+    ours = {p: our_runs(pixels, options.side, p, inprocess=k == 0) for k, p in enumerate(PRECISIONS)}
     theirs = meta_runs(fixture.weights, pixels, options.side)
     rows = []
     summary: dict[str, Any] = {

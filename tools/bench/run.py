@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from PIL import Image
@@ -58,6 +58,9 @@ for src in (
 
 from craftai import AiClient  # noqa: E402
 from tools.bench import harness  # noqa: E402
+
+if TYPE_CHECKING:
+    from craftai_infer.routes import Precision
 
 SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "matte_outputs", "u2netp_cpu")
 
@@ -109,6 +112,23 @@ def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harne
         with harness.serve_process(work, full) as served, AiClient(app_id="bench", target=served.address) as ai:
             list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
             yield served
+
+
+def sam_torch_route(work: Path, device: str, precision: Precision = "auto") -> tuple[Any, Any]:
+    """The SAM torch route built in this process from the folder a `sam_served` server prepared in
+    its store under `work` (`Served.log.parent`), warmed up as the loader warms it, and its
+    RouteFiles: to time the route beside the server, on the same files."""
+    from craftai_infer.routes import RouteFiles
+    from craftai_infer.routes.sam2_torch import Sam2Torch
+    from craftai_models.sam2.contract import WEIGHTS
+
+    found = sorted(work.rglob(WEIGHTS))
+    if not found:
+        raise SystemExit(f"no {WEIGHTS} under {work}: was the torch route set up?")
+    files = RouteFiles(by_role={}, prepared=found[0].parent, cpu_threads=os.cpu_count() or 1, gpu_precision=precision)
+    route = Sam2Torch(files, device)
+    route.warm_up(lambda _message: None)
+    return route, files
 
 
 def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:

@@ -51,34 +51,23 @@ def timed(fn: Callable[[], Any], reps: int, warmup: int) -> dict[str, float]:
     return percentiles(harness.timed_ms(fn, reps, warmup))
 
 
-def prepared_folder(served: Any) -> Path:
-    """The folder the server's prepare service converted the fixture into (under its store)."""
-    from craftai_models.sam2.contract import WEIGHTS
-
-    found = sorted(served.log.parent.rglob(WEIGHTS))
-    if not found:
-        raise SystemExit(f"no {WEIGHTS} under {served.log.parent}: was the torch route set up?")
-    return Path(found[0].parent)
-
-
-def inprocess(folder: Path, device: str, picture: bytes, size: tuple[int, int], reps: int) -> dict[str, Any]:
+def inprocess(work: Path, device: str, picture: bytes, size: tuple[int, int], reps: int) -> dict[str, Any]:
     """The route's decode alone, and the same through LoadedRoute.submit from an event loop."""
     import numpy as np
     from PIL import Image
 
     from craftai_infer.loader import LoadedRoute, Notices
     from craftai_infer.pipelines.segment_sam import SamPrompt
-    from craftai_infer.routes import DECODE, DecodeRequest, RouteFiles
+    from craftai_infer.routes import DECODE, DecodeRequest
     from craftai_infer.routes.sam2_torch import Sam2Torch
     from craftai_wire.v1 import common_pb2
+    from tools.bench import run
 
     warmup = min(20, reps)
     rgb = np.asarray(Image.open(io.BytesIO(picture)).convert("RGB"))
     w, h = size
     click = SamPrompt(points=[(w * 0.5, h * 0.45)], labels=[1])
-    files = RouteFiles(by_role={}, prepared=folder, cpu_threads=os.cpu_count() or 1)
-    route = Sam2Torch(files, device)
-    route.warm_up(lambda _message: None)
+    route, files = run.sam_torch_route(work, device)
     embedding = route.encode([rgb])[0]
     request = DecodeRequest(embedding, (click,), (False,))
     results: dict[str, Any] = {"route.decode": timed(lambda: route.decode([request]), reps, warmup)}
@@ -153,7 +142,7 @@ def served(
                 "device": ai.runtime().device,
             }
         if variant == "as configured":  # the same files, in this process, while the server idles
-            result["inprocess"] = inprocess(prepared_folder(server), result["device"], picture, size, reps)
+            result["inprocess"] = inprocess(server.log.parent, result["device"], picture, size, reps)
         return result
 
 
