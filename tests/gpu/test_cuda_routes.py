@@ -178,6 +178,50 @@ def test_sam_single_mask_like_meta_on_cuda_graphs_equals_the_cpu(
     assert smallest >= 0.999 and largest_iou_diff <= 1e-3
 
 
+@pytest.mark.parametrize("multimask", [True, False])
+def test_sam_compiled_grid_decoder_finds_the_uncompiled_candidates(
+    sam21_files: Sam21Fixture, photos: dict[str, Path], multimask: bool
+) -> None:
+    """The grid's fp16 decoder through torch.compile (CRAFTAI_GPU_COMPILE's default) against the
+    same runner uncompiled: it compiled (no fall-back), every batch of 100 points (64, then 36
+    padded to 64) keeps the same candidates (each with IoU >= 0.99 to one of the uncompiled ones).
+    Multimask runs first: the one-mask grid once answered the multimask graph compiled before it."""
+    from craftai_infer.masks import decode_counts
+    from craftai_infer.pipelines import mask_generator
+    from craftai_infer.routes.sam2_torch import SamTorchRunner
+    from craftai_models.sam2.model import build_sam21_tiny
+    from craftai_prepare.converters import sam21
+
+    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+    runners = {
+        compiled: SamTorchRunner(
+            build_sam21_tiny(state).to("cuda"), "cuda", grid_autocast=torch.float16, compile_grid=compiled
+        )
+        for compiled in (True, False)
+    }
+    picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
+    h, w = picture.shape[:2]
+    settings = mask_generator.Everything(
+        points_per_side=10, pred_iou_thresh=0.3, stability_score_thresh=0.5, multimask_output=multimask
+    )
+    points = mask_generator.grid_points(settings.points_per_side, h, w)
+    found: dict[bool, list[npt.NDArray[np.bool_]]] = {}
+    for compiled, runner in runners.items():
+        embedding = runner.encode(picture)
+        found[compiled] = [
+            decode_counts(c, h, w)
+            for chunk in mask_generator.batches(points, settings.points_per_batch)
+            for c in runner.grid(embedding, chunk, settings).counts
+        ]
+    assert len(runners[True].compiled) == 2 and not any(fn.fell_back for fn in runners[True].compiled)
+    a, b = found[True], found[False]
+    overlaps = iou_matrix(b, a, "cuda")
+    matched = int((overlaps.max(axis=1, initial=0.0) >= 0.99).sum())
+    print(f"compiled grid decoder (multimask {multimask}): {len(a)} candidates, uncompiled {len(b)}, {matched} matched")
+    assert len(b) > 10
+    assert abs(len(a) - len(b)) <= max(1, 0.01 * len(b)) and matched >= 0.99 * len(b)
+
+
 def _stages(network: Any, x: torch.Tensor, autocast: torch.dtype | None) -> list[torch.Tensor]:
     with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast or torch.float32, enabled=bool(autocast)):
         stages = network.stages(x)

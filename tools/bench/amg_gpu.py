@@ -14,13 +14,15 @@ times the decoder and the filters), and "calibrated" (pred_iou_thresh 0.3, stabi
 masks survive and every step has work). Times (device synchronised, as the caller sees them):
 
 - ours: SegmentEverything on an open session (the picture already encoded) and OpenSession +
-  SegmentEverything (the encoder included), round trips through gRPC;
+  SegmentEverything (the encoder included) on a fresh session, the median of OPEN_REPEATS, with
+  the OpenSession alone and its server stages beside it; round trips through gRPC;
 - Meta: `generate(picture)` (its set_image, the encoder, included).
 
 Ours runs twice: CRAFTAI_GPU_PRECISION at its default (the encoder and the grid's decoder batches
-in fp16) and fp32 throughout. In this process, one grid batch of the route in fp32, fp16 and bf16,
-with the candidates of the reduced precisions against fp32's (torch's profile of an fp32 batch in
-amg_grid_profile.txt).
+in fp16, the latter compiled: CRAFTAI_GPU_COMPILE's default) and fp32 throughout (uncompiled). In
+this process, one grid batch of the route in fp32, fp16 and bf16 (the reduced ones compiled), with
+the candidates of the reduced precisions against fp32's (torch's profile of an fp32 batch in
+amg_grid_profile.txt). tools/gpu/decoder_fusion.py times the decoder alone, compiled or not.
 
 Parity on the same run: how many of Meta's masks have one of ours with IoU >= 0.9, the counts.
 Writes amg_gpu.json and amg_gpu.md into --out.
@@ -51,6 +53,7 @@ if TYPE_CHECKING:
     from craftai_infer.routes import Precision
 
 PRECISIONS = ("auto", "fp32")  # the server's CRAFTAI_GPU_PRECISION: the default, and fp32 throughout
+OPEN_REPEATS = 3  # OpenSession + SegmentEverything on a fresh session: the median of these
 GRID_BATCHES = 4  # batches of the grid whose candidates are compared across precisions in-process
 CASES: dict[str, dict[str, Any]] = {
     "meta-defaults": {},
@@ -118,12 +121,19 @@ def our_runs(pixels: np.ndarray, side: int, precision: str, inprocess: bool) -> 
                     started = time.perf_counter()
                     found = session.segment_everything(points_per_side=side, **parameters)
                     everything_ms = (time.perf_counter() - started) * 1000
-                    started = time.perf_counter()
-                    with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
-                        fresh.segment_everything(points_per_side=side, **parameters)
+                    opens, totals, open_stages = [], [], {}
+                    for _ in range(OPEN_REPEATS):
+                        started = time.perf_counter()
+                        with ai.open_session(data, "sam2-hiera-tiny", "torch") as fresh:
+                            opens.append((time.perf_counter() - started) * 1000)
+                            open_stages = fresh.timing_ms
+                            fresh.segment_everything(points_per_side=side, **parameters)
+                        totals.append((time.perf_counter() - started) * 1000)
                     results[name] = {
                         "everything_ms": everything_ms,
-                        "open_and_everything_ms": (time.perf_counter() - started) * 1000,
+                        "open_and_everything_ms": float(np.median(totals)),
+                        "open_ms": float(np.median(opens)),
+                        "open_stages_ms": open_stages,
                         "server_stages_ms": found.timing_ms,
                         "device": found.device,
                         "candidates": found.candidates,
@@ -151,7 +161,7 @@ def grid_inprocess(work: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
     reference: list[np.ndarray] = []
     precisions: tuple[Precision, ...] = ("fp32", "fp16", "bf16")
     for precision in precisions:
-        route, _ = run.sam_torch_route(work, "cuda", precision)
+        route, _ = run.sam_torch_route(work, "cuda", precision, compile_grid=True)
         runner = route.runner
         embedding = route.encode([pixels])[0]
         for name, parameters in CASES.items():
@@ -212,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
             summary[f"{precision}: {name}"] = {
                 "ours_everything_ms": o["everything_ms"],
                 "ours_open_and_everything_ms": o["open_and_everything_ms"],
+                "ours_open_ms": o["open_ms"],
+                "ours_open_stages_ms": o["open_stages_ms"],
                 "ours_server_stages_ms": o["server_stages_ms"],
                 "meta_generate_ms": t["ms"],
                 "speedup_with_encoder": speedup,

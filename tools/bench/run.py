@@ -114,10 +114,13 @@ def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harne
             yield served
 
 
-def sam_torch_route(work: Path, device: str, precision: Precision = "auto") -> tuple[Any, Any]:
+def sam_torch_route(
+    work: Path, device: str, precision: Precision = "auto", *, compile_grid: bool = False
+) -> tuple[Any, Any]:
     """The SAM torch route built in this process from the folder a `sam_served` server prepared in
     its store under `work` (`Served.log.parent`), warmed up as the loader warms it, and its
-    RouteFiles: to time the route beside the server, on the same files."""
+    RouteFiles: to time the route beside the server, on the same files (`compile_grid`: as
+    CRAFTAI_GPU_COMPILE, the service's default, builds it)."""
     from craftai_infer.routes import RouteFiles
     from craftai_infer.routes.sam2_torch import Sam2Torch
     from craftai_models.sam2.contract import WEIGHTS
@@ -125,7 +128,13 @@ def sam_torch_route(work: Path, device: str, precision: Precision = "auto") -> t
     found = sorted(work.rglob(WEIGHTS))
     if not found:
         raise SystemExit(f"no {WEIGHTS} under {work}: was the torch route set up?")
-    files = RouteFiles(by_role={}, prepared=found[0].parent, cpu_threads=os.cpu_count() or 1, gpu_precision=precision)
+    files = RouteFiles(
+        by_role={},
+        prepared=found[0].parent,
+        cpu_threads=os.cpu_count() or 1,
+        gpu_precision=precision,
+        gpu_compile=compile_grid,
+    )
     route = Sam2Torch(files, device)
     route.warm_up(lambda _message: None)
     return route, files

@@ -167,6 +167,7 @@ class RouteLoader:
         *,
         cpu_threads: int,
         gpu_precision: Precision = "auto",
+        gpu_compile: bool = False,
         cpu_spin: bool = False,
         fault_injection: str = "",
         batching: Batching | None = None,
@@ -176,6 +177,7 @@ class RouteLoader:
         self.device = device
         self.cpu_threads = cpu_threads
         self.gpu_precision: Precision = gpu_precision
+        self.gpu_compile = gpu_compile
         self.cpu_spin = cpu_spin
         self.fault_injection = fault_injection
         self.batching = batching or Batching()
@@ -286,7 +288,7 @@ class RouteLoader:
             problem = check_prepared(folder, key, pins, deep=True)
             if problem is not None:
                 raise not_set_up(f"its prepared folder {key}: {problem}", revision=key)
-            return RouteFiles({}, folder, self.cpu_threads, {}, self.gpu_precision, self.cpu_spin)
+            return RouteFiles({}, folder, self.cpu_threads, {}, self.gpu_precision, self.gpu_compile, self.cpu_spin)
         by_role, pins_by_role = {}, {}
         for pin, spec in zip(pins, resolved.recipe.files, strict=True):
             check = self.store.check_by_hash(pin)
@@ -296,7 +298,9 @@ class RouteLoader:
                 )
             by_role[spec.role or spec.name] = self.store.model_path(pin)
             pins_by_role[spec.role or spec.name] = pin
-        return RouteFiles(by_role, None, self.cpu_threads, pins_by_role, self.gpu_precision, self.cpu_spin)
+        return RouteFiles(
+            by_role, None, self.cpu_threads, pins_by_role, self.gpu_precision, self.gpu_compile, self.cpu_spin
+        )
 
     def close(self) -> None:
         for loaded in self._loaded.values():

@@ -31,6 +31,11 @@ class InferSettings(ServerSettings):
     gpu_precision: Literal["auto", "fp32", "fp16", "bf16"] = Field(
         "auto", description="autocast on the GPU; auto: each route's tested default (docs/PERFORMANCE.md)"
     )
+    gpu_compile: bool = Field(
+        True,
+        description="torch.compile where a GPU route offers it (SAM torch: SegmentEverything's decoder batches); "
+        "the first load on a machine compiles for about a minute, later loads reuse inductor's cache",
+    )
     max_picture_pixels: int = Field(50_000_000, gt=0, description="largest width*height accepted")
     max_picture_side: int = Field(16_384, gt=0, description="longest side accepted, in pixels")
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")

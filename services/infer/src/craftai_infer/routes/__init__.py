@@ -63,6 +63,7 @@ class RouteFiles:
     cpu_threads: int
     pins: dict[str, FilePin] = field(default_factory=dict)
     gpu_precision: Precision = "auto"
+    gpu_compile: bool = False  # torch.compile where a GPU route offers it (InferSettings.gpu_compile)
     cpu_spin: bool = False  # onnxruntime's CPU threads spin between runs (InferSettings.cpu_spin)
 
     def role(self, name: str) -> Path:

@@ -1,0 +1,219 @@
+"""The SAM 2 decoder on one batch of the automatic mask generator's points, in several variants:
+where its time goes and what fusing its layers buys (issue 15's floor; STEPS=fusion).
+
+    python3 tools/gpu/decoder_fusion.py --out DIR [--batch 64] [--budget 420]
+
+The weights are the random SAM 2.1 tiny fixture's (tools/fixtures/sam21.py), the picture's
+embedding is the encoder's on a synthetic picture, the points a 32x32 grid's first batch. Every
+variant is captured in a CUDA graph the way the route replays it (engines.cuda_graphs) and timed
+with CUDA events; its logits and IoUs are compared with fp32's (the share of logits on the other
+side of 0 and the largest IoU difference). Variants:
+
+- fp32 and fp16 autocast: the route's decoder as it runs today (`Sam2ImageModel.decode`);
+- shared: the no-mask dense embedding kept at batch 1, so the first layer's projections of the
+  image are computed once for the batch rather than once per point;
+- compiled: `torch.compile` (inductor) of the same function, then captured (fused elementwise
+  chains and norms); "autotuned" lets inductor choose its GEMM kernels too.
+
+Also torch's profile (kernels by CUDA time) of the eager fp16 batch and the compiled one. Writes
+decoder_fusion.json and decoder_fusion.md into --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+for src in ("clients/wire/src", "services/common/src", "services/models/src", "services/infer/src", "."):
+    if str(REPO / src) not in sys.path:
+        sys.path.insert(0, str(REPO / src))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from tools.bench import harness  # noqa: E402
+from tools.gpu.timing import times_ms  # noqa: E402
+
+Decoder = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+
+
+def network() -> Any:
+    from safetensors.torch import load_file
+
+    from craftai_models.sam2.model import build_sam21_tiny, state_dict_from_meta
+    from tools.fixtures import sam21
+
+    fixture = sam21.ensure_fixture()
+    return build_sam21_tiny(state_dict_from_meta(load_file(str(fixture.weights)))).cuda().eval()
+
+
+def feeds(net: Any, batch: int) -> list[torch.Tensor]:
+    from craftai_infer.pipelines import mask_generator
+    from craftai_infer.pipelines.segment_sam import grid_point_feeds
+    from craftai_infer.pipelines.segment_sam_torch import network_input
+
+    height, width = 768, 1024
+    rng = np.random.default_rng(0)
+    picture = rng.integers(0, 256, (height, width, 3), dtype=np.uint8)
+    with torch.inference_mode():
+        feats_0, feats_1, embed = net.encode(network_input(torch.from_numpy(picture).cuda()))
+    points = mask_generator.grid_points(32, height, width)[:batch]
+    coords, labels = grid_point_feeds(points, height, width)
+    return [
+        embed,
+        feats_0,
+        feats_1,
+        torch.from_numpy(coords).cuda(),
+        torch.from_numpy(labels).cuda(),
+        torch.zeros((batch, 1, 256, 256), device="cuda"),
+        torch.zeros((batch,), device="cuda"),
+    ]
+
+
+def shared_decode(net: Any) -> Decoder:
+    """`decode` with the no-mask dense embedding at batch 1 (every grid point has no mask input)."""
+    from craftai_models.sam2.model import MASK_LOGIT_CLAMP
+
+    def decode(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        embed, feats_0, feats_1, coords, labels, mask_input, has_mask = inputs
+        sparse = net.prompt_encoder.embed_points(coords, labels)
+        dense = net.prompt_encoder.embed_mask(mask_input[:1], has_mask[:1])  # [1, C, 64, 64]
+        masks, iou = net.mask_decoder(
+            embed,
+            net.prompt_encoder.dense_positional_encoding(),
+            sparse,
+            dense,
+            high_res_feats_0=feats_0,
+            high_res_feats_1=feats_1,
+        )
+        return masks[:, 1:].clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP), iou[:, 1:]
+
+    return decode
+
+
+def reduced(fn: Decoder, dtype: torch.dtype) -> Decoder:
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast("cuda", dtype=dtype):
+            masks, iou = fn(*inputs)
+        return masks.float(), iou.float()
+
+    return run
+
+
+def compiled(fn: Decoder, autotune: bool) -> Decoder:
+    options: dict[str, str | int | bool | Callable[..., Any]] | None = (
+        {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"} if autotune else None
+    )
+    return torch.compile(fn, dynamic=False, fullgraph=False, options=options)
+
+
+def compare(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
+    masks, iou = got
+    wm, wi = want
+    flipped = ((masks > 0) != (wm > 0)).float().mean().item()
+    return {
+        "logits_other_side_of_0": flipped,
+        "logits_max_abs_diff": (masks - wm).abs().max().item(),
+        "iou_max_abs_diff": (iou - wi).abs().max().item(),
+    }
+
+
+def profile(fn: Decoder, inputs: list[torch.Tensor]) -> str:
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.inference_mode():
+        for _ in range(2):
+            fn(*inputs)
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=activities) as prof:
+            for _ in range(3):
+                fn(*inputs)
+            torch.cuda.synchronize()
+    return str(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path("out/gpu/fusion"))
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--budget", type=float, default=420.0, help="seconds: later variants are skipped past it")
+    options = parser.parse_args(argv)
+    options.out.mkdir(parents=True, exist_ok=True)
+    from craftai_infer.engines.cuda_graphs import GraphCache
+
+    started = time.monotonic()
+    device = torch.device("cuda")
+    net = network()
+    inputs = feeds(net, options.batch)
+    with torch.inference_mode():
+        reference = net.decode(*inputs)
+    plain = net.decode
+    shared = shared_decode(net)
+    variants: dict[str, Callable[[], Decoder]] = {
+        "fp32": lambda: plain,
+        "fp32, shared": lambda: shared,
+        "fp16 autocast (the route today)": lambda: reduced(plain, torch.float16),
+        "fp16 autocast, shared": lambda: reduced(shared, torch.float16),
+        "bf16 autocast, shared": lambda: reduced(shared, torch.bfloat16),
+        "compiled fp32, shared": lambda: compiled(shared, False),
+        "compiled fp16 autocast": lambda: compiled(reduced(plain, torch.float16), False),
+        "compiled fp16 autocast, shared": lambda: compiled(reduced(shared, torch.float16), False),
+        "compiled fp16 autocast, shared, autotuned": lambda: compiled(reduced(shared, torch.float16), True),
+    }
+    results: dict[str, Any] = {"batch": options.batch, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
+    rows = []
+    for name, make in variants.items():
+        if time.monotonic() - started > options.budget:
+            results[name] = {"skipped": f"past the {options.budget:.0f} s budget"}
+            rows.append(f"| {name} | skipped (budget) | | | |")
+            continue
+        try:
+            fn = make()
+            built = time.monotonic()
+            graphs = GraphCache(fn, device, capacity=1)
+            with torch.inference_mode():
+                out = [t.clone() for t in graphs.run("batch", inputs)]
+            first_s = time.monotonic() - built
+
+            def replay(g: GraphCache = graphs) -> None:
+                with torch.inference_mode():
+                    g.run("batch", inputs)
+
+            samples = times_ms(replay, device, reps=50, warmup=5)
+            stats = compare((out[0], out[1]), reference)
+            results[name] = {"ms": harness.percentiles(samples), "first_call_s": first_s, **stats}
+            p = results[name]["ms"]
+            rows.append(
+                f"| {name} | {p['p50']:.2f} | {first_s:.1f} | {stats['logits_other_side_of_0']:.2e} | "
+                f"{stats['iou_max_abs_diff']:.2e} |"
+            )
+            if name in ("fp16 autocast (the route today)", "compiled fp16 autocast, shared"):
+                (options.out / f"profile-{name.split(' ')[0]}.txt").write_text(profile(fn, inputs))
+            del graphs
+        except Exception:  # one variant failing must not lose the others' figures
+            results[name] = {"error": traceback.format_exc()}
+            rows.append(f"| {name} | failed: {traceback.format_exc().splitlines()[-1][:120]} | | | |")
+        print(rows[-1], flush=True)
+    table = "\n".join(
+        [
+            f"SAM 2.1 tiny decoder, one batch of {options.batch} grid points, {results['gpu']}, "
+            f"torch {torch.__version__}",
+            "",
+            "| variant | ms (p50, CUDA graph replay) | first call s (compile + capture) | logits on the other side "
+            "of 0 vs fp32 | IoU max diff vs fp32 |",
+            "|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+    harness.write_report(options.out, "decoder_fusion", results, table)
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
