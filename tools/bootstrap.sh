@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv and install the seven packages (editable) with their pinned dependencies.
 #   tools/bootstrap.sh          what the services and the craftai command need
-#   tools/bootstrap.sh --dev    also the test tools and test-only references
+#   tools/bootstrap.sh --dev    also the test tools, the test-only references and the opt-in
+#                               OpenVINO engine (craftai-infer[openvino]), which the tests cover
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dev=0
@@ -16,9 +17,12 @@ pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constrain
 # This machine's pip configuration lists index folders that may not exist; pip says so per package.
 noise="is ignored: it is neither a file nor a directory"
 quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
+# The tests also cover the opt-in OpenVINO engine of u2netp (craftai-infer[openvino], ~180 MB): --dev only.
+infer_extras=onnx-cpu,torch
+[ "$dev" = 1 ] && infer_extras=$infer_extras,openvino
 echo "== installing the craft-ai packages"
 quiet "${pip[@]}" -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
-    -e "services/prepare[convert]" -e "services/infer[onnx-cpu,torch]"
+    -e "services/prepare[convert]" -e "services/infer[$infer_extras]"
 if [ "$dev" = 1 ]; then
     # The page's tests drive Debian's chromium (tests/web) with Playwright for Python; Playwright's own
     # browser is never downloaded. chromium-driver comes beside it for Selenium users of the same browser.

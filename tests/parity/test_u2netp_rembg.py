@@ -1,4 +1,5 @@
-"""u2netp mattes from the services equal rembg's own output on the same file and photos."""
+"""u2netp mattes from the services equal rembg's own output on the same file and photos; the opt-in
+openvino engine's are within 1/255 of it (issue 19)."""
 
 from __future__ import annotations
 
@@ -10,34 +11,77 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from PIL import Image
 
 from craftai import AiClient
+from craftai_wire.v1 import catalogue_pb2, prepare_pb2
 from tests.support import servers
+from tests.support.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
-def test_mattes_equal_rembg(
-    tmp_path: Path, matte_server: servers.Process, photos: dict[str, Path], u2netp_file: Path
-) -> None:
-    home = tmp_path / "u2net"
+@pytest.fixture(scope="module")
+def rembg_mattes(
+    tmp_path_factory: pytest.TempPathFactory, photos: dict[str, Path], u2netp_file: Path
+) -> dict[str, npt.NDArray[np.uint8]]:
+    """rembg's `remove(only_mask=True)` of each photo, run by rembg itself in a process of its own."""
+    work = tmp_path_factory.mktemp("rembg")
+    home = work / "u2net"
     home.mkdir()
     shutil.copyfile(u2netp_file, home / "u2netp.onnx")  # rembg checks its MD5 and downloads nothing
     env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
     subprocess.run(
-        [sys.executable, "-m", "tests.support.rembg_peer", str(tmp_path / "rembg"), *map(str, photos.values())],
+        [sys.executable, "-m", "tests.support.rembg_peer", str(work / "out"), *map(str, photos.values())],
         env=env,
         cwd=REPO,
         check=True,
         timeout=600,
     )
+    return {name: np.asarray(Image.open(work / "out" / f"{Path(name).stem}.png")) for name in photos}
+
+
+def _matte(ai: AiClient, path: Path, engine: str | None = None) -> npt.NDArray[np.uint8]:
+    answer = ai.remove_background(path, engine=engine)
+    assert answer.engine == (engine or "onnxruntime") and answer.device == "cpu"
+    return np.asarray(Image.open(io.BytesIO(answer.matte_png)))
+
+
+@pytest.mark.slow
+def test_mattes_equal_rembg(
+    matte_server: servers.Process, photos: dict[str, Path], rembg_mattes: dict[str, npt.NDArray[np.uint8]]
+) -> None:
     with AiClient(app_id="tests", target=matte_server.address) as ai:
         for name, path in photos.items():
-            ours = np.asarray(Image.open(io.BytesIO(ai.remove_background(path).matte_png)))
-            theirs = np.asarray(Image.open(tmp_path / "rembg" / f"{Path(name).stem}.png"))
+            ours, theirs = _matte(ai, path), rembg_mattes[name]
             assert ours.shape == theirs.shape, name
             diff = np.abs(ours.astype(int) - theirs)
             assert diff.max() == 0, (name, diff.max(), diff.mean())
+
+
+@pytest.mark.slow
+def test_the_openvino_engine_is_within_one_level_of_rembg(
+    matte_server: servers.Process, photos: dict[str, Path], rembg_mattes: dict[str, npt.NDArray[np.uint8]]
+) -> None:
+    """Named (`craftai setup image.matte --recipe u2netp --engine openvino`), through the real server:
+    rembg's matte within 1/255 on every photo and its >0.5 mask to four decimals of IoU; and not
+    byte-identical on all of them, which shows that another engine than rembg's onnxruntime made it
+    (should an OpenVINO release ever match onnxruntime bit for bit, revisit this and the opt-in)."""
+    pytest.importorskip("openvino", reason="the openvino engine's package (tools/bootstrap.sh --dev installs it)")
+    with AiClient(app_id="tests", target=matte_server.address) as ai:
+        assert "openvino" in ai.runtime().engines
+        result = list(ai.setup("image.matte", "u2netp", "openvino"))[-1]
+        assert isinstance(result, prepare_pb2.SetupResult) and result.already_done  # the same file, nothing to do
+        identical = []
+        for name, path in photos.items():
+            ours, theirs = _matte(ai, path, "openvino").astype(int), rembg_mattes[name].astype(int)
+            assert ours.shape == theirs.shape, name
+            assert np.abs(ours - theirs).max() <= NEAR_MATTE_MAX_DIFF, name
+            assert iou(ours > 127, theirs > 127) >= NEAR_MASK_MIN_IOU, name
+            assert 0.01 < float((theirs > 127).mean()) < 0.99, name  # a subject: the comparison means something
+            identical.append(np.array_equal(ours, theirs))
+        assert not all(identical)
+        (state,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "openvino"]
+        assert state.state == catalogue_pb2.ROUTE_STATE_READY and not state.needs_preparation

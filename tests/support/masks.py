@@ -10,6 +10,10 @@ import numpy.typing as npt
 import torch
 
 CHUNK_BYTES = 1 << 29  # rows flattened at once, as float32
+# Issue 19's bar for a u2netp engine that is not byte-identical to rembg (openvino): the matte within
+# 1/255, and the >0.5 masks the same to four decimals of IoU (a pixel at 127/128 may cross the threshold).
+NEAR_MATTE_MAX_DIFF = 1
+NEAR_MASK_MIN_IOU = 0.99995
 
 
 def iou(a: npt.NDArray[np.bool_], b: npt.NDArray[np.bool_]) -> float:

@@ -53,6 +53,36 @@ def test_a_route_slow_on_the_cpu_is_said_so() -> None:
 
 
 @pytest.mark.parametrize("gpu", [False, True])
+def test_u2netp_offers_openvino_but_only_when_named(gpu: bool) -> None:
+    """Issue 19: the openvino engine is opt-in (its matte is within 1/255 of rembg's, not identical):
+    no advice on any machine, for any recipe, ever picks it; named, it is answered."""
+    u2netp = DATA.recipe("image.matte", "u2netp")
+    assert u2netp is not None and [r.engine for r in u2netp.routes] == ["onnxruntime", "torch", "openvino"]
+    route = u2netp.route("openvino")
+    assert route is not None and not (route.prefer_on_gpu or route.quick_on_cpu or route.needs_preparation)
+    assert [f.name for f in u2netp.files_of("openvino")] == ["u2netp.onnx"]  # the published file, as downloaded
+    assert advice.resolve(DATA, "image.matte", "u2netp", gpu=gpu).route.engine == "onnxruntime"
+    for feature in DATA.features:
+        assert advice.resolve(DATA, feature.name, gpu=gpu).route.engine != "openvino"
+        for recipe in DATA.recipes_of(feature.name):
+            if recipe.available:
+                assert advice.resolve(DATA, feature.name, recipe.name, gpu=gpu).route.engine != "openvino"
+    chosen = advice.resolve(DATA, "image.matte", "u2netp", "openvino", gpu=gpu)
+    assert chosen.route.engine == "openvino" and "engine openvino as asked" in chosen.reason
+
+
+def test_only_u2netp_offers_openvino_and_the_cli_knows_every_engine() -> None:
+    from craftai.cli import ENGINES
+
+    assert ENGINES == recipes.ENGINES == ("onnxruntime", "torch", "openvino")
+    offering = [r.name for r in DATA.recipes if r.route("openvino") is not None]
+    assert offering == ["u2netp"]
+    with pytest.raises(ServiceError) as caught:
+        advice.resolve(DATA, "image.matte", "birefnet-lite", "openvino", gpu=False)
+    assert caught.value.reason == Reason.UNKNOWN_ENGINE and "its engines: torch, onnxruntime" in caught.value.message
+
+
+@pytest.mark.parametrize("gpu", [False, True])
 def test_birefnet_lite_runs_on_torch_on_both_machines(gpu: bool) -> None:
     """The measurement of docs/PERFORMANCE.md: on the CPU the torch route holds half the memory of
     onnxruntime's at 1024² for about the same work; on the GPU it runs with CUDA graphs."""

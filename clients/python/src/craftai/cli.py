@@ -38,6 +38,9 @@ from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
 
+# --engine's choices: the engines the catalogue knows (craftai_catalogue.recipes.ENGINES; a recipe
+# offers some of them, and the services answer UNKNOWN_ENGINE for one it does not).
+ENGINES = ("onnxruntime", "torch", "openvino")
 STATE_WORDS = {
     catalogue_pb2.ROUTE_STATE_UNAVAILABLE: "unavailable",
     catalogue_pb2.ROUTE_STATE_MISSING: "missing",
@@ -666,7 +669,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("setup", help="download, verify and prepare a feature's route")
     s.add_argument("feature", help="image.matte or image.segment")
     s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.add_argument("--engine", default=None, choices=ENGINES)
     s.set_defaults(func=cmd_setup)
 
     s = sub.add_parser(
@@ -730,7 +733,7 @@ def parser() -> argparse.ArgumentParser:
         "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"
     )
     s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.add_argument("--engine", default=None, choices=ENGINES)
     s.set_defaults(func=cmd_remove_background)
 
     s = sub.add_parser("segment", help="write the mask(s) selected by clicks and/or boxes (image.segment)")
@@ -768,7 +771,7 @@ def parser() -> argparse.ArgumentParser:
         help="the one mask Meta's predictor answers (multimask_output=False); needs --engine torch",
     )
     s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.add_argument("--engine", default=None, choices=ENGINES)
     s.set_defaults(func=cmd_segment)
 
     s = sub.add_parser(
@@ -791,7 +794,7 @@ def parser() -> argparse.ArgumentParser:
     )
     _format_flags(s, "rle")
     s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=["onnxruntime", "torch"])
+    s.add_argument("--engine", default=None, choices=ENGINES)
     s.set_defaults(func=cmd_segment_all)
 
     k = sub.add_parser("keys", help="app keys (only their hashes are kept by the servers)")

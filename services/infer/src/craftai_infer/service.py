@@ -71,7 +71,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
 
     @handle_errors
     async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
-        engines = [name for name, module in (("onnxruntime", "onnxruntime"), ("torch", "torch")) if find_spec(module)]
+        engines = [name for name in ("onnxruntime", "torch", "openvino") if find_spec(name)]  # each engine's package
         s = self.settings
         return infer_pb2.Runtime(
             device=self.device.preferred,

@@ -209,7 +209,7 @@ class Route(_message.Message):
     REVISION_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
     engine: _builtins.str
-    """"onnxruntime" or "torch" """
+    """"onnxruntime", "torch" or "openvino" """
     needs_preparation: _builtins.bool
     """a one-time local conversion is needed before use"""
     quick_on_cpu: _builtins.bool

@@ -39,7 +39,7 @@ class RouteRef(_message.Message):
     recipe: _builtins.str
     """e.g. "u2netp", "inspyrenet-swinb", "sam2.1-hiera-tiny" """
     engine: _builtins.str
-    """"onnxruntime" or "torch" """
+    """"onnxruntime", "torch" or "openvino" (u2netp, opt-in)"""
     def __init__(
         self,
         *,

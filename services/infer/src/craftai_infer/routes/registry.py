@@ -14,6 +14,7 @@ def factories() -> dict[tuple[str, str], Factory]:
         sam2_onnx,
         sam2_torch,
         u2netp_onnx,
+        u2netp_openvino,
         u2netp_torch,
     )
 
@@ -24,6 +25,7 @@ def factories() -> dict[tuple[str, str], Factory]:
         ("sam2.1-hiera-tiny", "torch"): sam2_torch.Sam2Torch,
         ("u2netp", "onnxruntime"): u2netp_onnx.U2netpOnnx,
         ("u2netp", "torch"): u2netp_torch.U2netpTorch,
+        ("u2netp", "openvino"): u2netp_openvino.U2netpOpenvino,
         ("inspyrenet-swinb", "torch"): inspyrenet_torch.InspyrenetTorch,
         ("birefnet-lite", "onnxruntime"): birefnet_onnx.BirefnetOnnx,
         ("birefnet-lite", "torch"): birefnet_torch.BirefnetTorch,
