@@ -18,8 +18,8 @@ def _files(encoder: Path, decoder: Path) -> RouteFiles:
 
 def test_both_recipes_run_on_onnxruntime_with_the_same_route() -> None:
     found = factories()
-    assert found[("sam2-hiera-tiny", "onnxruntime")] is Sam2Onnx
-    assert found[("sam2.1-hiera-tiny", "onnxruntime")] is Sam2Onnx
+    assert found[("sam2-hiera-tiny", "onnxruntime")].load() is Sam2Onnx  # type: ignore[attr-defined]
+    assert found[("sam2.1-hiera-tiny", "onnxruntime")].load() is Sam2Onnx  # type: ignore[attr-defined]
 
 
 @pytest.mark.slow

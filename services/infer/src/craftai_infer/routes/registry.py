@@ -1,32 +1,64 @@
-"""Which route runs each (recipe, engine): the one list a new route is added to."""
+"""Which route runs each (recipe, engine): the one list a new route is added to.
+
+A route's module is imported when the route is first built, not when the list is read: the engines
+are optional extras (`craftai-infer[onnx-cpu]`, `[torch]`, `[openvino]`), and a service installed
+without torch must still list and run its onnxruntime routes. An engine whose package is missing
+is answered in plain words (ENGINE_NOT_INSTALLED, with the extra to install) when a caller asks for
+one of its routes.
+"""
 
 from __future__ import annotations
 
-from craftai_infer.routes import Factory
+import importlib
+from dataclasses import dataclass
+
+from craftai_common.errors import Reason, failed_precondition
+from craftai_infer.routes import Factory, Route, RouteFiles
+
+# (recipe, engine) -> the route's module (under craftai_infer.routes) and class.
+ROUTES: dict[tuple[str, str], str] = {
+    ("sam2-hiera-tiny", "onnxruntime"): "sam2_onnx.Sam2Onnx",
+    ("sam2.1-hiera-tiny", "onnxruntime"): "sam2_onnx.Sam2Onnx",
+    ("sam2-hiera-tiny", "torch"): "sam2_torch.Sam2Torch",
+    ("sam2.1-hiera-tiny", "torch"): "sam2_torch.Sam2Torch",
+    ("u2netp", "onnxruntime"): "u2netp_onnx.U2netpOnnx",
+    ("u2netp", "torch"): "u2netp_torch.U2netpTorch",
+    ("u2netp", "openvino"): "u2netp_openvino.U2netpOpenvino",
+    ("inspyrenet-swinb", "torch"): "inspyrenet_torch.InspyrenetTorch",
+    ("birefnet-lite", "onnxruntime"): "birefnet_onnx.BirefnetOnnx",
+    ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",
+}
+# The engine's package, and the extra of craftai-infer that installs it.
+EXTRAS = {"onnxruntime": ("onnxruntime", "onnx-cpu"), "torch": ("torch", "torch"), "openvino": ("openvino", "openvino")}
+
+
+@dataclass(frozen=True)
+class LazyRoute:
+    """A route's factory that imports its module on first use."""
+
+    engine: str
+    path: str  # "module.Class" under craftai_infer.routes
+
+    def load(self) -> Factory:
+        module, name = self.path.rsplit(".", 1)
+        try:
+            found: Factory = getattr(importlib.import_module(f"craftai_infer.routes.{module}"), name)
+        except ImportError as exc:
+            package, extra = EXTRAS[self.engine]
+            if (exc.name or "").split(".")[0] != package:
+                raise  # not the engine missing: a fault of the route's own imports
+            raise failed_precondition(
+                Reason.ENGINE_NOT_INSTALLED,
+                f"the {self.engine} engine needs {package}, which this infer service cannot import ({exc}); "
+                f"install it beside the service with: pip install 'craftai-infer[{extra}]'",
+                engine=self.engine,
+            ) from exc
+        return found
+
+    def __call__(self, files: RouteFiles, device: str) -> Route:
+        return self.load()(files, device)
 
 
 def factories() -> dict[tuple[str, str], Factory]:
-    """(recipe, engine) -> factory. Imports are lazy so an engine not installed costs nothing."""
-    from craftai_infer.routes import (
-        birefnet_onnx,
-        birefnet_torch,
-        inspyrenet_torch,
-        sam2_onnx,
-        sam2_torch,
-        u2netp_onnx,
-        u2netp_openvino,
-        u2netp_torch,
-    )
-
-    return {
-        ("sam2-hiera-tiny", "onnxruntime"): sam2_onnx.Sam2Onnx,
-        ("sam2.1-hiera-tiny", "onnxruntime"): sam2_onnx.Sam2Onnx,
-        ("sam2-hiera-tiny", "torch"): sam2_torch.Sam2Torch,
-        ("sam2.1-hiera-tiny", "torch"): sam2_torch.Sam2Torch,
-        ("u2netp", "onnxruntime"): u2netp_onnx.U2netpOnnx,
-        ("u2netp", "torch"): u2netp_torch.U2netpTorch,
-        ("u2netp", "openvino"): u2netp_openvino.U2netpOpenvino,
-        ("inspyrenet-swinb", "torch"): inspyrenet_torch.InspyrenetTorch,
-        ("birefnet-lite", "onnxruntime"): birefnet_onnx.BirefnetOnnx,
-        ("birefnet-lite", "torch"): birefnet_torch.BirefnetTorch,
-    }
+    """(recipe, engine) -> factory; nothing is imported until a factory is called."""
+    return {key: LazyRoute(key[1], path) for key, path in ROUTES.items()}
