@@ -178,13 +178,14 @@ def test_sam_single_mask_like_meta_on_cuda_graphs_equals_the_cpu(
     assert smallest >= 0.999 and largest_iou_diff <= 1e-3
 
 
-@pytest.mark.parametrize("multimask", [True, False])
+@pytest.mark.parametrize(("multimask", "points_per_batch"), [(True, 128), (False, 64)])
 def test_sam_compiled_grid_decoder_finds_the_uncompiled_candidates(
-    sam21_files: Sam21Fixture, photos: dict[str, Path], multimask: bool
+    sam21_files: Sam21Fixture, photos: dict[str, Path], multimask: bool, points_per_batch: int
 ) -> None:
     """The grid's fp16 decoder through torch.compile (CRAFTAI_GPU_COMPILE's default) against the
-    same runner uncompiled: it compiled (no fall-back), every batch of 100 points (64, then 36
-    padded to 64) keeps the same candidates (each with IoU >= 0.99 to one of the uncompiled ones).
+    same runner uncompiled: it compiled (no fall-back), and 100 points keep the same candidates
+    (each with IoU >= 0.99 to one of the uncompiled ones) whether they come as batches of 64 and 36
+    or as one batch of 100 (compiled: calls of 64, the second padded; uncompiled: one of 128).
     Multimask runs first: the one-mask grid once answered the multimask graph compiled before it."""
     from craftai_infer.masks import decode_counts
     from craftai_infer.pipelines import mask_generator
@@ -202,7 +203,11 @@ def test_sam_compiled_grid_decoder_finds_the_uncompiled_candidates(
     picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
     h, w = picture.shape[:2]
     settings = mask_generator.Everything(
-        points_per_side=10, pred_iou_thresh=0.3, stability_score_thresh=0.5, multimask_output=multimask
+        points_per_side=10,
+        points_per_batch=points_per_batch,
+        pred_iou_thresh=0.3,
+        stability_score_thresh=0.5,
+        multimask_output=multimask,
     )
     points = mask_generator.grid_points(settings.points_per_side, h, w)
     found: dict[bool, list[npt.NDArray[np.bool_]]] = {}
@@ -217,7 +222,10 @@ def test_sam_compiled_grid_decoder_finds_the_uncompiled_candidates(
     a, b = found[True], found[False]
     overlaps = iou_matrix(b, a, "cuda")
     matched = int((overlaps.max(axis=1, initial=0.0) >= 0.99).sum())
-    print(f"compiled grid decoder (multimask {multimask}): {len(a)} candidates, uncompiled {len(b)}, {matched} matched")
+    print(
+        f"compiled grid decoder (multimask {multimask}, points_per_batch {points_per_batch}): {len(a)} candidates, "
+        f"uncompiled {len(b)}, {matched} matched"
+    )
     assert len(b) > 10
     assert abs(len(a) - len(b)) <= max(1, 0.01 * len(b)) and matched >= 0.99 * len(b)
 

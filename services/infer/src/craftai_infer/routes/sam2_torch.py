@@ -21,10 +21,10 @@ de-duplicated rather than answered one by one. Prompts (clicks, boxes) are alway
 the onnxruntime route's answers. docs/PERFORMANCE.md has the measured agreement.
 
 Those grid batches also run compiled by torch.compile (CRAFTAI_GPU_COMPILE, on by default;
-engines.compiled), padded to at least GRID_BATCH points so that one compiled shape serves Meta's
-default points_per_batch and every last, shorter batch: fused, the decoder's layer norms, GELUs
-and casts no longer each read and write the batch's [64, 4096, 256] activations (11.5 -> 4.2 ms a
-batch of 64 on an H200). The multimask one is compiled at load; Meta's one-mask grid on first use.
+engines.compiled), in calls of GRID_BATCH points (a shorter one padded) so that one compiled
+shape serves every points_per_batch and every last, shorter batch: fused, the decoder's layer
+norms, GELUs and casts no longer each read and write the batch's [64, 4096, 256] activations
+(11.5 -> 4.2 ms a batch of 64 on an H200). The multimask one is compiled at load; Meta's one-mask grid on first use.
 """
 
 from __future__ import annotations
@@ -76,8 +76,8 @@ DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
 # fp32 route and the timings.
 GPU_ENCODER_DEFAULT = "fp16"
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Grid batches are padded to at least this many points when the grid decoder is compiled (one
-# compiled shape for Meta's default points_per_batch and the last batch of any grid).
+# The compiled grid decoder's one batch size: a grid batch is decoded in calls of this many points
+# (a shorter one padded), so that no other shape is ever compiled (Meta's default points_per_batch).
 GRID_BATCH = 64
 
 
@@ -322,25 +322,42 @@ class SamTorchRunner:
         return [answers[i] for i in range(len(items))]
 
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
-        """One batch of the automatic mask generator: every point in one decoder call, the filters on
-        the device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
-        d = self.device
-        e = embedding.to(d)
-        n = len(points)
-        size = max(self._batch_size(n), GRID_BATCH) if self.compile_grid else self._batch_size(n)
-        padded = np.concatenate([points, np.repeat(points[-1:], size - n, axis=0)])  # copies of the last, dropped
-        coords, labels = grid_point_feeds(padded, e.picture_height, e.picture_width)
+        """One batch of the automatic mask generator: its points in one decoder call (in calls of
+        GRID_BATCH when compiled, so that no other shape is ever compiled), the filters on the
+        device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
+        e = embedding.to(self.device)
+        single = not settings.multimask_output
+        step = GRID_BATCH if self.compile_grid else len(points)
+        chunks = [points[i : i + step] for i in range(0, len(points), step)]
         with torch.inference_mode():
-            feeds = [
-                torch.from_numpy(coords).to(d, non_blocking=True),
-                torch.from_numpy(labels).to(d, non_blocking=True),
-                torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
-                torch.zeros((size,), dtype=torch.float32, device=d),
-            ]
-            masks, ious = self._decoder([e] * n, True, size, feeds, not settings.multimask_output, grid=True)
+            if len(chunks) == 1:
+                masks, ious = self._grid_decode(e, points, single)
+            else:  # each call's outputs are its graph's own, overwritten by the next replay: copied
+                decoded = [tuple(t.clone() for t in self._grid_decode(e, c, single)) for c in chunks]
+                masks, ious = torch.cat([m for m, _ in decoded]), torch.cat([i for _, i in decoded])
             return mask_generator_torch.batch_candidates(
-                masks[:n], ious[:n], points, e.picture_height, e.picture_width, settings=settings
+                masks, ious, points, e.picture_height, e.picture_width, settings=settings
             )
+
+    def _grid_decode(
+        self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], single: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The grid's decoder on `points` (one picture, no mask input): logits [N, C, 256, 256] and
+        IoUs [N, C] on the device, C = 3 (or 1 when `single`); the batch padded with copies of the
+        last point, their answers dropped."""
+        d = self.device
+        n = len(points)
+        size = GRID_BATCH if self.compile_grid else self._batch_size(n)  # n <= GRID_BATCH when compiled
+        padded = np.concatenate([points, np.repeat(points[-1:], size - n, axis=0)])
+        coords, labels = grid_point_feeds(padded, e.picture_height, e.picture_width)
+        feeds = [
+            torch.from_numpy(coords).to(d, non_blocking=True),
+            torch.from_numpy(labels).to(d, non_blocking=True),
+            torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
+            torch.zeros((size,), dtype=torch.float32, device=d),
+        ]
+        masks, ious = self._decoder([e] * n, True, size, feeds, single, grid=True)
+        return masks[:n], ious[:n]
 
 
 def _autocast(fn: DecoderFn, device: torch.device, dtype: torch.dtype) -> DecoderFn:
