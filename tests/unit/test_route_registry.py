@@ -1,6 +1,7 @@
 """The route list imports nothing until a route is built: an infer service installed without torch
 (`craftai-infer[onnx-cpu]`) starts, lists its routes and runs u2netp on onnxruntime; asking for a
-torch route there is answered in plain words with the extra to install. Run in a subprocess whose
+route that needs torch there (a torch route, or birefnet's onnxruntime one, whose pipeline is
+torch's) is answered in plain words with the extra to install. Run in a subprocess whose
 `import torch` fails, as it does where torch is not installed."""
 
 from __future__ import annotations
@@ -24,11 +25,12 @@ import craftai_infer.service  # the service's own modules import without torch
 found = factories()
 route = found[("u2netp", "onnxruntime")](RouteFiles({"network": sys.argv[1]}, None, 1), "cpu")
 (matte,) = route.matte([np.asarray(Image.open(sys.argv[2]).convert("RGB"))])
-try:
-    found[("sam2.1-hiera-tiny", "torch")](RouteFiles({}, None, 1), "cpu")
-    refused = None
-except ServiceError as exc:
-    refused = {"code": exc.code.name, "reason": str(exc.reason), "message": str(exc)}
+refused = {}
+for key in [("sam2.1-hiera-tiny", "torch"), ("birefnet-lite", "onnxruntime")]:  # the latter's pipeline is torch's
+    try:
+        found[key](RouteFiles({}, None, 1), "cpu")
+    except ServiceError as exc:
+        refused["/".join(key)] = {"code": exc.code.name, "reason": str(exc.reason), "message": str(exc)}
 print(json.dumps({"listed": sorted(engine for _, engine in found), "matte": list(matte.shape), "refused": refused,
                   "torch_imported": sys.modules.get("torch") is not None}))
 """
@@ -48,7 +50,7 @@ def test_an_infer_without_torch_lists_its_routes_runs_onnxruntime_and_names_the_
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert set(answer["listed"]) == {"onnxruntime", "torch", "openvino"} and not answer["torch_imported"]
     assert answer["matte"] == [512, 512]
-    refused = answer["refused"]
-    assert refused is not None, "the torch route was built without torch"
-    assert (refused["code"], refused["reason"]) == ("FAILED_PRECONDITION", "ENGINE_NOT_INSTALLED")
-    assert "craftai-infer[torch]" in refused["message"], refused["message"]
+    assert sorted(answer["refused"]) == ["birefnet-lite/onnxruntime", "sam2.1-hiera-tiny/torch"], answer["refused"]
+    for refused in answer["refused"].values():
+        assert (refused["code"], refused["reason"]) == ("FAILED_PRECONDITION", "ENGINE_NOT_INSTALLED")
+        assert "needs torch" in refused["message"] and "craftai-infer[torch]" in refused["message"], refused["message"]

@@ -28,8 +28,9 @@ ROUTES: dict[tuple[str, str], str] = {
     ("birefnet-lite", "onnxruntime"): "birefnet_onnx.BirefnetOnnx",
     ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",
 }
-# The engine's package, and the extra of craftai-infer that installs it.
-EXTRAS = {"onnxruntime": ("onnxruntime", "onnx-cpu"), "torch": ("torch", "torch"), "openvino": ("openvino", "openvino")}
+# An engine's package -> the extra of craftai-infer that installs it (a route may need another
+# engine's package for its pipeline: birefnet's onnxruntime route post-processes on torch).
+EXTRAS = {"onnxruntime": "onnx-cpu", "torch": "torch", "openvino": "openvino"}
 
 
 @dataclass(frozen=True)
@@ -44,13 +45,13 @@ class LazyRoute:
         try:
             found: Factory = getattr(importlib.import_module(f"craftai_infer.routes.{module}"), name)
         except ImportError as exc:
-            package, extra = EXTRAS[self.engine]
-            if (exc.name or "").split(".")[0] != package:
-                raise  # not the engine missing: a fault of the route's own imports
+            package = (exc.name or "").split(".")[0]
+            if package not in EXTRAS:
+                raise  # not an engine's package missing: a fault of the route's own imports
             raise failed_precondition(
                 Reason.ENGINE_NOT_INSTALLED,
-                f"the {self.engine} engine needs {package}, which this infer service cannot import ({exc}); "
-                f"install it beside the service with: pip install 'craftai-infer[{extra}]'",
+                f"this route ({self.engine} engine) needs {package}, which this infer service cannot import "
+                f"({exc}); install it beside the service with: pip install 'craftai-infer[{EXTRAS[package]}]'",
                 engine=self.engine,
             ) from exc
         return found
