@@ -16,15 +16,18 @@
 ARG BASE_IMAGE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu22.04
 
 # -- runtime: the CUDA base with Python 3.11 and the service user --------------------------------
+# gcc, libc6-dev and python3.11-dev: Triton builds its small C kernel launchers when torch.compile
+# first runs (CRAFTAI_GPU_COMPILE, the SAM grid decoder); without them the route runs uncompiled.
+# /cache: where compose.gpu.yaml mounts inductor's kernel cache (owned by the service user).
 FROM ${BASE_IMAGE} AS runtime
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        python3.11 python3.11-venv ca-certificates \
+        python3.11 python3.11-venv ca-certificates gcc libc6-dev python3.11-dev \
  && ln -sf /usr/bin/python3.11 /usr/local/bin/python3 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 craftai \
  && useradd --system --uid 10001 --gid 10001 --home-dir /home/craftai --create-home --shell /usr/sbin/nologin craftai \
- && mkdir -p /store && chown 10001:10001 /store
+ && mkdir -p /store /cache && chown 10001:10001 /store /cache
 ENV PATH=/opt/craftai/bin:$PATH \
     LANG=C.UTF-8 \
     PYTHONUNBUFFERED=1

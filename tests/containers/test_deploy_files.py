@@ -203,6 +203,14 @@ def test_the_gpu_override_runs_the_cuda_image_with_a_gpu_reserved() -> None:
     assert infer["build"]["args"]["TORCH_INDEX_URL"] == defaults["TORCH_INDEX_URL"]
     (device,) = infer["deploy"]["resources"]["reservations"]["devices"]
     assert device == {"driver": "nvidia", "count": 1, "capabilities": ["gpu"]}
+    # torch.compile's kernels on a writable volume of their own (the root and /store are read-only),
+    # and the C compiler and headers Triton builds its launchers with in the image
+    cache = Path(infer["environment"]["TORCHINDUCTOR_CACHE_DIR"])
+    mounts = {target: (source, mode) for source, target, mode in (v.split(":") for v in infer["volumes"])}
+    assert mounts[str(cache.parent)] == ("compile-cache", "rw") and mounts["/store"] == ("store", "ro")
+    runtime = _stages(DOCKERFILES["infer-cuda"].read_text())[1]
+    assert all(package in runtime for package in ("gcc", "libc6-dev", "python3.11-dev")), runtime
+    assert f"chown 10001:10001 /store {cache.parent}" in runtime
 
 
 def _stages(text: str) -> list[str]:
