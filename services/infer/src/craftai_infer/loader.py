@@ -15,11 +15,12 @@ from collections import Counter
 from collections.abc import Hashable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_command
 from craftai_common.errors import Reason, ServiceError, failed_precondition
-from craftai_common.store import Store, check_prepared
+from craftai_common.store import FilePin, Store, check_prepared
 from craftai_infer import faults
 from craftai_infer.batching import MicroBatcher
 from craftai_infer.device import DeviceInfo
@@ -288,7 +289,7 @@ class RouteLoader:
             problem = check_prepared(folder, key, pins, deep=True)
             if problem is not None:
                 raise not_set_up(f"its prepared folder {key}: {problem}", revision=key)
-            return RouteFiles({}, folder, self.cpu_threads, {}, self.gpu_precision, self.gpu_compile, self.cpu_spin)
+            return self._route_files({}, folder, {})
         by_role, pins_by_role = {}, {}
         for pin, spec in zip(pins, resolved.recipe.files, strict=True):
             check = self.store.check_by_hash(pin)
@@ -298,8 +299,18 @@ class RouteLoader:
                 )
             by_role[spec.role or spec.name] = self.store.model_path(pin)
             pins_by_role[spec.role or spec.name] = pin
+        return self._route_files(by_role, None, pins_by_role)
+
+    def _route_files(self, by_role: dict[str, Path], prepared: Path | None, pins: dict[str, FilePin]) -> RouteFiles:
+        """A route's verified files with how this service runs every route (its settings), in one place."""
         return RouteFiles(
-            by_role, None, self.cpu_threads, pins_by_role, self.gpu_precision, self.gpu_compile, self.cpu_spin
+            by_role,
+            prepared,
+            self.cpu_threads,
+            pins,
+            gpu_precision=self.gpu_precision,
+            gpu_compile=self.gpu_compile,
+            cpu_spin=self.cpu_spin,
         )
 
     def close(self) -> None:
