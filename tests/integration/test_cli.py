@@ -11,6 +11,7 @@ import numpy as np
 from PIL import Image
 
 from craftai import AiClient
+from craftai_infer.pictures import NOT_A_PICTURE
 from craftai_wire.v1 import catalogue_pb2
 from tests.support import catalogues, servers
 
@@ -63,7 +64,7 @@ def test_errors_are_plain_words_and_exit_1(tmp_path: Path, matte_server: servers
     bad.write_bytes(b"not a picture")
     run = _craftai(matte_server.address, "remove-background", str(bad), "-o", str(tmp_path / "o"))
     assert run.returncode == 1
-    assert run.stderr.strip() == "craftai: the picture is not a PNG, JPEG or WebP file (or it is damaged)"
+    assert run.stderr.strip() == f"craftai: {NOT_A_PICTURE}"
     run = _craftai(matte_server.address, "setup", "image.blur")
     assert run.returncode == 1 and "unknown feature 'image.blur'" in run.stderr
 

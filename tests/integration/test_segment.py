@@ -203,6 +203,19 @@ def test_segment_once_answers_what_a_session_answers(ai: AiClient, opened: Opene
     assert [m.low_res for m in once.masks] == [m.low_res for m in kept.masks]
 
 
+def test_an_array_of_pixels_is_the_same_picture_as_its_file(
+    ai: AiClient, opened: Opened, photos: dict[str, Path]
+) -> None:
+    """What an app holding decoded pixels sends (a binary PPM, craftai.pictures): the same answer."""
+    points, box = PROMPTS["a box and clicks"]
+    pixels = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
+    once = ai.segment_once(pixels, points=points, box=box, all_masks=True)
+    kept = opened.session.segment(points=points, box=box, all_masks=True)
+    assert (once.width, once.height) == (WIDTH, HEIGHT)
+    assert [m.png for m in once.masks] == [m.png for m in kept.masks]
+    assert [m.low_res for m in once.masks] == [m.low_res for m in kept.masks]
+
+
 # ------------------------------------------------------------------------------------------------
 # app scoping and closing
 

@@ -154,6 +154,44 @@ def test_tiled_refinement_equals_filtering_the_whole_picture() -> None:
     assert float((whole - alpha)[~selected].abs().max()) < 0.02
 
 
+def _refined_one_tile_at_a_time(
+    rgb: torch.Tensor, alpha: torch.Tensor, r: int, settings: MatteSettings
+) -> torch.Tensor:
+    """The refinement as it was written first: one guided-filter call per edge tile."""
+    _, _, h, w = alpha.shape
+    margin = 2 * r
+    out = alpha.clone()
+    for y0, x0 in edge_tiles(alpha, settings.tile, margin, settings.edge_margin):
+        y1, x1 = min(y0 + settings.tile, h), min(x0 + settings.tile, w)
+        ya, xa, yb, xb = max(y0 - margin, 0), max(x0 - margin, 0), min(y1 + margin, h), min(x1 + margin, w)
+        guide = rgb[ya:yb, xa:xb].permute(2, 0, 1).unsqueeze(0).float() / 255.0
+        q = guided_filter(guide, alpha[:, :, ya:yb, xa:xb], r, settings.eps)
+        out[:, :, y0:y1, x0:x1] = q[:, :, y0 - ya : y1 - ya, x0 - xa : x1 - xa].clamp(0.0, 1.0)
+    return out
+
+
+@pytest.mark.parametrize("per_call", [1, 3, 32])
+def test_tiles_filtered_in_batches_answer_what_each_tile_answers_alone(
+    monkeypatch: pytest.MonkeyPatch, per_call: int
+) -> None:
+    # 300x340 in tiles of 64: interior tiles, border tiles at the top and left (windows cut by the
+    # picture), and short ones at the bottom and right: several layouts, some with many tiles
+    rgb = torch.from_numpy(disc_picture(300, 340))
+    alpha = torch.zeros(1, 1, 300, 340)
+    alpha[:, :, 30:290, 20:330] = 1.0
+    alpha[:, :, 120:180, 140:200] = 0.0
+    alpha = torch.nn.functional.avg_pool2d(alpha, 21, 1, 10, count_include_pad=False)
+    settings = MatteSettings(tile=64)
+    r = 5
+    monkeypatch.setitem(pipeline.TILES_PER_CALL, "cpu", per_call)
+    tiles = edge_tiles(alpha, 64, 2 * r, settings.edge_margin)
+    assert len(tiles) > 12
+    batched = pipeline.refine_edges(rgb, alpha, r, settings)
+    alone = _refined_one_tile_at_a_time(rgb, alpha, r, settings)
+    assert float((alone - alpha).abs().max()) > 0.05  # the filter changed the tiles
+    torch.testing.assert_close(batched, alone, rtol=0, atol=1e-6)
+
+
 def test_refine_radius_units() -> None:
     assert refine_radius(1280 / 4000) == 10  # ⌈3 · 4000/1280⌉ = ⌈9.375⌉
     assert refine_radius(0.49) == 7

@@ -40,12 +40,39 @@ def test_accepted_formats(fmt: str) -> None:
 
 def test_empty_and_garbage() -> None:
     assert "empty" in _refused(b"", Reason.EMPTY_PICTURE).message
-    assert "PNG, JPEG or WebP" in _refused(b"definitely not a picture", Reason.BAD_PICTURE).message
+    message = _refused(b"definitely not a picture", Reason.BAD_PICTURE).message
+    assert "PNG, JPEG or WebP" in message and "binary PPM" in message
 
 
 def test_other_formats_are_refused() -> None:
     _refused(_encode(Image.new("RGB", (8, 8)), "GIF"), Reason.BAD_PICTURE)
     _refused(_encode(Image.new("RGB", (8, 8)), "BMP"), Reason.BAD_PICTURE)
+
+
+def test_a_binary_ppm_is_its_pixels() -> None:
+    rgb = np.random.default_rng(1).integers(0, 256, (17, 31, 3), dtype=np.uint8)
+    data = _encode(Image.fromarray(rgb), "PPM")
+    assert data.startswith(b"P6")
+    decoded = pictures.decode(data, LIMITS)
+    np.testing.assert_array_equal(decoded, rgb)
+    assert decoded.flags.writeable and decoded.flags.c_contiguous
+    assert pictures.header(data, LIMITS) == pictures.Header(31, 17)
+    # a grey PGM is an RGB picture of its greys; 16-bit samples are scaled to 8 bits as Pillow does
+    grey = pictures.decode(_encode(Image.fromarray(rgb[:, :, 0]), "PPM"), LIMITS)
+    np.testing.assert_array_equal(grey, np.repeat(rgb[:, :, :1], 3, axis=2))
+    deep = b"P6\n2 1\n65535\n" + np.array([65535, 0, 32896, 0, 257, 65535], ">u2").tobytes()
+    np.testing.assert_array_equal(pictures.decode(deep, LIMITS), [[[255, 0, 128], [0, 1, 255]]])
+
+
+def test_ppm_refusals_in_plain_words() -> None:
+    data = _encode(Image.new("RGB", (40, 30), (1, 2, 3)), "PPM")
+    error = _refused(data[:-7], Reason.BAD_PICTURE)
+    assert "truncated" in error.message and "3,600 bytes" in error.message and "3,593" in error.message
+    error = _refused(b"P3 2 1 255\n1 2 3 4 5 6\n", Reason.BAD_PICTURE)  # plain text samples
+    assert "P3" in error.message and "P6" in error.message
+    # the declared size is checked before any pixel is read: a header alone is enough to refuse
+    error = _refused(b"P6\n5000 1000\n255\n", Reason.PICTURE_TOO_LARGE)
+    assert "5000x1000 pixels" in error.message
 
 
 def test_truncated_png() -> None:

@@ -3,6 +3,7 @@ parsing (what an asyncio client will share with the blocking one)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import grpc
@@ -205,3 +206,48 @@ def test_a_matte_result_becomes_typed_outputs_and_the_png_fields() -> None:
     older = matte_output(infer_pb2.MatteResult(route=route, matte_png=b"m", cutout_png=b"c"), [], "r2")
     assert (older.matte_png, older.cutout_png) == (b"m", b"c")  # a server before the outputs
     assert older.cutout is not None and older.cutout.has_alpha and older.composite is None
+
+
+def test_an_array_is_sent_as_the_server_reads_it() -> None:
+    """The SDK's bytes for an array are a picture the server's decoder gives back pixel for pixel."""
+    import numpy as np
+
+    from craftai.pictures import read_picture
+    from craftai_infer import pictures
+
+    limits = pictures.Limits(max_pixels=1_000_000, max_side=1000)
+    rgb = np.random.default_rng(2).integers(0, 256, (21, 34, 3), dtype=np.uint8)
+    sent = read_picture(rgb[:, ::-1])  # a view, not contiguous: its pixels, not its memory
+    assert sent.startswith(b"P6\n34 21\n255\n") and len(sent) == 13 + rgb.size
+    np.testing.assert_array_equal(pictures.decode(sent, limits), rgb[:, ::-1])
+    grey = read_picture(rgb[:, :, 1:2])
+    assert grey.startswith(b"P5")
+    np.testing.assert_array_equal(pictures.decode(grey, limits), np.repeat(rgb[:, :, 1:2], 3, axis=2))
+    rgba = np.dstack([rgb, np.full((21, 34), 128, np.uint8)])
+    sent = read_picture(rgba)
+    assert sent.startswith(b"\x89PNG")
+    np.testing.assert_array_equal(pictures.decode(sent, limits), rgba)
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("float", "uint8"),
+        ("2 channels", "(height, width, 3) RGB"),
+        ("empty", "no pixels (0x5)"),
+        ("a list", "not list"),
+    ],
+)
+def test_what_is_not_a_picture_is_refused_before_sending(given: str, words: str) -> None:
+    import numpy as np
+
+    from craftai.pictures import read_picture
+
+    pictures: dict[str, Any] = {
+        "float": np.zeros((4, 4, 3), np.float32),
+        "2 channels": np.zeros((4, 4, 2), np.uint8),
+        "empty": np.zeros((5, 0, 3), np.uint8),
+        "a list": [[0, 0, 0]],
+    }
+    with pytest.raises((ValueError, TypeError), match=re.escape(words)):
+        read_picture(pictures[given])

@@ -1,15 +1,13 @@
 """What the SDK asks: the RPCs it calls (service, name, deadline, answer type) and pure functions
-that build their requests from an app's arguments. No I/O here but reading a picture file, so that
-the blocking client and an asyncio client build the very same requests."""
+that build their requests from an app's arguments. No I/O here but reading a picture file
+(craftai.pictures), so that the blocking client and an asyncio client build the very same requests."""
 
 from __future__ import annotations
 
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Generic, Literal, TypeVar, cast, get_args
 
 from google.protobuf.message import Message
@@ -17,7 +15,6 @@ from google.protobuf.message import Message
 from craftai.outputs import LowResMask, MaskInput, Point, PointLike, Prompt, format_codes
 from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
 
-Picture = bytes | str | os.PathLike[str]
 ServiceName = Literal["catalogue", "prepare", "infer"]
 RequestT = TypeVar("RequestT", bound=Message)
 AnswerT = TypeVar("AnswerT", bound=Message)
@@ -69,13 +66,6 @@ SEGMENT_EVERYTHING = Stream(
 # SegmentEverything's parameters: Meta's SAM2AutomaticMaskGenerator's names (docs/API.md).
 EVERYTHING_OPTIONS = frozenset(infer_pb2.EverythingOptions.DESCRIPTOR.fields_by_name)
 CLOSE_SESSION = Unary("infer", "CloseSession", infer_pb2.CloseSessionRequest, infer_pb2.CloseSessionResponse)
-
-
-def read_picture(picture: Picture) -> bytes:
-    """The picture's bytes: as given, or read from a path."""
-    if isinstance(picture, bytes):
-        return picture
-    return Path(picture).read_bytes()
 
 
 def route_ref(feature: str, recipe: str | None = None, engine: str | None = None) -> common_pb2.RouteRef:

@@ -46,7 +46,6 @@ from typing import Generic, Self, TypeVar
 import grpc
 
 from craftai import calls, methods
-from craftai.calls import Picture
 from craftai.outputs import (
     EncodedImage,
     EverythingOutput,
@@ -62,6 +61,7 @@ from craftai.outputs import (
     Rle,
     SegmentOutput,
 )
+from craftai.pictures import Picture, read_picture
 from craftai.policy import Deadlines, Retries, Retrying
 from craftai.session import AsyncSegmentSession, SegmentSession
 from craftai.transport import DEFAULT_ADDRESS, Connection, MiB, ProgressCallback, Transport, new_request_id
@@ -240,7 +240,7 @@ class AiClient(_Client[Transport]):
         The session keeps the picture's bytes: if the server has forgotten it (idle time, memory
         budget, restart), the next prompt opens it again transparently.
         """
-        session = SegmentSession(self.transport, calls.read_picture(picture), recipe or "", engine or "")
+        session = SegmentSession(self.transport, read_picture(picture), recipe or "", engine or "")
         session.open(on_progress, request_id=request_id)
         return session
 
@@ -298,7 +298,7 @@ class AsyncAiClient(_Client[AsyncTransport]):
         request_id: str | None = None,
     ) -> AsyncSegmentSession:
         """AiClient.open_session, awaited."""
-        session = AsyncSegmentSession(self.transport, calls.read_picture(picture), recipe or "", engine or "")
+        session = AsyncSegmentSession(self.transport, read_picture(picture), recipe or "", engine or "")
         await session.open(on_progress, request_id=request_id)
         return session
 

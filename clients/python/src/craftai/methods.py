@@ -22,11 +22,12 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 from google.protobuf.message import Message
 
 from craftai import calls
-from craftai.calls import Picture, Stream, Unary
+from craftai.calls import Stream, Unary
 from craftai.errors import CraftAiError
 from craftai.outputs import MaskFormat, MaskInput, MatteOutput, PointLike, Prompt, SegmentOutput
 from craftai.outputs import matte_output as _matte_output
 from craftai.outputs import segment_output as _segment_output
+from craftai.pictures import Picture, read_picture
 from craftai.transport import ProgressCallback, new_request_id
 from craftai_wire.v1 import catalogue_pb2, infer_pb2
 
@@ -304,13 +305,13 @@ def remove_background(
         naive=naive,
         bg_color=bg_color,
         bg_blur=bg_blur,
-        bg_image=calls.read_picture(bg_image) if bg_image is not None else None,
+        bg_image=read_picture(bg_image) if bg_image is not None else None,
         threshold=threshold,
         format=format,
         png_level=png_level,
         jpeg_quality=jpeg_quality,
     )
-    request = calls.matte_request(calls.read_picture(picture), options, recipe, engine)
+    request = calls.matte_request(read_picture(picture), options, recipe, engine)
     notices: list[str] = []
     request_id = request_id or new_request_id()
     answer = yield from result(calls.MATTE, request, on_progress, notices, request_id)
@@ -338,7 +339,7 @@ def segment_once(
     """Picture and prompt(s) in one call; nothing is kept on the server (the encoder runs each
     time). The prompt and output arguments are SegmentSession.segment's."""
     request = calls.segment_once_request(
-        calls.read_picture(picture),
+        read_picture(picture),
         calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
         recipe,
         engine,

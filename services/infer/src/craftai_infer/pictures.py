@@ -1,7 +1,9 @@
 """Decoding pictures sent by apps: format, size limits and orientation, in plain words.
 
 Only still PNG, JPEG and WebP pictures are accepted (an animated PNG or WebP is refused: send one
-frame; a GIF is not one of the formats). The declared size is checked against the limits before
+frame; a GIF is not one of the formats), and uncompressed pixels as a binary PPM or PGM (Netpbm
+P6 RGB or P5 grey: a few bytes of header, then the rows; what the SDK sends for an array, where a
+PNG's decode would cost more than its bytes save on a fast link). The declared size is checked against the limits before
 any pixel is decoded, so a decompression bomb costs nothing. EXIF orientation is applied, as
 apps show the picture that way. Every route gets 8-bit pictures: 16-bit greys are scaled
 (v / 257, as picture_convert does) rather than clipped; CMYK JPEGs are converted by the pipelines
@@ -23,16 +25,21 @@ from __future__ import annotations
 import io
 import warnings
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
 import simplejpeg
-from PIL import ExifTags, Image, UnidentifiedImageError
+from PIL import ExifTags, Image, ImageFile, UnidentifiedImageError
 
 from craftai_common.errors import Reason, invalid_argument
 from craftai_infer.pipelines.picture_convert import oriented, over_white, to_array
 
-FORMATS = ("PNG", "JPEG", "WEBP")
+FORMATS = ("PNG", "JPEG", "WEBP", "PPM")
+# The Netpbm kinds accepted: binary grey and RGB (Pillow also reads the plain-text ones, a
+# decimal number per sample, and 1-bit P4: no app sends those for speed, so they are refused).
+NETPBM_MAGIC = (b"P5", b"P6")
+NOT_A_PICTURE = "the picture is not a PNG, JPEG or WebP file, nor a binary PPM (or it is damaged)"
 # A picture over Pillow's own bomb threshold is ours to refuse (PICTURE_TOO_LARGE), never a warning
 # printed on stderr: set once for the process, as a filter set per call would not be thread-safe.
 warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
@@ -76,12 +83,33 @@ def decode(data: bytes, limits: Limits) -> Picture:
     goes through Pillow.
     """
     image = _opened(data, limits)
+    if image.format == "PPM":
+        return _netpbm(image, data)
     if _plain_jpeg(image, data):
         rgb = _strictly(data, "RGB")
         return _turned(rgb, image.getexif().get(ExifTags.Base.Orientation, 1))
     if image.format == "JPEG" and image.mode == "CMYK" and _complete(data):
         _strictly(data, "CMYK")  # checked as strictly as the others; the pixels are Pillow's conversion
     return to_array(_loaded(image))
+
+
+def _netpbm(image: Image.Image, data: bytes) -> Picture:
+    """A binary PPM's 8-bit RGB rows are the picture as they are (one copy, no decoder); a PGM, or
+    samples of more than 8 bits, go through Pillow (greys to RGB, 16-bit samples scaled)."""
+    tiles = cast(ImageFile.ImageFile, image).tile
+    tile = tiles[0] if len(tiles) == 1 else None
+    if tile is None or tile.codec_name != "raw" or tile.args != "RGB":
+        return to_array(_loaded(image))
+    need = image.width * image.height * 3
+    if len(data) - tile.offset < need:
+        raise invalid_argument(
+            Reason.BAD_PICTURE,
+            f"the PPM picture is truncated: {image.width}x{image.height} RGB needs {need:,} bytes of pixels "
+            f"after its header, it has {max(0, len(data) - tile.offset):,}",
+            field="picture.data",
+        )
+    rows = np.frombuffer(data, np.uint8, count=need, offset=tile.offset)
+    return rows.reshape(image.height, image.width, 3).copy()  # the request's own, writable
 
 
 def _strictly(data: bytes, colorspace: str) -> npt.NDArray[np.uint8]:
@@ -137,15 +165,20 @@ def _opened(data: bytes, limits: Limits) -> Image.Image:
     except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise _too_large(None, limits) from exc
     except UnidentifiedImageError as exc:
-        raise invalid_argument(
-            Reason.BAD_PICTURE, "the picture is not a PNG, JPEG or WebP file (or it is damaged)", field="picture.data"
-        ) from exc
+        raise invalid_argument(Reason.BAD_PICTURE, NOT_A_PICTURE, field="picture.data") from exc
     except Exception as exc:  # a damaged header can make Pillow raise nearly anything
         raise invalid_argument(
             Reason.BAD_PICTURE,
-            f"the picture's header is damaged ({type(exc).__name__}); send a PNG, JPEG or WebP file",
+            f"the picture's header is damaged ({type(exc).__name__}); send a PNG, JPEG or WebP file or a binary PPM",
             field="picture.data",
         ) from exc
+    if image.format == "PPM" and data[:2] not in NETPBM_MAGIC:
+        raise invalid_argument(
+            Reason.BAD_PICTURE,
+            f"the Netpbm picture is of kind {data[:2].decode('ascii', 'replace')}; only binary P6 (RGB) and P5 "
+            "(grey) are accepted",
+            field="picture.data",
+        )
     width, height = image.size
     if width == 0 or height == 0:
         raise invalid_argument(

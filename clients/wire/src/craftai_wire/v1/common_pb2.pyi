@@ -123,7 +123,9 @@ Global___Notice: _TypeAlias = Notice  # noqa: Y015
 
 @_typing.final
 class Picture(_message.Message):
-    """An encoded picture exactly as the app has it: PNG, JPEG or WebP bytes."""
+    """An encoded picture exactly as the app has it: PNG, JPEG or WebP bytes, or its pixels as a binary
+    PPM (P6 RGB) or PGM (P5 grey): what the SDKs send for an array (docs/API.md, "Pictures").
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -8,17 +8,21 @@ prompt:     the call's prompts (one object or several) and output options checke
             (craftai_infer.masks: 1-bit PNG, RLE, polygons; box and area)
 once:       open and prompt in one call, keeping nothing
 everything: the automatic mask generator on a session (craftai_infer.pipelines.mask_generator):
-            the grid's points through GRID a batch at a time (progress after each; a cancelled
-            call stops before the next batch), box NMS, the masks written (RLE unless asked)
+            the grid's points through GRID a batch at a time, GRID_AHEAD of them queued on the
+            model's worker so that the next starts as one ends (progress after each; a cancelled
+            call stops within GRID_AHEAD batches), box NMS, the masks written (RLE unless asked)
 """
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from craftai_common.errors import Reason, not_found, resource_exhausted
 from craftai_infer import masks as answers
@@ -37,6 +41,9 @@ from craftai_wire.v1 import infer_pb2
 FEATURE = "image.segment"
 OPEN_STAGES = ("decode", "encode")
 EVERYTHING_STAGES = ("model", "select", "masks")
+# Grid batches queued on the model's worker at once: with one, the worker waited ~1 ms per batch for
+# the event loop to hand it the next (16 batches at Meta's defaults; docs/PERFORMANCE.md).
+GRID_AHEAD = 2
 
 
 def _prompt_of(request: infer_pb2.SegmentRequest | infer_pb2.SegmentOnceRequest) -> infer_pb2.Prompt | None:
@@ -140,14 +147,9 @@ class SegmentFeature:
         loaded = session.route
         if not settings.multimask_output and not loaded.route.capabilities.single_mask_like_meta:
             raise prompts.like_meta_refused(loaded.ref.engine, "options", "multimask_output", Reason.BAD_OPTIONS)
-        found: list[Candidates] = []
         with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
-            done = 0
-            for chunk in mask_generator.batches(points, settings.points_per_batch):
-                grid = GridRequest(session.embedding, chunk, settings)
-                found.append(await loaded.submit(GRID, grid, run.notices))
-                done += len(chunk)
-                run.progress("points", done, len(points), f"{done} of {len(points)} points decoded", unit="points")
+            chunks = mask_generator.batches(points, settings.points_per_batch)
+            found = await self._grid(loaded, session, chunks, settings, run)
         candidates = Candidates.concat(found)
         with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
             kept = await self.context.on_cpu(mask_generator.select, candidates, settings)
@@ -166,6 +168,35 @@ class SegmentFeature:
         )
         self._check_size(result, "the masks")
         return result
+
+    async def _grid(
+        self,
+        loaded: LoadedRoute[SegmentRoute],
+        session: Session,
+        chunks: Sequence[npt.NDArray[np.float32]],
+        settings: mask_generator.Everything,
+        run: runs.Run,
+    ) -> list[Candidates]:
+        """Each chunk of the grid through GRID, in order, GRID_AHEAD queued at once; progress after
+        each. A cancelled or failed call cancels the chunks not started (one already running ends)."""
+        total = sum(len(chunk) for chunk in chunks)
+        found: list[Candidates] = []
+        queued: deque[tuple[int, asyncio.Future[Candidates]]] = deque()
+        done = 0
+        try:
+            for k, chunk in enumerate(chunks):
+                grid = GridRequest(session.embedding, chunk, settings)
+                queued.append((len(chunk), asyncio.ensure_future(loaded.submit(GRID, grid, run.notices))))
+                while queued and (len(queued) >= GRID_AHEAD or k == len(chunks) - 1):
+                    size, answer = queued.popleft()
+                    found.append(await answer)
+                    done += size
+                    run.progress("points", done, total, f"{done} of {total} points decoded", unit="points")
+        finally:
+            for _, pending in queued:
+                pending.cancel()
+            await asyncio.gather(*(pending for _, pending in queued), return_exceptions=True)
+        return found
 
     def close(self, request: infer_pb2.CloseSessionRequest, app: str) -> infer_pb2.CloseSessionResponse:
         return infer_pb2.CloseSessionResponse(closed=self.sessions.close(app, request.session_id))

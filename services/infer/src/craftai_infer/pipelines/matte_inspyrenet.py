@@ -104,19 +104,57 @@ def edge_tiles(alpha: Tensor, tile: int, margin: int, edge_margin: float) -> lis
     return [(int(r) * tile, int(c) * tile) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
 
 
+# Edge tiles filtered in one guided-filter call: its float64 running sums take ~60 MB a 256² tile
+# (with its margin), so a call's memory stays ~2 GB on a GPU and ~250 MB on a CPU.
+TILES_PER_CALL = {"cuda": 32, "cpu": 4}
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """An edge tile: its rows/columns [y0, y1) x [x0, x1), filtered within its window [ya, yb) x [xa, xb)."""
+
+    y0: int
+    x0: int
+    y1: int
+    x1: int
+    ya: int
+    xa: int
+    yb: int
+    xb: int
+
+    @property
+    def layout(self) -> tuple[int, ...]:
+        """Tiles with the same window size and the tile at the same place in it filter as one batch."""
+        window = (self.yb - self.ya, self.xb - self.xa)
+        return (*window, self.y0 - self.ya, self.x0 - self.xa, self.y1 - self.y0, self.x1 - self.x0)
+
+
 def refine_edges(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tensor:
     """Guided filter on the edge tiles only; each tile is filtered with a 2r margin of context, which
-    makes its result equal to filtering the whole picture (a pixel depends on pixels within 2r)."""
+    makes its result equal to filtering the whole picture (a pixel depends on pixels within 2r).
+
+    Tiles of the same layout (all but those at the picture's border share one) are filtered as one
+    batch, up to TILES_PER_CALL at a time: the filter is a few dozen small kernels, which one tile at
+    a time launched ~130 times for a 4000x3000 picture (the tiles' results are the same either way:
+    tests/unit/test_matte_inspyrenet_pipeline.py).
+    """
     _, _, h, w = alpha.shape
     margin = 2 * r
     out = alpha.clone()
+    layouts: dict[tuple[int, ...], list[_Tile]] = {}
     for y0, x0 in edge_tiles(alpha, settings.tile, margin, settings.edge_margin):
         y1, x1 = min(y0 + settings.tile, h), min(x0 + settings.tile, w)
-        ya, xa = max(y0 - margin, 0), max(x0 - margin, 0)
-        yb, xb = min(y1 + margin, h), min(x1 + margin, w)
-        guide = rgb[ya:yb, xa:xb].permute(2, 0, 1).unsqueeze(0).float() / 255.0
-        q = guided_filter(guide, alpha[:, :, ya:yb, xa:xb], r, settings.eps)
-        out[:, :, y0:y1, x0:x1] = q[:, :, y0 - ya : y1 - ya, x0 - xa : x1 - xa].clamp(0.0, 1.0)
+        tile = _Tile(y0, x0, y1, x1, max(y0 - margin, 0), max(x0 - margin, 0), min(y1 + margin, h), min(x1 + margin, w))
+        layouts.setdefault(tile.layout, []).append(tile)
+    per_call = TILES_PER_CALL.get(alpha.device.type, TILES_PER_CALL["cpu"])
+    for (_, _, dy, dx, th, tw), tiles in layouts.items():
+        for start in range(0, len(tiles), per_call):
+            batch = tiles[start : start + per_call]
+            guide = torch.stack([rgb[t.ya : t.yb, t.xa : t.xb] for t in batch]).permute(0, 3, 1, 2).float() / 255.0
+            p = torch.cat([alpha[:, :, t.ya : t.yb, t.xa : t.xb] for t in batch])
+            q = guided_filter(guide, p, r, settings.eps)[:, :, dy : dy + th, dx : dx + tw].clamp(0.0, 1.0)
+            for k, t in enumerate(batch):
+                out[:, :, t.y0 : t.y1, t.x0 : t.x1] = q[k : k + 1]
     return out
 
 
