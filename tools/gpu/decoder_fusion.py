@@ -9,26 +9,19 @@ variant is captured in a CUDA graph the way the route replays it (engines.cuda_g
 with CUDA events; its logits and IoUs are compared with fp32's (the share of logits on the other
 side of 0 and the largest IoU difference). Variants:
 
-- fp32 and fp16 autocast: the prompts' decoder (`Sam2ImageModel.decode`);
-- sub-pixel: the masks' upscaling as matrix products on channels-last maps
-  (`MaskDecoder.masks_subpixel`, `decode(..., subpixel=True)`), what the compiled grid runs;
-- high-res features in fp16: the picture's two upscaling features given in fp16, not fp32;
+- fp32 and fp16 autocast: the route's decoder as it runs today (`Sam2ImageModel.decode`);
 - shared: the no-mask dense embedding kept at batch 1, so the first layer's projections of the
-  image are computed once for the batch rather than once per point (measured at d98ca3c: nothing
-  once compiled; kept as the figure's reference);
+  image are computed once for the batch rather than once per point;
 - compiled: `torch.compile` (inductor) of the same function, then captured (fused elementwise
-  chains and norms); "autotuned" lets inductor choose its GEMM kernels too;
-- attention as math / by the memory-efficient kernel / by flash-attention: the compiled one with
-  scaled_dot_product_attention held to that backend (torch's choice on an H200 is cuDNN's).
+  chains and norms); "autotuned" lets inductor choose its GEMM kernels too.
 
-Also torch's profile (kernels by CUDA time) of the compiled batch, with and without sub-pixel. Writes
+Also torch's profile (kernels by CUDA time) of the eager fp16 batch and the compiled one. Writes
 decoder_fusion.json and decoder_fusion.md into --out.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import sys
 import time
 import traceback
@@ -48,11 +41,6 @@ from tools.bench import harness  # noqa: E402
 from tools.gpu.timing import times_ms  # noqa: E402
 
 Decoder = Callable[..., tuple[torch.Tensor, torch.Tensor]]
-# variant -> the name of its torch profile file
-PROFILED = {
-    "compiled fp16 autocast (the grid at d98ca3c)": "compiled",
-    "compiled fp16 autocast, sub-pixel (the grid now)": "compiled-subpixel",
-}
 
 
 def network() -> Any:
@@ -118,30 +106,6 @@ def reduced(fn: Decoder, dtype: torch.dtype) -> Decoder:
     return run
 
 
-def half_features(fn: Decoder) -> Decoder:
-    """`fn` given the picture's high-resolution features in fp16 (stored so once per picture)."""
-
-    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        embed, feats_0, feats_1, *rest = inputs
-        return fn(embed, feats_0.half(), feats_1.half(), *rest)
-
-    return run
-
-
-def on_sdpa(fn: Decoder, backend: str) -> Decoder:
-    """`fn` with scaled_dot_product_attention held to one backend (torch picks cuDNN's on an H200):
-    the decoder's attentions have head size 16 and 8 tokens on one side."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    chosen = getattr(SDPBackend, backend)
-
-    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with sdpa_kernel([chosen]):
-            return fn(*inputs)
-
-    return run
-
-
 def compiled(fn: Decoder, autotune: bool) -> Decoder:
     options: dict[str, str | int | bool | Callable[..., Any]] | None = (
         {"max_autotune": True, "max_autotune_gemm_backends": "ATEN,TRITON"} if autotune else None
@@ -178,7 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/gpu/fusion"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--budget", type=float, default=420.0, help="seconds: later variants are skipped past it")
-    parser.add_argument("--only", default="", help="comma-separated words: only the variants (and fp32) naming one")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     from craftai_infer.engines.cuda_graphs import GraphCache
@@ -191,31 +154,17 @@ def main(argv: list[str] | None = None) -> int:
         reference = net.decode(*inputs)
     plain = net.decode
     shared = shared_decode(net)
-    subpixel = functools.partial(plain, subpixel=True)
     variants: dict[str, Callable[[], Decoder]] = {
         "fp32": lambda: plain,
-        "fp16 autocast": lambda: reduced(plain, torch.float16),
-        "fp16 autocast, sub-pixel": lambda: reduced(subpixel, torch.float16),
-        "compiled fp16 autocast (the grid at d98ca3c)": lambda: compiled(reduced(plain, torch.float16), False),
-        "compiled fp16 autocast, sub-pixel (the grid now)": lambda: compiled(reduced(subpixel, torch.float16), False),
-        "compiled fp16, sub-pixel, high-res features in fp16": lambda: half_features(
-            compiled(reduced(subpixel, torch.float16), False)
-        ),
-        "compiled fp16, sub-pixel, attention as math": lambda: on_sdpa(
-            compiled(reduced(subpixel, torch.float16), False), "MATH"
-        ),
-        "compiled fp16, sub-pixel, attention by the memory-efficient kernel": lambda: on_sdpa(
-            compiled(reduced(subpixel, torch.float16), False), "EFFICIENT_ATTENTION"
-        ),
-        "compiled fp16, sub-pixel, attention by flash-attention": lambda: on_sdpa(
-            compiled(reduced(subpixel, torch.float16), False), "FLASH_ATTENTION"
-        ),
+        "fp32, shared": lambda: shared,
+        "fp16 autocast (the route today)": lambda: reduced(plain, torch.float16),
+        "fp16 autocast, shared": lambda: reduced(shared, torch.float16),
+        "bf16 autocast, shared": lambda: reduced(shared, torch.bfloat16),
+        "compiled fp32, shared": lambda: compiled(shared, False),
+        "compiled fp16 autocast": lambda: compiled(reduced(plain, torch.float16), False),
         "compiled fp16 autocast, shared": lambda: compiled(reduced(shared, torch.float16), False),
-        "compiled fp16, sub-pixel, autotuned": lambda: compiled(reduced(subpixel, torch.float16), True),
+        "compiled fp16 autocast, shared, autotuned": lambda: compiled(reduced(shared, torch.float16), True),
     }
-    if options.only:
-        words = [w.strip() for w in options.only.split(",") if w.strip()]
-        variants = {k: v for k, v in variants.items() if k == "fp32" or any(w in k for w in words)}
     results: dict[str, Any] = {"batch": options.batch, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
     rows = []
     for name, make in variants.items():
@@ -243,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {name} | {p['p50']:.2f} | {first_s:.1f} | {stats['logits_other_side_of_0']:.2e} | "
                 f"{stats['iou_max_abs_diff']:.2e} |"
             )
-            if name in PROFILED:
-                (options.out / f"profile-{PROFILED[name]}.txt").write_text(profile(fn, inputs))
+            if name in ("fp16 autocast (the route today)", "compiled fp16 autocast, shared"):
+                (options.out / f"profile-{name.split(' ')[0]}.txt").write_text(profile(fn, inputs))
             del graphs
         except Exception:  # one variant failing must not lose the others' figures
             results[name] = {"error": traceback.format_exc()}

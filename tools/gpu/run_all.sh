@@ -42,7 +42,7 @@ run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
 run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
 run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
 run bench 580 python3 tools/bench/run.py --out "$out/bench"
-run fusion 420 python3 tools/gpu/decoder_fusion.py --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
+run fusion 420 python3 tools/gpu/decoder_fusion.py --out "$out/fusion" --budget 300
 run speed 330 python3 tools/gpu/speed_check.py --out "$out/speed" --sections "${SPEED_SECTIONS:-inprocess,matte_grpc,u2netp_cpu,sam_grpc}"
 run sam_load 300 python3 tools/gpu/sam_throughput.py --out "$out/sam_load"
 run click 300 python3 tools/gpu/click_profile.py --out "$out/click"

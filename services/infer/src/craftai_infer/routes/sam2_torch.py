@@ -24,17 +24,13 @@ Those grid batches also run compiled by torch.compile (CRAFTAI_GPU_COMPILE, on b
 engines.compiled), in calls of GRID_BATCH points (a shorter one padded) so that one compiled
 shape serves every points_per_batch and every last, shorter batch: fused, the decoder's layer
 norms, GELUs and casts no longer each read and write the batch's [64, 4096, 256] activations
-(11.5 -> 4.2 ms a batch of 64 on an H200), and the masks' upscaling runs as matrix products on
-channels-last maps (MaskDecoder.masks_subpixel: the same weights and arithmetic, the [64, 32, 256,
-256] map never laid out in picture order). The multimask one is compiled at load; Meta's one-mask
-grid on first use.
+(11.5 -> 4.2 ms a batch of 64 on an H200). The multimask one is compiled at load; Meta's one-mask grid on first use.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -168,12 +164,8 @@ class SamTorchRunner:
                 if dtype is not None:
                     if self.compile_grid:
                         # the network's own method, compiled: torch.compile caches by code object,
-                        # and one wrapper's code around both methods answered the first one compiled;
-                        # its upscaling as matrix products (MaskDecoder.masks_subpixel), which fuse
-                        compiled = Compiled(
-                            functools.partial(fn, subpixel=True),
-                            f"the SAM grid decoder ({'one mask' if single else 'multimask'})",
-                        )
+                        # and one wrapper's code around both methods answered the first one compiled
+                        compiled = Compiled(fn, f"the SAM grid decoder ({'one mask' if single else 'multimask'})")
                         self.compiled.append(compiled)
                         fn = compiled
                     fn = _autocast(fn, self.device, dtype)

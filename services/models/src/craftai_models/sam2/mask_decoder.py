@@ -17,8 +17,6 @@ predicted IoU.
 
 from __future__ import annotations
 
-from typing import cast
-
 import torch
 from torch import nn
 
@@ -95,84 +93,28 @@ class MaskDecoder(nn.Module):
         *,
         high_res_feats_0: torch.Tensor,
         high_res_feats_1: torch.Tensor,
-        subpixel: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """All four mask tokens: masks [L, 4, 256, 256], IoU [L, 4].
 
         image_embed/high_res_feats have batch 1 (one picture for every prompt set) or L.
-        sparse: [L, Np, C]; dense: [L, C, 64, 64]; image_pe: [1, C, 64, 64]. `subpixel`: the
-        upscaling as matrix products (`masks_subpixel`), for the compiled grid batches.
+        sparse: [L, Np, C]; dense: [L, C, 64, 64]; image_pe: [1, C, 64, 64].
         """
         n = sparse.shape[0]
         tokens = torch.cat([self.output_tokens().unsqueeze(0).expand(n, -1, -1), sparse], dim=1)  # [L, 6+Np, C]
         src = image_embed + dense  # [L, C, h, w]
-        h, w = src.shape[-2:]
+        b, c, h, w = src.shape
         hs, keys = self.transformer(src, image_pe, tokens)
         iou_token_out = hs[:, 1, :]
         mask_tokens_out = hs[:, 2 : 2 + self.num_mask_tokens, :]
 
-        hyper = torch.stack(
-            [mlp(mask_tokens_out[:, i, :]) for i, mlp in enumerate(self.output_hypernetworks_mlps)], dim=1
-        )  # [L, 4, 32]
-        upscale = self.masks_subpixel if subpixel else self.masks_by_pixels
-        masks = upscale(keys, hyper, (h, w), high_res_feats_0, high_res_feats_1)
-        return masks, self.iou_prediction_head(iou_token_out)
-
-    def masks_by_pixels(
-        self,
-        keys: torch.Tensor,
-        hyper: torch.Tensor,
-        grid: tuple[int, int],
-        high_res_feats_0: torch.Tensor,
-        high_res_feats_1: torch.Tensor,
-    ) -> torch.Tensor:
-        """The paper's upscaling as its layers: keys [L, h*w, C], hyper [L, 4, 32] -> masks [L, 4, 4h, 4w]."""
-        h, w = grid
-        b, _, c = keys.shape
         deconv1, norm1, act1, deconv2, act2 = self.output_upscaling
         src = keys.transpose(1, 2).reshape(b, c, h, w)
         up = act1(norm1(deconv1(src) + high_res_feats_1))
         up = act2(deconv2(up) + high_res_feats_0)  # [L, 32, 4h, 4w]
+
+        hyper = torch.stack(
+            [mlp(mask_tokens_out[:, i, :]) for i, mlp in enumerate(self.output_hypernetworks_mlps)], dim=1
+        )  # [L, 4, 32]
         b, c, h, w = up.shape
-        masks: torch.Tensor = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
-        return masks
-
-    def masks_subpixel(
-        self,
-        keys: torch.Tensor,
-        hyper: torch.Tensor,
-        grid: tuple[int, int],
-        high_res_feats_0: torch.Tensor,
-        high_res_feats_1: torch.Tensor,
-    ) -> torch.Tensor:
-        """`masks_by_pixels`, the same weights laid out for large batches: each 2x2-stride-2 transposed
-        conv is one matrix product per image cell, the maps kept channels-last in "sub-pixel" order
-        [L, h, w, a, b, (a2, b2,) C] (output pixel (2y+a, 2x+b)), so that the layer norm reduces over
-        contiguous channels and the [L, 32, 4h, 4w] map is only ever read by the mask product; one
-        permute at the end puts the masks in picture order. Equal to `masks_by_pixels` up to float
-        rounding (tests/unit/test_sam2_subpixel.py); the automatic mask generator's compiled batches use it.
-        """
-        h, w = grid
-        b = keys.shape[0]
-        deconv1 = cast(nn.ConvTranspose2d, self.output_upscaling[0])
-        norm1 = cast(LayerNorm2d, self.output_upscaling[1])
-        deconv2 = cast(nn.ConvTranspose2d, self.output_upscaling[3])
-        act1, act2 = self.output_upscaling[2], self.output_upscaling[4]
-        c1, c2 = deconv1.out_channels, deconv2.out_channels  # 64, 32
-        # ConvTranspose2d weight [in, out, 2, 2] -> [in, (a, b, out)]
-        w1 = deconv1.weight.permute(0, 2, 3, 1).reshape(deconv1.in_channels, 4 * c1)
-        w2 = deconv2.weight.permute(0, 2, 3, 1).reshape(c1, 4 * c2)
-        feats_1 = high_res_feats_1.reshape(-1, c1, h, 2, w, 2).permute(0, 2, 4, 3, 5, 1)  # [1|L, h, w, a, b, 64]
-        feats_0 = high_res_feats_0.reshape(-1, c2, h, 2, 2, w, 2, 2).permute(0, 2, 5, 3, 6, 4, 7, 1)
-        # feats_0: [1|L, h, w, a, b, a2, b2, 32] (row 4y + 2a + a2, column 4x + 2b + b2)
-
-        bias1, bias2 = cast(torch.Tensor, deconv1.bias), cast(torch.Tensor, deconv2.bias)
-        up = (keys @ w1).reshape(b, h, w, 2, 2, c1) + bias1 + feats_1
-        mean = up.mean(-1, keepdim=True)
-        var = (up - mean).pow(2).mean(-1, keepdim=True)
-        up = act1(norm1.weight * ((up - mean) / torch.sqrt(var + norm1.eps)) + norm1.bias)
-        up = act2((up @ w2).reshape(b, h, w, 2, 2, 2, 2, c2) + bias2 + feats_0)
-        masks = up.reshape(b, -1, c2) @ hyper.transpose(1, 2)  # [L, h*w*16, 4]
-        n = hyper.shape[1]
-        pictured: torch.Tensor = masks.reshape(b, h, w, 2, 2, 2, 2, n).permute(0, 7, 1, 3, 5, 2, 4, 6)
-        return pictured.reshape(b, n, 4 * h, 4 * w)
+        masks = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
+        return masks, self.iou_prediction_head(iou_token_out)

@@ -71,35 +71,25 @@ class Sam2ImageModel(nn.Module):
         point_labels: torch.Tensor,
         mask_input: torch.Tensor,
         has_mask_input: torch.Tensor,
-        *,
-        subpixel: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Prompts -> masks f32[L,3,256,256] (logits, clamped ±32), iou_predictions f32[L,3].
 
         point_coords [L,P,2] in the 1024² frame (x, y); point_labels [L,P]: 1 fg, 0 bg, 2/3 box
         corners, -1 padding; mask_input [L,1,256,256] previous logits; has_mask_input [L] (1 uses
         mask_input, 0 the no-mask embedding). One padding point is appended to every set.
-        `subpixel`: the masks' upscaling as matrix products (MaskDecoder.masks_subpixel).
         """
         masks, iou = self.decode_tokens(
-            image_embed,
-            high_res_feats_0,
-            high_res_feats_1,
-            point_coords,
-            point_labels,
-            mask_input,
-            has_mask_input,
-            subpixel=subpixel,
+            image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input
         )
         return masks[:, 1:].clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP), iou[:, 1:]
 
-    def decode_single(self, *feeds: torch.Tensor, subpixel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_single(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`decode`'s seven inputs, in its order -> Meta's single-mask answer: masks f32[L,1,256,256]
         (clamped ±32), iou_predictions f32[L,1] (mask_decoder.single_mask_by_stability)."""
-        masks, iou = single_mask_by_stability(*self.decode_tokens(*feeds, subpixel=subpixel))
+        masks, iou = single_mask_by_stability(*self.decode_tokens(*feeds))
         return masks.clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP), iou
 
-    def decode_tokens(self, *feeds: torch.Tensor, subpixel: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    def decode_tokens(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`decode`'s seven inputs, in its order -> all four mask tokens, unclamped: masks
         [L,4,256,256], IoUs [L,4] (token 0 the single-mask answer, 1-3 the multimask ones)."""
         image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input = feeds
@@ -127,7 +117,6 @@ class Sam2ImageModel(nn.Module):
             dense,
             high_res_feats_0=high_res_feats_0,
             high_res_feats_1=high_res_feats_1,
-            subpixel=subpixel,
         )
         return masks, iou
 
