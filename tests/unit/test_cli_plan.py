@@ -18,13 +18,14 @@ def _tree(root: Path, *names: str) -> None:
 
 def test_folders_keep_their_tree_under_out_and_files_go_straight_there(tmp_path: Path) -> None:
     photos = tmp_path / "photos"
-    _tree(photos, "a.jpg", "trip/b.PNG", "trip/deeper/c.webp", "notes.txt", ".hidden/d.png", "trip/.e.png")
+    _tree(photos, "a.jpg", "trip/b.PNG", "trip/deeper/c.webp", "notes.txt", ".hidden/d.png", "trip/.e.png", "z.ppm")
     _tree(tmp_path, "single.png")
     out = tmp_path / "out"
     pictures = plan([str(photos), str(tmp_path / "single.png")], str(out), ["matte", "cutout"], {"cutout": "webp"})
     targets = {p.label: p.targets for p in pictures}
     assert list(targets) == [
         str(photos / "a.jpg"),
+        str(photos / "z.ppm"),
         str(photos / "trip/b.PNG"),
         str(photos / "trip/deeper/c.webp"),
         str(tmp_path / "single.png"),

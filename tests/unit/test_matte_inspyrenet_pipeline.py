@@ -28,6 +28,7 @@ from craftai_infer.pipelines.matte_spec import OutputsSpec
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
+from tests.support.refinement import refined_one_tile_at_a_time
 
 
 def cutout(picture: np.ndarray, matte: np.ndarray) -> np.ndarray:
@@ -154,22 +155,6 @@ def test_tiled_refinement_equals_filtering_the_whole_picture() -> None:
     assert float((whole - alpha)[~selected].abs().max()) < 0.02
 
 
-def _refined_one_tile_at_a_time(
-    rgb: torch.Tensor, alpha: torch.Tensor, r: int, settings: MatteSettings
-) -> torch.Tensor:
-    """The refinement as it was written first: one guided-filter call per edge tile."""
-    _, _, h, w = alpha.shape
-    margin = 2 * r
-    out = alpha.clone()
-    for y0, x0 in edge_tiles(alpha, settings.tile, margin, settings.edge_margin):
-        y1, x1 = min(y0 + settings.tile, h), min(x0 + settings.tile, w)
-        ya, xa, yb, xb = max(y0 - margin, 0), max(x0 - margin, 0), min(y1 + margin, h), min(x1 + margin, w)
-        guide = rgb[ya:yb, xa:xb].permute(2, 0, 1).unsqueeze(0).float() / 255.0
-        q = guided_filter(guide, alpha[:, :, ya:yb, xa:xb], r, settings.eps)
-        out[:, :, y0:y1, x0:x1] = q[:, :, y0 - ya : y1 - ya, x0 - xa : x1 - xa].clamp(0.0, 1.0)
-    return out
-
-
 @pytest.mark.parametrize("per_call", [1, 3, 32])
 def test_tiles_filtered_in_batches_answer_what_each_tile_answers_alone(
     monkeypatch: pytest.MonkeyPatch, per_call: int
@@ -187,7 +172,7 @@ def test_tiles_filtered_in_batches_answer_what_each_tile_answers_alone(
     tiles = edge_tiles(alpha, 64, 2 * r, settings.edge_margin)
     assert len(tiles) > 12
     batched = pipeline.refine_edges(rgb, alpha, r, settings)
-    alone = _refined_one_tile_at_a_time(rgb, alpha, r, settings)
+    alone = refined_one_tile_at_a_time(rgb, alpha, r, settings)
     assert float((alone - alpha).abs().max()) > 0.05  # the filter changed the tiles
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-6)
 

@@ -136,7 +136,7 @@ def cmd_setup(options: argparse.Namespace) -> int:
     return 0
 
 
-PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp")
+PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".ppm", ".pgm")
 STDIO = "-"
 FORMAT_OF_SUFFIX: dict[str, calls.FormatName] = {".png": "png", ".webp": "webp", ".jpg": "jpeg", ".jpeg": "jpeg"}
 # The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
@@ -679,7 +679,7 @@ def parser() -> argparse.ArgumentParser:
         "and - (standard input). Pictures whose outputs exist are skipped unless --overwrite; a failed picture "
         "never stops the others, and the exit code is 1 when any failed.",
     )
-    s.add_argument("inputs", nargs="+", metavar="IN", help="PNG, JPEG or WebP pictures, folders of them, or -")
+    s.add_argument("inputs", nargs="+", metavar="IN", help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -")
     s.add_argument(
         "-o",
         "--output",

@@ -58,7 +58,7 @@ PICTURE_BODY = {
         "multipart/form-data": {
             "schema": {
                 "type": "object",
-                "properties": {"picture": {"type": "string", "format": "binary", "description": "PNG, JPEG or WebP"}},
+                "properties": {"picture": {"type": "string", "format": "binary", "description": "PNG, JPEG, WebP or binary PPM"}},
                 "required": ["picture"],
             }
         },
@@ -76,7 +76,7 @@ MATTE_BODY = {
             "schema": {
                 "type": "object",
                 "properties": {
-                    "picture": {"type": "string", "format": "binary", "description": "PNG, JPEG or WebP"},
+                    "picture": {"type": "string", "format": "binary", "description": "PNG, JPEG, WebP or binary PPM"},
                     "background": {"type": "string", "format": "binary", "description": "the composite's"},
                 },
                 "required": ["picture"],
