@@ -251,3 +251,32 @@ def test_what_is_not_a_picture_is_refused_before_sending(given: str, words: str)
     }
     with pytest.raises((ValueError, TypeError), match=re.escape(words)):
         read_picture(pictures[given])
+
+
+def test_a_pillow_image_is_sent_as_the_pixels_it_means() -> None:
+    """As its file would be read: a palette's colours, CMYK converted, 16-bit greys scaled (not clipped)."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from craftai.pictures import read_picture
+    from craftai_infer import pictures
+
+    limits = pictures.Limits(max_pixels=1_000_000, max_side=1000)
+    rgb = Image.fromarray(np.random.default_rng(3).integers(0, 256, (9, 14, 3), dtype=np.uint8))
+    assert read_picture(rgb).startswith(b"P6\n14 9\n255\n")
+
+    def as_file(image: Image.Image) -> np.ndarray:
+        out = io.BytesIO()
+        image.save(out, format="PNG")
+        return pictures.decode(out.getvalue(), limits)
+
+    palette = rgb.quantize(16)  # mode P: its array alone would be palette indices
+    np.testing.assert_array_equal(pictures.decode(read_picture(palette), limits), as_file(palette))
+    cmyk = rgb.convert("CMYK")  # four channels that are not RGBA
+    np.testing.assert_array_equal(pictures.decode(read_picture(cmyk), limits), np.asarray(cmyk.convert("RGB")))
+    with_alpha = rgb.convert("LA")
+    np.testing.assert_array_equal(pictures.decode(read_picture(with_alpha), limits), as_file(with_alpha))
+    deep = Image.fromarray(np.full((4, 5), 40000, np.uint16))  # 16-bit grey: 40000 / 257 = 155.6
+    np.testing.assert_array_equal(pictures.decode(read_picture(deep), limits), np.full((4, 5, 3), 156, np.uint8))

@@ -679,7 +679,9 @@ def parser() -> argparse.ArgumentParser:
         "and - (standard input). Pictures whose outputs exist are skipped unless --overwrite; a failed picture "
         "never stops the others, and the exit code is 1 when any failed.",
     )
-    s.add_argument("inputs", nargs="+", metavar="IN", help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -")
+    s.add_argument(
+        "inputs", nargs="+", metavar="IN", help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -"
+    )
     s.add_argument(
         "-o",
         "--output",

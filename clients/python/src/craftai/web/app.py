@@ -58,7 +58,9 @@ PICTURE_BODY = {
         "multipart/form-data": {
             "schema": {
                 "type": "object",
-                "properties": {"picture": {"type": "string", "format": "binary", "description": "PNG, JPEG, WebP or binary PPM"}},
+                "properties": {
+                    "picture": {"type": "string", "format": "binary", "description": "PNG, JPEG, WebP or binary PPM"}
+                },
                 "required": ["picture"],
             }
         },
