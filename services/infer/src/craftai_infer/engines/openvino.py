@@ -2,8 +2,9 @@
 
 OpenVINO reads the ONNX file as published (no conversion step, no prepared folder) and on a small
 CPU runs u2netp faster than onnxruntime (docs/PERFORMANCE.md, issue 19). It is optional: the
-package comes with `craftai-infer[openvino]`, is imported only when a route of this engine is
-built, and a service without it says what to install.
+package comes with `craftai-infer[openvino]`; this module (and so the package) is imported only
+when a route of this engine is first built, and where it is missing the route list answers
+ENGINE_NOT_INSTALLED naming the extra to install (routes/registry.py), as for every engine.
 
 Precision is f32, asked for explicitly: the CPU plugin's default on CPUs with bf16 moved u2netp's
 matte by up to 165/255; in f32 it stays within 1/255 of onnxruntime's (not byte-identical: only
@@ -16,12 +17,10 @@ from __future__ import annotations
 import queue
 from collections.abc import Mapping
 from pathlib import Path
-from types import ModuleType
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
-
-from craftai_common.errors import Reason, failed_precondition
+import openvino as ov
 
 # LATENCY: one stream whose threads take every core (or CRAFTAI_CPU_THREADS). Measured on the quiet
 # 2-core machine (docs/PERFORMANCE.md, issue 19): THROUGHPUT's two one-thread streams ran one caller at
@@ -32,21 +31,6 @@ PERFORMANCE_HINT = "LATENCY"
 # overlap the first's network, which the one stream runs one at a time.
 REQUESTS = 2
 INFERENCE_PRECISION = "f32"
-
-
-def import_openvino() -> ModuleType:
-    """The `openvino` package, or an answer in plain words saying how to install it."""
-    try:
-        import openvino
-    except ImportError as exc:
-        raise failed_precondition(
-            Reason.ENGINE_NOT_INSTALLED,
-            f"the openvino engine needs the OpenVINO runtime, which this infer service cannot import ({exc}); "
-            "install it beside the service with: pip install 'craftai-infer[openvino]' "
-            "(or use the default engine, onnxruntime)",
-            engine="openvino",
-        ) from exc
-    return cast(ModuleType, openvino)
 
 
 def compile_config(cpu_threads: int = 0) -> dict[str, str]:
@@ -65,7 +49,6 @@ class OpenvinoModel:
     device = "cpu"
 
     def __init__(self, path: Path, cpu_threads: int = 0) -> None:
-        ov = import_openvino()
         self.compiled: Any = ov.Core().compile_model(str(path), "CPU", compile_config(cpu_threads))
         self.input_names = [i.get_any_name() for i in self.compiled.inputs]
         self.output_names = [o.get_any_name() for o in self.compiled.outputs]

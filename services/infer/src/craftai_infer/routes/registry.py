@@ -51,7 +51,8 @@ class LazyRoute:
             raise failed_precondition(
                 Reason.ENGINE_NOT_INSTALLED,
                 f"this route ({self.engine} engine) needs {package}, which this infer service cannot import "
-                f"({exc}); install it beside the service with: pip install 'craftai-infer[{EXTRAS[package]}]'",
+                f"({exc}); install it beside the service with: pip install 'craftai-infer[{EXTRAS[package]}]' "
+                "(or ask for another of the recipe's engines: GetRuntime lists those this service runs)",
                 engine=self.engine,
             ) from exc
         return found
