@@ -3,8 +3,8 @@
 Only still PNG, JPEG and WebP pictures are accepted (an animated PNG or WebP is refused: send one
 frame; a GIF is not one of the formats), and uncompressed pixels as a binary PPM or PGM (Netpbm
 P6 RGB or P5 grey: a few bytes of header, then the rows; what the SDK sends for an array, where a
-PNG's decode would cost more than its bytes save on a fast link). The declared size is checked against the limits before
-any pixel is decoded, so a decompression bomb costs nothing. EXIF orientation is applied, as
+PNG's decode would cost more than its bytes save on a fast link). The declared size is checked
+against the limits before any pixel is decoded, so a decompression bomb costs nothing. EXIF orientation is applied, as
 apps show the picture that way. Every route gets 8-bit pictures: 16-bit greys are scaled
 (v / 257, as picture_convert does) rather than clipped; CMYK JPEGs are converted by the pipelines
 with Pillow's conversion (no colour management). Whatever a damaged file makes the decoder raise,

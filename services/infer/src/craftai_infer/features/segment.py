@@ -41,8 +41,9 @@ from craftai_wire.v1 import infer_pb2
 FEATURE = "image.segment"
 OPEN_STAGES = ("decode", "encode")
 EVERYTHING_STAGES = ("model", "select", "masks")
-# Grid batches queued on the model's worker at once: with one, the worker waited ~1 ms per batch for
-# the event loop to hand it the next (16 batches at Meta's defaults; docs/PERFORMANCE.md).
+# Grid batches queued on the model's worker at once, so that the worker never waits for the event
+# loop to hand it the next: on a busy server that hop waits behind the loop's other work (on an idle
+# H200 it was within the run-to-run noise: docs/PERFORMANCE.md).
 GRID_AHEAD = 2
 
 
