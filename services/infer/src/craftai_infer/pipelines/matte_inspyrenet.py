@@ -104,9 +104,12 @@ def edge_tiles(alpha: Tensor, tile: int, margin: int, edge_margin: float) -> lis
     return [(int(r) * tile, int(c) * tile) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
 
 
-# Edge tiles filtered in one guided-filter call: its float64 running sums take ~60 MB a 256² tile
-# (with its margin), so a call's memory stays ~2 GB on a GPU and ~250 MB on a CPU.
-TILES_PER_CALL = {"cuda": 32, "cpu": 4}
+# Edge tiles filtered in one guided-filter call. On a GPU the batch saves launches (130 tiles at
+# 4000x3000: 309 -> 112 ms for the pipeline on an H200); its float64 running sums take ~60 MB a 256²
+# tile with its margin, ~2 GB a call. On a CPU one tile at a time is the fastest: 4 or 8 a call
+# took 4.1-4.6 s for 60 tiles against 1.1-1.5 s alone on the 2-core machine (the batch's sums
+# outgrow the caches); docs/PERFORMANCE.md.
+TILES_PER_CALL = {"cuda": 32, "cpu": 1}
 
 
 @dataclass(frozen=True)
