@@ -91,6 +91,22 @@ def test_remove_background_answers_the_services_own_bytes(
     assert Image.open(io.BytesIO(result.cutout_png)).mode == "RGBA"
 
 
+def test_an_array_or_a_pillow_image_answers_what_its_file_answers(
+    matte_ai: Any, matte_server: servers.Process, photos: dict[str, Path]
+) -> None:
+    """Both clients send pixels as the server reads them (craftai.pictures): the same matte, byte for
+    byte, as the file's; a background picture given as an array too."""
+    image = Image.open(photos["chelsea.png"]).convert("RGB")
+    raw = _raw_matte(matte_server.address, photos["chelsea.png"].read_bytes())
+    for picture in (np.asarray(image), image):
+        result = matte_ai.remove_background(picture, recipe="u2netp")
+        assert result.matte_png == raw.matte.data, type(picture)
+    behind = np.zeros((30, 40, 3), np.uint8)
+    behind[:, :, 2] = 255
+    blue = matte_ai.remove_background(image, recipe="u2netp", outputs="composite", bg_image=behind)
+    assert blue.composite is not None and blue.composite.data.startswith(b"\x89PNG")
+
+
 @pytest.mark.parametrize(
     ("arguments", "code", "reason"),
     [
