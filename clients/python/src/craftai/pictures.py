@@ -2,12 +2,13 @@
 
 A file's bytes or its path are sent as they are (PNG, JPEG or WebP: the server decodes them). An
 array of pixels, as an app holding decoded frames has them (numpy, anything with the array
-interface, or a Pillow image), is sent uncompressed as a binary PPM (RGB) or PGM (grey): a dozen bytes of header,
-then the rows, which the server reads without a decoder. Compressing pixels only to have them
-decompressed on the other side costs more than the bytes it saves on loopback or a fast network
-(a 1024x768 photo: Pillow's PNG at its default level ~280 ms to write and ~20-40 ms to read, against
-~1 ms each way for its 2.4 MB of PPM; docs/PERFORMANCE.md). An RGBA array goes as a PNG at
-zlib level 1 (PPM has no alpha), which needs Pillow (`pip install craftai[arrays]`).
+interface, or a Pillow image), is sent uncompressed as a binary PPM (RGB) or PGM (grey): a dozen
+bytes of header, then the rows, which the server reads without a decoder. Compressing pixels only
+to have them decompressed on the other side costs more than the bytes it saves on loopback or a
+fast network (a 1024x768 photo: Pillow's PNG at its default level ~225 ms to write and ~22 ms to
+read, against ~0.3 and ~0.2 ms for its 2.4 MB of PPM; tools/bench/picture_input.py,
+docs/PERFORMANCE.md). An RGBA array goes as a PNG at zlib level 1 (PPM has no alpha), which needs
+Pillow (`pip install craftai[arrays]`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,9 @@ def read_picture(picture: Picture) -> bytes:
         return _pillow_image(picture)
     if hasattr(picture, "__array_interface__"):
         return from_array(picture)
-    raise TypeError(f"a picture is a file's bytes, its path or an array of pixels, not {type(picture).__name__}")
+    raise TypeError(
+        f"a picture is a file's bytes, its path, an array of pixels or a Pillow image, not {type(picture).__name__}"
+    )
 
 
 def from_array(pixels: Any) -> bytes:
