@@ -130,10 +130,15 @@ def _compare(found: EverythingOutput, theirs: list[dict[str, Any]]) -> tuple[int
     return matched, worst, score_diff
 
 
+@pytest.mark.parametrize("engine", ["onnxruntime", "torch"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_segment_everything_finds_the_masks_meta_finds(case: str, ours: Any, meta: Any) -> None:
+def test_segment_everything_finds_the_masks_meta_finds(case: str, engine: str, request: Any, meta: Any) -> None:
+    """Both routes; the torch route's multimask grid runs in two steps (the masks' upscaling only
+    for the points with a mask above pred_iou_thresh: routes/sam2_torch.py)."""
     parameters = CASES[case]
-    found = ours.segment_everything(**parameters)
+    session = request.getfixturevalue("ours" if engine == "onnxruntime" else "ours_torch")
+    found = session.segment_everything(**parameters)
+    assert found.engine == engine
     theirs = meta(**parameters)
     if case == "meta-defaults":
         assert found.masks == [] and theirs == []

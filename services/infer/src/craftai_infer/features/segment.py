@@ -8,9 +8,10 @@ prompt:     the call's prompts (one object or several) and output options checke
             (craftai_infer.masks: 1-bit PNG, RLE, polygons; box and area)
 once:       open and prompt in one call, keeping nothing
 everything: the automatic mask generator on a session (craftai_infer.pipelines.mask_generator):
-            the grid's points through GRID a batch at a time, GRID_AHEAD of them queued on the
-            model's worker so that the next starts as one ends (progress after each; a cancelled
-            call stops within GRID_AHEAD batches), box NMS, the masks written (RLE unless asked)
+            the grid's points through GRID a batch at a time, the route's `grid_ahead` of them
+            queued so that the model's worker never waits for the event loop (a route that batches
+            GRID takes those waiting in one call; progress after each batch; a cancelled call
+            stops within `grid_ahead` batches), box NMS, the masks written (RLE unless asked)
 """
 
 from __future__ import annotations
@@ -41,10 +42,6 @@ from craftai_wire.v1 import infer_pb2
 FEATURE = "image.segment"
 OPEN_STAGES = ("decode", "encode")
 EVERYTHING_STAGES = ("model", "select", "masks")
-# Grid batches queued on the model's worker at once, so that the worker never waits for the event
-# loop to hand it the next: on a busy server that hop waits behind the loop's other work (on an idle
-# H200 it was within the run-to-run noise: docs/PERFORMANCE.md).
-GRID_AHEAD = 2
 
 
 def _prompt_of(request: infer_pb2.SegmentRequest | infer_pb2.SegmentOnceRequest) -> infer_pb2.Prompt | None:
@@ -178,8 +175,10 @@ class SegmentFeature:
         settings: mask_generator.Everything,
         run: runs.Run,
     ) -> list[Candidates]:
-        """Each chunk of the grid through GRID, in order, GRID_AHEAD queued at once; progress after
-        each. A cancelled or failed call cancels the chunks not started (one already running ends)."""
+        """Each chunk of the grid through GRID, in order, the route's `grid_ahead` queued at once;
+        progress after each. A cancelled or failed call cancels the chunks not started (those of a
+        call already running end)."""
+        ahead = loaded.route.capabilities.grid_ahead
         total = sum(len(chunk) for chunk in chunks)
         found: list[Candidates] = []
         queued: deque[tuple[int, asyncio.Future[Candidates]]] = deque()
@@ -188,7 +187,7 @@ class SegmentFeature:
             for k, chunk in enumerate(chunks):
                 grid = GridRequest(session.embedding, chunk, settings)
                 queued.append((len(chunk), asyncio.ensure_future(loaded.submit(GRID, grid, run.notices))))
-                while queued and (len(queued) >= GRID_AHEAD or k == len(chunks) - 1):
+                while queued and (len(queued) >= ahead or k == len(chunks) - 1):
                     size, answer = queued.popleft()
                     found.append(await answer)
                     done += size

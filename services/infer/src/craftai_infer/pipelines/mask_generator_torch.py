@@ -5,6 +5,8 @@ decoder's outputs are: the masks that pass the IoU filter are upscaled to the pi
 chunk at a time (at most `CHUNK_BYTES` of float logits), their stability scores, thresholds,
 Meta's boxes and the positions where each column-major mask changes value are computed there, and
 only those positions and a few numbers per mask come back to the host, where they become RLE counts.
+`kept_candidates` starts after the IoU filter: for a route that makes only the masks that pass it
+(routes/sam2_torch.py, the grid in two steps).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from craftai_infer.pipelines.mask_cleanup import clean_logits
 from craftai_infer.pipelines.mask_formats import counts_from_changes
 from craftai_infer.pipelines.mask_generator import (
     F32,
+    I64,
     Candidates,
     Everything,
     iou_kept,
@@ -34,13 +37,36 @@ def batch_candidates(
     """Decoder outputs [N, C, 256, 256] and [N, C] on the device for N points -> the masks kept."""
     n, c = ious.shape
     scores = ious.reshape(n * c).float().cpu().numpy()
-    origins = np.repeat(np.asarray(points, np.float32), c, axis=0)
     kept = iou_kept(scores, settings)
     if kept.size == 0:
         return Candidates()
     logits = low_res.reshape(n * c, *low_res.shape[-2:]).index_select(0, torch.from_numpy(kept).to(low_res.device))
+    return kept_candidates(
+        logits,
+        kept,
+        scores,
+        np.repeat(np.asarray(points, np.float32), c, axis=0),
+        height=height,
+        width=width,
+        settings=settings,
+    )
+
+
+def kept_candidates(
+    logits: torch.Tensor,
+    kept: I64,
+    scores: F32,
+    origins: F32,
+    *,
+    height: int,
+    width: int,
+    settings: Everything,
+) -> Candidates:
+    """The masks that passed the IoU filter -> those that also pass the stability filter, as
+    candidates: `logits` [K, 256, 256] on the device are the masks `kept` [K] (indices into the
+    batch's masks, Meta's order), `scores` and `origins` the batch's IoUs and points, one per mask."""
     if settings.cleanup.active:  # 256² per mask: a round trip through the host costs little
-        logits = torch.from_numpy(clean_logits(logits.float().cpu().numpy(), settings.cleanup)).to(low_res.device)
+        logits = torch.from_numpy(clean_logits(logits.float().cpu().numpy(), settings.cleanup)).to(logits.device)
     t, offset = settings.mask_threshold, settings.stability_score_offset
     chunk = max(1, CHUNK_BYTES // (4 * height * width))
     parts: list[Candidates] = []

@@ -93,12 +93,15 @@ class Capabilities:
     calls (1 for a GPU model, which runs one batch at a time); and what the feature may ask of it:
     `single_mask_like_meta`, a segment route that answers Meta's single-mask output (token 0);
     `pinned_pictures`, a route on a GPU that wants its pictures decoded into page-locked memory
-    (craftai_infer.engines.staging: the copy is made on the CPU pool, not by the model worker)."""
+    (craftai_infer.engines.staging: the copy is made on the CPU pool, not by the model worker);
+    `grid_ahead`, how many of the automatic mask generator's batches the feature queues at once (a
+    route that batches GRID takes those that wait in one call)."""
 
     batched: frozenset[Operation[Any, Any, Any]] = frozenset()
     concurrent_runs: int = 1
     single_mask_like_meta: bool = False
     pinned_pictures: bool = False
+    grid_ahead: int = 2
 
 
 class Route(Protocol):

@@ -2,7 +2,8 @@
 weights from the prepared folder, the same answers as the onnxruntime route with everything
 after decoding on the device (craftai_infer.pipelines.segment_sam_torch).
 
-The picture is decoded on the CPU and copied once to the device; embeddings stay on the device,
+The picture is decoded on the CPU and copied once to the device (a JPEG is decoded on the GPU
+itself: engines.nvjpeg); embeddings stay on the device,
 where a session keeps them. On a GPU the encoder (per batch size) and the decoder (per batch size
 and number of prompt points) replay CUDA graphs captured at load for the common shapes; a decoder
 batch is padded to the next power of two there (prompts of a batch never see each other), so that
@@ -25,6 +26,12 @@ engines.compiled), in calls of GRID_BATCH points (a shorter one padded) so that 
 shape serves every points_per_batch and every last, shorter batch: fused, the decoder's layer
 norms, GELUs and casts no longer each read and write the batch's [64, 4096, 256] activations
 (11.5 -> 4.2 ms a batch of 64 on an H200). The multimask one is compiled at load; Meta's one-mask grid on first use.
+
+The multimask grid runs in two steps (`grid_batches`): the transformer and the IoU head for every
+point, then the masks' upscaling for the points with a mask above pred_iou_thresh alone (3.2 of a
+batch's 4.2 ms is the first step on an H200). The route batches GRID: the batches that waited for
+the worker come in one call, their first steps run back to back (GRID_WINDOW of them before one
+read-back of their IoUs) and the kept points of one picture are upscaled together.
 """
 
 from __future__ import annotations
@@ -32,8 +39,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +52,7 @@ from craftai_infer.engines.compiled import Compiled
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines import mask_generator_torch
+from craftai_infer.pipelines import mask_generator, mask_generator_torch
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
 from craftai_infer.pipelines.segment_sam import (
@@ -60,6 +67,7 @@ from craftai_infer.pipelines.segment_sam_torch import answer, network_input
 from craftai_infer.routes import (
     DECODE,
     ENCODE,
+    GRID,
     Capabilities,
     DecodeRequest,
     GridRequest,
@@ -68,6 +76,7 @@ from craftai_infer.routes import (
     Step,
 )
 from craftai_models.sam2.contract import LOW_RES, WEIGHTS
+from craftai_models.sam2.mask_decoder import NUM_MULTIMASK_OUTPUTS as NUM_MULTIMASK
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
 DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
@@ -79,6 +88,10 @@ PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The compiled grid decoder's one batch size: a grid batch is decoded in calls of this many points
 # (a shorter one padded), so that no other shape is ever compiled (Meta's default points_per_batch).
 GRID_BATCH = 64
+# The grid's `attend` calls launched before one read-back of their IoUs: the device runs them back
+# to back rather than waiting for the host after each; each holds its cells until then (64 points:
+# 134 MB in fp16).
+GRID_WINDOW = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -118,7 +131,7 @@ def load_network(weights: Path, device: str) -> Sam2ImageModel:
     return net.to(device).eval()
 
 
-DecoderFn = Callable[..., tuple[torch.Tensor, torch.Tensor]]
+NetworkFn = Callable[..., Sequence[torch.Tensor]]
 
 
 class SamTorchRunner:
@@ -127,7 +140,8 @@ class SamTorchRunner:
 
     On a CUDA device the encoder and the decoder run as CUDA graphs unless `graphs` is False;
     `warm_up()` captures the common shapes at load. `compile_grid`: the grid's reduced-precision
-    decoder batches through torch.compile (CUDA with `grid_autocast` only).
+    decoder batches through torch.compile (CUDA with `grid_autocast` only), in calls of GRID_BATCH
+    points; `grid_call`: calls of that many points uncompiled (default: a batch in one call).
     """
 
     def __init__(
@@ -139,39 +153,53 @@ class SamTorchRunner:
         grid_autocast: torch.dtype | None = None,
         graphs: bool = True,
         compile_grid: bool = False,
+        grid_call: int | None = None,
     ) -> None:
         self.net = net
         self.device = torch.device(device)
         self.encoder_autocast = encoder_autocast
         self.grid_autocast = grid_autocast if self.device.type == "cuda" else None
         self.compile_grid = compile_grid and self.grid_autocast is not None
+        # points a grid call decodes at once (the last call padded): one compiled shape when compiled
+        self.grid_call = GRID_BATCH if self.compile_grid else grid_call
         self.compiled: list[Compiled] = []  # the grid's compiled decoders (each says if it fell back)
         self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
         # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the grid's batches in
         # `grid_autocast` have their own; without it they share the prompts' fp32 ones.
-        self._decoders: dict[tuple[bool, bool], tuple[DecoderFn, GraphCache | None]] = {}
+        # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the prompts' fp32 ones,
+        # and the one-mask grid's in `grid_autocast` where set (without, it shares the prompts').
+        self._decoders: dict[tuple[bool, bool], _Network] = {}
+        # The multimask grid in two steps (`grid`), in `grid_autocast` where set.
+        self._attend: _Network
+        self._predict_masks: _Network
         on_graphs = graphs and self.device.type == "cuda"
         if on_graphs:
             # one graph per batch size up to the default max_batch (8): none evicted and recaptured under load
             self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=8)
-        kinds: list[tuple[bool, torch.dtype | None]] = [(False, None)]
+
+        def network(fn: Callable[..., Any], name: str, capacity: int, *, reduced: bool, keep: int = 0) -> _Network:
+            """`fn` as the route runs it: in the grid's autocast when `reduced` (its outputs in fp32
+            but for the first `keep`, which the next step reads), compiled where asked, replayed
+            as CUDA graphs on a GPU."""
+            if reduced and self.grid_autocast is not None:
+                if self.compile_grid:
+                    # the network's own method, compiled: torch.compile caches by code object, and
+                    # one wrapper's code around several methods answered the first one compiled
+                    compiled = Compiled(fn, name)
+                    self.compiled.append(compiled)
+                    fn = compiled
+                run = _autocast(fn, self.device, self.grid_autocast, keep=keep)
+            else:
+                run = _as_tuple(fn)
+            return _Network(run, GraphCache(run, self.device, capacity=capacity) if on_graphs else None)
+
+        self._decoders[False, False] = network(net.decode, "the SAM decoder", 32, reduced=False)
+        self._decoders[True, False] = network(net.decode_single, "the SAM decoder (one mask)", 16, reduced=False)
         if self.grid_autocast is not None:
-            kinds.append((True, self.grid_autocast))
-        for single in (False, True):
-            for reduced, dtype in kinds:
-                fn: DecoderFn = net.decode_single if single else net.decode
-                if dtype is not None:
-                    if self.compile_grid:
-                        # the network's own method, compiled: torch.compile caches by code object,
-                        # and one wrapper's code around both methods answered the first one compiled
-                        compiled = Compiled(fn, f"the SAM grid decoder ({'one mask' if single else 'multimask'})")
-                        self.compiled.append(compiled)
-                        fn = compiled
-                    fn = _autocast(fn, self.device, dtype)
-                capacity = 16 if single or reduced else 32
-                cache = GraphCache(fn, self.device, capacity=capacity) if on_graphs else None
-                self._decoders[single, reduced] = (fn, cache)
+            self._decoders[True, True] = network(net.decode_single, "the SAM grid decoder (one mask)", 16, reduced=True)
+        self._attend = network(net.attend, "the SAM grid decoder's transformer", 16, reduced=True, keep=2)
+        self._predict_masks = network(net.predict_masks, "the SAM grid's masks", 16, reduced=True)
 
     def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         autocast = (
@@ -194,9 +222,11 @@ class SamTorchRunner:
         for points in (1, 2, 3, 4):
             say(f"capturing the decoder for {points} point(s)")
             self.decode(embedding, SamPrompt(points=[(8.0, 8.0)] * points, labels=[1] * points))
-        if self.compile_grid:
+        if self.compile_grid:  # both steps of the multimask grid: every mask passes these thresholds
             say("compiling the automatic mask generator's decoder (the first load on a machine: about a minute)")
-            self.grid(embedding, np.full((1, 2), 8.0, np.float32), Everything())
+            self.grid(
+                embedding, np.full((1, 2), 8.0, np.float32), Everything(pred_iou_thresh=0.0, stability_score_thresh=0.0)
+            )
 
     def preprocess(self, picture: npt.NDArray[Any]) -> torch.Tensor:
         """RGB uint8 HxWx3 -> [1, 3, 1024, 1024] normalised, on the device (one host-to-device copy)."""
@@ -277,12 +307,8 @@ class SamTorchRunner:
                 stacked([e.high_res_feats_1 for e in embeddings]),
                 *prompt_feeds,
             ]
-            fn, graphs = self._decoders[single, grid and self.grid_autocast is not None]
-            if graphs is not None:
-                key = (size, inputs[3].shape[1], shared and size > 1)
-                masks, ious = graphs.run(key, inputs)
-            else:
-                masks, ious = fn(*inputs)
+            decoder = self._decoders[single, grid and self.grid_autocast is not None]
+            masks, ious = decoder.run((size, inputs[3].shape[1], shared and size > 1), inputs)
         return masks, ious
 
     def decode_raw(self, embedding: TorchSamEmbedding, prompt: SamPrompt) -> tuple[torch.Tensor, torch.Tensor]:
@@ -322,51 +348,216 @@ class SamTorchRunner:
         return [answers[i] for i in range(len(items))]
 
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
-        """One batch of the automatic mask generator: its points in one decoder call (in calls of
-        GRID_BATCH when compiled, so that no other shape is ever compiled), the filters on the
-        device; Meta's single mask per point (`decode_single`) when multimask_output is false."""
-        e = embedding.to(self.device)
-        single = not settings.multimask_output
-        step = GRID_BATCH if self.compile_grid else len(points)
-        chunks = [points[i : i + step] for i in range(0, len(points), step)]
-        with torch.inference_mode():
-            if len(chunks) == 1:
-                masks, ious = self._grid_decode(e, points, single)
-            else:  # each call's outputs are its graph's own, overwritten by the next replay: copied
-                decoded = [tuple(t.clone() for t in self._grid_decode(e, c, single)) for c in chunks]
-                masks, ious = torch.cat([m for m, _ in decoded]), torch.cat([i for _, i in decoded])
-            return mask_generator_torch.batch_candidates(
-                masks, ious, points, e.picture_height, e.picture_width, settings=settings
-            )
+        """One batch of the automatic mask generator (`grid_batches` of one)."""
+        return self.grid_batches([(embedding, points, settings)])[0]
 
-    def _grid_decode(
-        self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], single: bool
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The grid's decoder on `points` (one picture, no mask input): logits [N, C, 256, 256] and
-        IoUs [N, C] on the device, C = 3 (or 1 when `single`); the batch padded with copies of the
-        last point, their answers dropped."""
+    def grid_batches(
+        self, batches: Sequence[tuple[TorchSamEmbedding, npt.NDArray[np.float32], Everything]]
+    ) -> list[Candidates]:
+        """Batches of the automatic mask generator (one picture each, any pictures), their filters
+        on the device. Meta's three masks a point in two steps: the transformer and the IoU head
+        for every point (`attend`; GRID_WINDOW calls launched before one read-back of their IoUs,
+        so the device does not wait for the host between batches), then the masks' upscaling only
+        for the points with a mask above pred_iou_thresh (`predict_masks`, the points of one
+        picture gathered across batches; where few pass, most of the decoder's upscaling is never
+        done). Meta's single mask a point (`decode_single`) when multimask_output is false: its
+        choice needs token 0's mask, so every point's masks are made. Compiled, in calls of
+        GRID_BATCH points, so that no other shape is ever compiled."""
+        answers: dict[int, Candidates] = {}
+        two_steps: list[_GridBatch] = []
+        with torch.inference_mode():
+            for i, (embedding, points, settings) in enumerate(batches):
+                e = embedding.to(self.device)
+                if settings.multimask_output:
+                    two_steps.append(_GridBatch(i, e, points, settings))
+                else:
+                    answers[i] = self._grid_one_mask(e, points, settings)
+            if two_steps:
+                self._attend_all(two_steps)
+                self._predict_kept_masks(two_steps)
+                for b in two_steps:
+                    answers[b.index] = b.candidates()
+        return [answers[i] for i in range(len(batches))]
+
+    def _grid_step(self, n: int) -> int:
+        return self.grid_call or n
+
+    def _attend_all(self, batches: Sequence[_GridBatch]) -> None:
+        """`attend` on every point of `batches`, GRID_WINDOW calls at a time, then one read-back of
+        their IoUs; the cells and 32-vectors of the points with a mask above the threshold kept
+        (copies: a graph's outputs are overwritten by its next replay)."""
+        calls = [(b, start) for b in batches for start in range(0, len(b.points), self._grid_step(len(b.points)))]
+        copied = self._attend.graphs is not None
+        for w in range(0, len(calls), GRID_WINDOW):
+            window = calls[w : w + GRID_WINDOW]
+            attended = []
+            for b, start in window:
+                outputs = self._grid_attend(b.e, b.points[start : start + self._grid_step(len(b.points))])
+                attended.append(tuple(t.clone() for t in outputs) if copied and len(window) > 1 else outputs)
+            scores = torch.cat([ious.reshape(-1) for _, _, ious in attended]).float().cpu().numpy()
+            offsets = np.cumsum([0] + [ious.numel() for _, _, ious in attended])
+            for k, ((b, start), (cells, hyper, _)) in enumerate(zip(window, attended, strict=True)):
+                b.take(start, scores[offsets[k] : offsets[k + 1]], cells, hyper)
+
+    def _predict_kept_masks(self, batches: Sequence[_GridBatch]) -> None:
+        """`predict_masks` on the kept points, those of one picture in the same calls."""
+        by_picture: dict[int, list[_GridBatch]] = defaultdict(list)
+        for b in batches:
+            if b.cells:
+                by_picture[id(b.e)].append(b)
+        for group in by_picture.values():
+            cells = torch.cat([c for b in group for c in b.cells])
+            hyper = torch.cat([h for b in group for h in b.hyper])
+            masks = self._grid_masks(group[0].e, cells, hyper)  # [P, 3, 256, 256]
+            start = 0
+            for b in group:
+                b.masks = masks[start : start + len(b.rows)]
+                start += len(b.rows)
+
+    def _grid_one_mask(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
+        """Meta's single mask a point: the decoder in one step, its filters on the device."""
+        step = self._grid_step(len(points))
+        chunks = [points[i : i + step] for i in range(0, len(points), step)]
+        if len(chunks) == 1:
+            masks, ious = self._grid_decode(e, points)
+        else:  # each call's outputs are its graph's own, overwritten by the next replay: copied
+            decoded = [tuple(t.clone() for t in self._grid_decode(e, c)) for c in chunks]
+            masks, ious = torch.cat([m for m, _ in decoded]), torch.cat([i for _, i in decoded])
+        return mask_generator_torch.batch_candidates(
+            masks, ious, points, e.picture_height, e.picture_width, settings=settings
+        )
+
+    def _grid_feeds(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], size: int) -> list[torch.Tensor]:
+        """The decoder's seven inputs for grid points (one picture, no mask input), padded to
+        `size` with copies of the last point."""
         d = self.device
-        n = len(points)
-        size = GRID_BATCH if self.compile_grid else self._batch_size(n)  # n <= GRID_BATCH when compiled
-        padded = np.concatenate([points, np.repeat(points[-1:], size - n, axis=0)])
+        padded = np.concatenate([points, np.repeat(points[-1:], size - len(points), axis=0)])
         coords, labels = grid_point_feeds(padded, e.picture_height, e.picture_width)
-        feeds = [
+        return [
+            e.image_embed,
+            e.high_res_feats_0,
+            e.high_res_feats_1,
             torch.from_numpy(coords).to(d, non_blocking=True),
             torch.from_numpy(labels).to(d, non_blocking=True),
             torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
             torch.zeros((size,), dtype=torch.float32, device=d),
         ]
-        masks, ious = self._decoder([e] * n, True, size, feeds, single, grid=True)
+
+    def _grid_size(self, n: int) -> int:
+        """A grid call's batch (n <= grid_call): GRID_BATCH when compiled, else the graphs' bucket."""
+        return GRID_BATCH if self.compile_grid else self._batch_size(n)
+
+    def _grid_attend(
+        self, e: TorchSamEmbedding, points: npt.NDArray[np.float32]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`attend` on `points`: cells [N, 4096, 256], 32-vectors [N, 3, 32] and IoUs [N, 3], on the device."""
+        n = len(points)
+        size = self._grid_size(n)
+        cells, hyper, ious = self._attend.run((size,), self._grid_feeds(e, points, size))
+        return cells[:n], hyper[:n], ious[:n]
+
+    def _grid_masks(self, e: TorchSamEmbedding, cells: torch.Tensor, hyper: torch.Tensor) -> torch.Tensor:
+        """`predict_masks` on gathered points (in calls of GRID_BATCH when compiled, the last
+        padded): logits [P, 3, 256, 256] on the device."""
+        step = self._grid_step(len(cells))
+        parts = []
+        for start in range(0, len(cells), step):
+            c, h = cells[start : start + step], hyper[start : start + step]
+            n = len(c)
+            size = self._grid_size(n)
+            if size > n:
+                c = torch.cat([c, c[-1:].expand(size - n, *c.shape[1:])])
+                h = torch.cat([h, h[-1:].expand(size - n, *h.shape[1:])])
+            (masks,) = self._predict_masks.run((size,), [c, h, e.high_res_feats_0, e.high_res_feats_1])
+            parts.append(masks[:n].clone() if len(cells) > step else masks[:n])
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _grid_decode(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Meta's one mask for each of `points`: logits [N, 1, 256, 256] and IoUs [N, 1] on the device."""
+        n = len(points)
+        size = self._grid_size(n)
+        feeds = self._grid_feeds(e, points, size)
+        masks, ious = self._decoder([e] * n, True, size, feeds[3:], True, grid=True)
         return masks[:n], ious[:n]
 
 
-def _autocast(fn: DecoderFn, device: torch.device, dtype: torch.dtype) -> DecoderFn:
-    """`fn` under autocast to `dtype`, its outputs back in fp32 (what the filters expect)."""
+@dataclass(eq=False)
+class _GridBatch:
+    """One batch of grid points on its way through the two steps: the IoUs of its points' masks
+    (Meta's order: the three of point 0, then of point 1, ...), the points with a mask above the
+    threshold (`rows`) with their cells and 32-vectors, then their masks."""
 
-    def reduced(*inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    index: int
+    e: TorchSamEmbedding
+    points: npt.NDArray[np.float32]
+    settings: Everything
+    scores: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    cells: list[torch.Tensor] = field(default_factory=list)
+    hyper: list[torch.Tensor] = field(default_factory=list)
+    masks: torch.Tensor | None = None  # [len(rows), 3, 256, 256]
+
+    def take(self, start: int, scores: npt.NDArray[np.float32], cells: torch.Tensor, hyper: torch.Tensor) -> None:
+        """The `attend` outputs of the points from `start` on: the IoUs, and the cells and
+        32-vectors of the points with a mask above the threshold."""
+        self.scores.append(scores)
+        needed = np.unique(mask_generator.iou_kept(scores, self.settings) // NUM_MULTIMASK)
+        if needed.size:
+            index = torch.from_numpy(needed).to(cells.device)
+            self.cells.append(cells.index_select(0, index))
+            self.hyper.append(hyper.index_select(0, index))
+            self.rows = np.concatenate([self.rows, needed + start])
+
+    def candidates(self) -> Candidates:
+        """The masks above the threshold, through the stability filter (Meta's order kept)."""
+        scores = np.concatenate(self.scores)
+        kept = mask_generator.iou_kept(scores, self.settings)
+        if kept.size == 0:
+            return Candidates()
+        assert self.masks is not None
+        tokens = NUM_MULTIMASK
+        at = np.searchsorted(self.rows, kept // tokens) * tokens + kept % tokens
+        logits = self.masks.reshape(-1, *self.masks.shape[-2:]).index_select(
+            0, torch.from_numpy(at).to(self.masks.device)
+        )
+        origins = np.repeat(np.asarray(self.points, np.float32), tokens, axis=0)
+        e = self.e
+        return mask_generator_torch.kept_candidates(
+            logits, kept, scores, origins, height=e.picture_height, width=e.picture_width, settings=self.settings
+        )
+
+
+@dataclass(frozen=True)
+class _Network:
+    """A network function as the route runs it, and its CUDA graphs on a GPU (None elsewhere)."""
+
+    fn: NetworkFn
+    graphs: GraphCache | None
+
+    def run(self, key: Hashable, inputs: Sequence[torch.Tensor]) -> Sequence[torch.Tensor]:
+        """Its outputs: the graph's own tensors (overwritten by the next replay) on a GPU."""
+        return self.graphs.run(key, inputs) if self.graphs is not None else self.fn(*inputs)
+
+
+def _as_tuple(fn: Callable[..., Any]) -> NetworkFn:
+    """A network method as graphs and `_Network` take it: its outputs as a tuple (one tensor too)."""
+
+    def outputs(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = fn(*inputs)
+        return (out,) if isinstance(out, torch.Tensor) else tuple(out)
+
+    return outputs
+
+
+def _autocast(fn: Callable[..., Any], device: torch.device, dtype: torch.dtype, *, keep: int = 0) -> NetworkFn:
+    """`fn` under autocast to `dtype`, its outputs back in fp32 (what the filters read) but for the
+    first `keep` (what the next step reads, left as they are)."""
+    as_tuple = _as_tuple(fn)
+
+    def reduced(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
         with torch.autocast(device.type, dtype=dtype):
-            masks, ious = fn(*inputs)
-        return masks.float(), ious.float()
+            outputs = as_tuple(*inputs)
+        return tuple(t if k < keep else t.float() for k, t in enumerate(outputs))
 
     return reduced
 
@@ -380,14 +571,14 @@ class Sam2Torch(SegmentRoute):
     """Loads only the prepared weights (the loader checked the manifest), never the ONNX files; the
     encoder batches pictures and the decoder batches prompts (grouped by their number of points)."""
 
-    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE}), single_mask_like_meta=True)
+    capabilities = Capabilities(batched=frozenset({ENCODE, DECODE, GRID}), single_mask_like_meta=True)
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
         precision = GPU_ENCODER_DEFAULT if files.gpu_precision == "auto" else files.gpu_precision
         on_gpu = device.startswith("cuda")
-        if on_gpu:
-            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True)
+        if on_gpu:  # the grid's batches queued GRID_WINDOW at a time: those waiting go in one call
+            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True, grid_ahead=GRID_WINDOW)
         autocast = PRECISIONS[precision] if on_gpu else None
         self.runner = SamTorchRunner(
             load_network(files.prepared / WEIGHTS, device),
@@ -426,4 +617,4 @@ class Sam2Torch(SegmentRoute):
         return out
 
     def grid(self, requests: Sequence[GridRequest]) -> list[Candidates]:
-        return [self.runner.grid(r.embedding, r.points, r.settings) for r in requests]
+        return self.runner.grid_batches([(r.embedding, r.points, r.settings) for r in requests])

@@ -99,22 +99,44 @@ class MaskDecoder(nn.Module):
         image_embed/high_res_feats have batch 1 (one picture for every prompt set) or L.
         sparse: [L, Np, C]; dense: [L, C, 64, 64]; image_pe: [1, C, 64, 64].
         """
+        cells, mask_tokens_out, iou = self.attend(image_embed, image_pe, sparse, dense)
+        hyper = self.hypernetworks(mask_tokens_out, range(self.num_mask_tokens))
+        masks = self.predict_masks(cells, hyper, high_res_feats_0=high_res_feats_0, high_res_feats_1=high_res_feats_1)
+        return masks, iou
+
+    def attend(
+        self, image_embed: torch.Tensor, image_pe: torch.Tensor, sparse: torch.Tensor, dense: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The two-way transformer and the IoU head: image cells [L, hw, C], the four mask tokens'
+        outputs [L, 4, C], IoU [L, 4]. Everything the masks need but their upscaling: a caller that
+        filters by predicted IoU first upscales only the masks it keeps (`predict_masks`)."""
         n = sparse.shape[0]
         tokens = torch.cat([self.output_tokens().unsqueeze(0).expand(n, -1, -1), sparse], dim=1)  # [L, 6+Np, C]
         src = image_embed + dense  # [L, C, h, w]
-        b, c, h, w = src.shape
-        hs, keys = self.transformer(src, image_pe, tokens)
-        iou_token_out = hs[:, 1, :]
-        mask_tokens_out = hs[:, 2 : 2 + self.num_mask_tokens, :]
+        hs, cells = self.transformer(src, image_pe, tokens)
+        return cells, hs[:, 2 : 2 + self.num_mask_tokens, :], self.iou_prediction_head(hs[:, 1, :])
 
+    def hypernetworks(self, mask_tokens_out: torch.Tensor, tokens: range) -> torch.Tensor:
+        """Mask tokens' outputs [L, 4, C] -> the 32-vectors of the tokens asked [L, T, 32] (each token its own MLP)."""
+        mlps = self.output_hypernetworks_mlps
+        return torch.stack([mlps[i](mask_tokens_out[:, i, :]) for i in tokens], dim=1)
+
+    def predict_masks(
+        self,
+        cells: torch.Tensor,
+        hyper: torch.Tensor,
+        *,
+        high_res_feats_0: torch.Tensor,
+        high_res_feats_1: torch.Tensor,
+    ) -> torch.Tensor:
+        """Image cells [L, hw, C] upscaled 4x (the high-resolution features added in) and dotted
+        with each token's 32-vector [L, T, 32] -> mask logits [L, T, 4h, 4w]."""
         deconv1, norm1, act1, deconv2, act2 = self.output_upscaling
-        src = keys.transpose(1, 2).reshape(b, c, h, w)
+        b, _, c = cells.shape
+        h, w = high_res_feats_1.shape[-2] // 2, high_res_feats_1.shape[-1] // 2
+        src = cells.transpose(1, 2).reshape(b, c, h, w)
         up = act1(norm1(deconv1(src) + high_res_feats_1))
         up = act2(deconv2(up) + high_res_feats_0)  # [L, 32, 4h, 4w]
-
-        hyper = torch.stack(
-            [mlp(mask_tokens_out[:, i, :]) for i, mlp in enumerate(self.output_hypernetworks_mlps)], dim=1
-        )  # [L, 4, 32]
         b, c, h, w = up.shape
-        masks = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
-        return masks, self.iou_prediction_head(iou_token_out)
+        masks: torch.Tensor = (hyper @ up.reshape(b, c, h * w)).reshape(b, -1, h, w)
+        return masks

@@ -6,8 +6,10 @@ memory). `decode` is what `decoder.onnx` computes: prompt encoder, mask decoder,
 multimask outputs (tokens 1-3) and their sigmoid IoUs, logits clamped to ±32. `decode_single`
 answers one mask as Meta's `SAM2ImagePredictor.predict(multimask_output=False)` does: the
 single-mask token 0 when it is stable, else the best of the three (the published decoder graph
-computes token 0 too, and slices it off; the converter recovers its weights). No memory, video or
-training code.
+computes token 0 too, and slices it off; the converter recovers its weights). `attend` then
+`predict_masks` is `decode` in two steps (the transformer and the IoU head, then the masks'
+upscaling), for a caller that makes the masks of some prompts only. No memory, video or training
+code.
 
 Batching (beyond the published graphs, which take one picture and one prompt set): `encode` takes
 N pictures; `decode` takes L prompt sets against one picture (embeddings of batch 1) or against L
@@ -92,7 +94,51 @@ class Sam2ImageModel(nn.Module):
     def decode_tokens(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`decode`'s seven inputs, in its order -> all four mask tokens, unclamped: masks
         [L,4,256,256], IoUs [L,4] (token 0 the single-mask answer, 1-3 the multimask ones)."""
-        image_embed, high_res_feats_0, high_res_feats_1, point_coords, point_labels, mask_input, has_mask_input = feeds
+        image_embed, high_res_feats_0, high_res_feats_1 = feeds[:3]
+        sparse, dense = self._prompt_embeddings(*feeds)
+        masks: torch.Tensor
+        iou: torch.Tensor
+        masks, iou = self.mask_decoder(
+            image_embed,
+            self.prompt_encoder.dense_positional_encoding(),
+            sparse,
+            dense,
+            high_res_feats_0=high_res_feats_0,
+            high_res_feats_1=high_res_feats_1,
+        )
+        return masks, iou
+
+    def attend(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`decode` in two steps, the first: its seven inputs -> image cells [L,4096,256] (in the
+        dtype of the mask head's inputs: what `predict_masks` reads), the three multimask tokens'
+        32-vectors [L,3,32] and their IoUs [L,3]. A caller that keeps only masks above a predicted
+        IoU (the automatic mask generator) upscales only those points' masks."""
+        sparse, dense = self._prompt_embeddings(*feeds)
+        decoder = self.mask_decoder
+        cells, mask_tokens_out, iou = decoder.attend(
+            feeds[0], self.prompt_encoder.dense_positional_encoding(), sparse, dense
+        )
+        hyper = decoder.hypernetworks(mask_tokens_out, range(1, decoder.num_mask_tokens))
+        return cells.to(hyper.dtype), hyper, iou[:, 1:]
+
+    def predict_masks(
+        self,
+        cells: torch.Tensor,
+        hyper: torch.Tensor,
+        high_res_feats_0: torch.Tensor,
+        high_res_feats_1: torch.Tensor,
+    ) -> torch.Tensor:
+        """The second step: `attend`'s cells and 32-vectors of L points, the picture's high-res
+        features (batch 1) -> masks f32[L,3,256,256] as `decode` answers them (logits clamped ±32)."""
+        masks = self.mask_decoder.predict_masks(
+            cells, hyper, high_res_feats_0=high_res_feats_0, high_res_feats_1=high_res_feats_1
+        )
+        return masks.clamp(-MASK_LOGIT_CLAMP, MASK_LOGIT_CLAMP)
+
+    def _prompt_embeddings(self, *feeds: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`decode`'s seven inputs checked -> the prompt encoder's sparse [L, P+1, C] and dense
+        [L, C, 64, 64] embeddings."""
+        image_embed, _, _, point_coords, point_labels, mask_input, has_mask_input = feeds
         n = point_coords.shape[0]
         if point_coords.ndim != 3 or point_coords.shape[2] != 2 or point_labels.shape != point_coords.shape[:2]:
             raise ValueError(
@@ -108,17 +154,7 @@ class Sam2ImageModel(nn.Module):
             raise ValueError(f"image embeddings have batch {image_embed.shape[0]}; expected 1 or {n}")
         sparse = self.prompt_encoder.embed_points(point_coords, point_labels)  # [L, P+1, C]
         dense = self.prompt_encoder.embed_mask(mask_input, has_mask_input)  # [L, C, 64, 64]
-        masks: torch.Tensor
-        iou: torch.Tensor
-        masks, iou = self.mask_decoder(
-            image_embed,
-            self.prompt_encoder.dense_positional_encoding(),
-            sparse,
-            dense,
-            high_res_feats_0=high_res_feats_0,
-            high_res_feats_1=high_res_feats_1,
-        )
-        return masks, iou
+        return sparse, dense
 
 
 def state_dict_from_meta(meta: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
