@@ -417,3 +417,19 @@ def test_the_sessions_gauge_caps_its_app_labels(tmp_path: Path) -> None:
     labels = {sample.labels["app"] for sample in gauge.samples}
     assert len(labels) <= obs.MAX_APP_LABELS + 1 and "other" in labels
     assert sum(sample.value for sample in gauge.samples) == len(apps)
+
+
+def test_the_long_string_check_reads_strings_and_messages_not_bytes() -> None:
+    """Every string is checked, in nested and repeated messages and in maps; a picture's bytes are
+    not a string (and are never read: reading a bytes field copies its megabytes)."""
+    from craftai_common.interceptors import _long_string
+
+    picture = common_pb2.Picture(data=b"\xff" * (3 << 20))
+    request = infer_pb2.OpenSessionRequest(picture=picture, route=common_pb2.RouteRef(recipe="sam"))
+    assert _long_string(request) is None
+    request.route.engine = "e" * (MAX_STRING + 1)
+    assert _long_string(request) == ("route.engine", MAX_STRING + 1)
+    several = infer_pb2.SegmentRequest(session_id="s", prompts=[infer_pb2.Prompt(), infer_pb2.Prompt()])
+    assert _long_string(several) is None
+    timing = common_pb2.Timing(stages_ms={"d" * (MAX_STRING + 2): 1.0})
+    assert _long_string(timing) == ("stages_ms", MAX_STRING + 2)
