@@ -25,6 +25,7 @@ from craftai import AiClient, Prompt
 from craftai_infer.pipelines import mask_formats
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
+from tests.gpu.test_gpu_jpeg import jpeg
 from tests.support import segment, servers
 from tests.support.inspyrenet_fixture import checkpoints
 from tests.support.masks import iou as _iou
@@ -94,6 +95,28 @@ def test_sam_torch_route_on_cuda_agrees_with_onnxruntime(
                 assert (x.area, x.box) == (int(pixels.sum()), mask_formats.box(pixels))  # measured on the device
         print(f"SAM torch on cuda, CRAFTAI_GPU_PRECISION={precision}: smallest per-mask IoU {smallest:.5f}")
         assert smallest >= SAM_MIN_IOU[precision]
+
+
+def test_the_torch_route_on_cuda_opens_a_turned_jpeg_as_the_cpu_decoder_reads_it(
+    sam_cuda_server: tuple[str, servers.Process], photos: dict[str, Path]
+) -> None:
+    """Through the service: a JPEG whose EXIF says "rotated 90°" opened on the torch route (its
+    picture decoded on the GPU) and on the onnxruntime route (on the CPU) of the same server: the
+    same turned size, and the same masks within what the decoders' few levels and the precision move."""
+    precision, process = sam_cuda_server
+    picture = jpeg(Image.open(photos["chelsea.png"]).convert("RGB"), 6, quality=92)
+    with AiClient(app_id="tests", target=process.address) as ai:
+        list(ai.setup("image.segment", SAM, "torch"))
+        ours = ai.open_session(picture, SAM, "torch")
+        reference = ai.open_session(picture, SAM, "onnxruntime")
+        assert (ours.width, ours.height) == (reference.width, reference.height) == (300, 451)
+        smallest = 1.0
+        for prompt in ({"points": [(150, 220, True)]}, {"box": (60, 100, 260, 380)}):
+            a = ours.segment(**prompt).best
+            b = reference.segment(**prompt).best
+            smallest = min(smallest, _iou(segment.mask_of(a.png) > 0, segment.mask_of(b.png) > 0))
+        print(f"turned JPEG, torch on cuda ({precision}) against onnxruntime: smallest IoU {smallest:.4f}")
+        assert smallest >= 0.95
 
 
 EVERYTHING: dict[str, Any] = {

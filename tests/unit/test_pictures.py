@@ -180,3 +180,60 @@ def test_other_pictures_go_through_pillow_and_truncated_jpegs_are_still_refused(
     with pytest.raises(ServiceError) as caught:
         pictures.decode_rgb(_encode(Image.new("RGB", (4097, 8)), "JPEG"), LIMITS)
     assert caught.value.reason == Reason.PICTURE_TOO_LARGE
+
+
+def test_a_route_s_other_jpeg_decoder_takes_plain_jpegs_only() -> None:
+    """`on_gpu` (nvJPEG for routes on a GPU: tests/gpu/test_gpu_jpeg.py) is given every complete
+    8-bit RGB or grey JPEG with its EXIF orientation, and its picture is answered; PNGs, CMYK and
+    truncated JPEGs never reach it, and where it answers None the CPU decodes, as without it. Here
+    it is the CPU's own decoder behind a record of its calls (this machine has no GPU)."""
+    import simplejpeg
+
+    calls: list[int] = []
+
+    def other(data: bytes, orientation: int) -> np.ndarray | None:
+        calls.append(orientation)
+        if orientation == 8:
+            return None  # declined: the CPU path answers
+        return pictures._turned(simplejpeg.decode_jpeg(data, colorspace="RGB"), orientation)
+
+    rgb = Image.new("RGB", (31, 17), (200, 10, 10))
+    for orientation in (1, 6, 8):
+        exif = Image.Exif()
+        exif[0x0112] = orientation
+        data = _encode(rgb, "JPEG", exif=exif.tobytes())
+        got = pictures.decode(data, LIMITS, on_gpu=other)
+        assert calls[-1] == orientation
+        np.testing.assert_array_equal(got, pictures.decode(data, LIMITS))
+    assert pictures.decode(_encode(rgb.convert("L"), "JPEG"), LIMITS, on_gpu=other).shape == (17, 31, 3)
+    assert len(calls) == 4
+    whole = _encode(rgb, "JPEG")
+    for data in (_encode(rgb, "PNG"), _encode(rgb.convert("CMYK"), "JPEG")):
+        pictures.decode(data, LIMITS, on_gpu=other)
+    with pytest.raises(ServiceError):
+        pictures.decode(whole[: len(whole) // 2], LIMITS, on_gpu=other)
+    assert len(calls) == 4
+
+
+def test_no_gpu_jpeg_decoder_without_a_gpu() -> None:
+    from craftai_infer.engines import nvjpeg
+
+    assert nvjpeg.decoder("cpu") is None
+    if not __import__("torch").cuda.is_available():
+        assert nvjpeg.decoder("cuda:0") is None
+
+
+def test_a_picture_decoded_on_a_device_is_taken_there_only() -> None:
+    """`device_pixels`: the pixels a picture carries on the device it was decoded on (engines.nvjpeg's
+    `DevicePicture`; here one built on the CPU), None for any other device, a view or a plain array."""
+    import torch
+
+    from craftai_infer.engines.nvjpeg import DevicePicture
+
+    pixels = np.random.default_rng(3).integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    picture = pixels.copy().view(DevicePicture)
+    picture.on_device = torch.from_numpy(pixels)
+    assert pictures.device_pixels(picture, torch.device("cpu")) is picture.on_device
+    assert pictures.device_pixels(picture, torch.device("cuda", 0)) is None
+    assert pictures.device_pixels(picture[1:], torch.device("cpu")) is None  # a view is another picture
+    assert pictures.device_pixels(pixels, torch.device("cpu")) is None

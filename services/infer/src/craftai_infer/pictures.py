@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +34,9 @@ import simplejpeg
 from PIL import ExifTags, Image, ImageFile, UnidentifiedImageError
 
 from craftai_common.errors import Reason, invalid_argument
+
+if TYPE_CHECKING:
+    import torch
 from craftai_infer.pipelines.picture_convert import oriented, over_white, to_array
 
 FORMATS = ("PNG", "JPEG", "WEBP", "PPM")
@@ -46,6 +50,9 @@ warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
 # The one picture type in infer: (H, W, 3) RGB, or (H, W, 4) RGBA with straight alpha where the file
 # has transparency, uint8, oriented as shown. `decode` makes it for every feature.
 Picture = npt.NDArray[np.uint8]
+# A plain JPEG's other decoder (the data, its EXIF orientation) -> the picture, or None where it
+# cannot decode it (the CPU's then does): nvJPEG's for routes on a GPU (craftai_infer.engines.nvjpeg).
+JpegDecoder = Callable[[bytes, int], "Picture | None"]
 
 
 @dataclass(frozen=True)
@@ -68,9 +75,10 @@ def header(data: bytes, limits: Limits) -> Header:
     return Header(image.width, image.height)
 
 
-def decode(data: bytes, limits: Limits) -> Picture:
+def decode(data: bytes, limits: Limits, *, on_gpu: JpegDecoder | None = None) -> Picture:
     """The picture of every feature: (H, W, 3) RGB uint8, or (H, W, 4) RGBA (straight alpha) when it
     has transparency, oriented as its EXIF says; INVALID_ARGUMENT in plain words otherwise.
+    `on_gpu`: a complete 8-bit RGB or grey JPEG is given to it first (a route's GPU decodes it).
 
     A complete 8-bit RGB or grey JPEG (most photos) is decoded by simplejpeg: the same libjpeg-turbo
     decode (accurate DCT, fancy upsampling), the same pixels as Pillow (tests/unit/test_pictures.py),
@@ -86,8 +94,10 @@ def decode(data: bytes, limits: Limits) -> Picture:
     if image.format == "PPM":
         return _netpbm(image, data)
     if _plain_jpeg(image, data):
-        rgb = _strictly(data, "RGB")
-        return _turned(rgb, image.getexif().get(ExifTags.Base.Orientation, 1))
+        orientation = int(image.getexif().get(ExifTags.Base.Orientation, 1) or 1)
+        if on_gpu is not None and (decoded := on_gpu(data, orientation)) is not None:
+            return decoded
+        return _turned(_strictly(data, "RGB"), orientation)
     if image.format == "JPEG" and image.mode == "CMYK" and _complete(data):
         _strictly(data, "CMYK")  # checked as strictly as the others; the pixels are Pillow's conversion
     return to_array(_loaded(image))
@@ -122,6 +132,23 @@ def _strictly(data: bytes, colorspace: str) -> npt.NDArray[np.uint8]:
             Reason.BAD_PICTURE, f"the JPEG picture could not be decoded: {exc}", field="picture.data"
         ) from exc
     return decoded
+
+
+def device_pixels(picture: np.ndarray, device: torch.device) -> torch.Tensor | None:
+    """The pixels of `picture` already on `device`, where it was decoded there (a GPU route's JPEG:
+    craftai_infer.engines.nvjpeg's `DevicePicture`); else None (`cuda` and `cuda:N` of the current
+    GPU are the same device)."""
+    on_device = getattr(picture, "on_device", None)
+    if on_device is None or on_device.device.type != device.type:
+        return None
+    if device.type == "cuda":
+        import torch  # only a picture decoded on a GPU gets here
+
+        here = on_device.device.index
+        if (device.index if device.index is not None else torch.cuda.current_device()) != here:
+            return None
+    tensor: torch.Tensor = on_device
+    return tensor
 
 
 def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:

@@ -36,6 +36,11 @@ class InferSettings(ServerSettings):
         description="torch.compile where a GPU route offers it (SAM torch: SegmentEverything's decoder batches); "
         "the first load on a machine compiles for about a minute, later loads reuse inductor's cache",
     )
+    gpu_jpeg: bool = Field(
+        True,
+        description="JPEG pictures for a route on a GPU are decoded there (nvJPEG through torchvision.io; "
+        "the CPU decodes what it cannot); off: every picture on the CPU, strictly (docs/API.md, Pictures)",
+    )
     max_picture_pixels: int = Field(50_000_000, gt=0, description="largest width*height accepted")
     max_picture_side: int = Field(16_384, gt=0, description="longest side accepted, in pixels")
     max_points: int = Field(64, gt=0, description="points per segmentation prompt")

@@ -6,13 +6,17 @@ page-locked memory on the CPU pool, beside its decode (`pinned_copy`): the model
 then the DMA alone. Before, the worker copied every picture of a batch into one reused buffer,
 waiting for the previous copy each time: at 32 requests in flight that serial copy was most of the
 SAM route's worker time (docs/PERFORMANCE.md). Any other array goes through that one reused buffer
-(`Tensor.pin_memory()` would allocate and lock fresh host memory on every call).
+(`Tensor.pin_memory()` would allocate and lock fresh host memory on every call). A picture decoded
+on the GPU (engines.nvjpeg) is there already: its pixels are used as they are
+(craftai_infer.pictures.device_pixels).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import torch
+
+from craftai_infer.pictures import device_pixels
 
 
 def pinned_copy(array: np.ndarray) -> np.ndarray:
@@ -50,6 +54,9 @@ class HostStaging:
         """`array` on the device (same shape and dtype); the copy is asynchronous."""
         if self.device.type != "cuda":
             return torch.from_numpy(np.require(array, requirements=("C", "W"))).to(self.device)
+        on_device = device_pixels(array, self.device)
+        if on_device is not None:
+            return on_device
         pinned = _pinned_tensor(array)
         if pinned is not None:
             return pinned.to(self.device, non_blocking=True)

@@ -15,8 +15,9 @@ import numpy as np
 import numpy.typing as npt
 
 from craftai_infer import encodings, memory, pictures
-from craftai_infer.loader import RouteLoader
+from craftai_infer.loader import LoadedRoute, RouteLoader
 from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.settings import InferSettings
 
 T = TypeVar("T")
@@ -46,16 +47,32 @@ class FeatureContext:
         self._cpu = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="pictures")
         self._bands = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="png-bands")
         self._cores = cores
+        self._gpu_decoders: dict[str, pictures.JpegDecoder | None] = {}  # by device: engines.nvjpeg
 
     async def on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the CPU pool, in this request's context (its log lines carry its ids)."""
         context = contextvars.copy_context()
         return await asyncio.get_running_loop().run_in_executor(self._cpu, context.run, fn, *args)
 
-    def decode(self, data: bytes, pinned: bool = False) -> Picture:
+    def picture_device(self, loaded: LoadedRoute[Any]) -> str | None:
+        """Where a route wants its pictures: its GPU (`Capabilities.pinned_pictures`), or None."""
+        return loaded.device if loaded.route.capabilities.pinned_pictures else None
+
+    def decode(self, data: bytes, device: str | None = None, *, rgb: bool = False) -> Picture:
         """The one picture type, limits checked before any pixel is decoded (craftai_infer.pictures);
-        `pinned`: in page-locked memory, for a route on a GPU (`Capabilities.pinned_pictures`)."""
-        return _pinned(pictures.decode(data, self.limits), pinned)
+        `device`: the GPU of the route that takes it (`picture_device`): the picture in page-locked
+        memory, a JPEG decoded on that GPU where it can be (CRAFTAI_GPU_JPEG; engines.nvjpeg);
+        `rgb`: transparency composited over white (a picture without it is the decoded one itself)."""
+        on_gpu = self._gpu_decoder(device) if device is not None and self.settings.gpu_jpeg else None
+        picture = pictures.decode(data, self.limits, on_gpu=on_gpu)
+        return _pinned(over_white(picture) if rgb else picture, device is not None)
+
+    def _gpu_decoder(self, device: str) -> pictures.JpegDecoder | None:
+        if device not in self._gpu_decoders:
+            from craftai_infer.engines import nvjpeg  # torch: only routes on a GPU ask
+
+            self._gpu_decoders[device] = nvjpeg.decoder(device)
+        return self._gpu_decoders[device]
 
     def header(self, data: bytes) -> pictures.Header:
         """The picture's size from its header, limits checked, no pixel decoded."""
@@ -80,16 +97,17 @@ class FeatureContext:
             if not held:
                 self.budget.release(nbytes)
 
-    async def decoded(self, data: bytes, bytes_per_pixel: int, *, rgb: bool = False, pinned: bool = False) -> Picture:
+    async def decoded(
+        self, data: bytes, bytes_per_pixel: int, *, rgb: bool = False, device: str | None = None
+    ) -> Picture:
         """The picture decoded on the CPU pool once its memory fits the decode budget (waiting its
-        turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `rgb`:
-        transparency composited over white; `pinned`: as in `decode`."""
+        turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `device` and
+        `rgb`: as in `decode`."""
         head = await self.on_cpu(self.header, data)
         async with self.admitted(
             head.width * head.height * bytes_per_pixel, f"a {head.width}x{head.height} picture"
         ) as hold:
-            decode = pictures.decode_rgb if rgb else pictures.decode
-            picture = await self.on_cpu(lambda: _pinned(decode(data, self.limits), pinned))
+            picture = await self.on_cpu(lambda: self.decode(data, device, rgb=rgb))
             hold(picture)
         return picture
 
@@ -103,7 +121,7 @@ class FeatureContext:
 
 
 def _pinned(picture: Picture, pinned: bool) -> Picture:
-    if not pinned:
+    if not pinned or getattr(picture, "on_device", None) is not None:  # decoded on a GPU: pinned already
         return picture
     from craftai_infer.engines.staging import pinned_copy  # torch: only routes on a GPU ask
 

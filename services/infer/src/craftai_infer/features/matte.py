@@ -72,7 +72,7 @@ class MatteFeature:
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture, background = await self._decoded(request.picture.data, asked, route.capabilities.pinned_pictures)
+            picture, background = await self._decoded(request.picture.data, asked, c.picture_device(loaded))
         height, width = picture.shape[:2]
         spec = asked.within(width, height, background)
         made = [kind for kind in asked.kinds if kind != "matte"]
@@ -96,9 +96,12 @@ class MatteFeature:
                 getattr(result, kind).CopyFrom(_image(kind, data, asked.encodings[kind].format, rendered))
         return result
 
-    async def _decoded(self, data: bytes, asked: matte_options.Checked, pinned: bool) -> tuple[Picture, Picture | None]:
+    async def _decoded(
+        self, data: bytes, asked: matte_options.Checked, device: str | None
+    ) -> tuple[Picture, Picture | None]:
         """The picture and the background picture (when one came), decoded once the memory of the
-        request fits the decode budget (the headers read first: no pixel decoded before)."""
+        request fits the decode budget (the headers read first: no pixel decoded before); the
+        picture for the route's `device` (FeatureContext.decode)."""
         c = self.context
         head = await c.on_cpu(c.header, data)
         nbytes = head.width * head.height * bytes_per_pixel(asked.kinds, asked.naive)
@@ -109,7 +112,7 @@ class MatteFeature:
             nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
             what += f" over a {back_head.width}x{back_head.height} background"
         async with c.admitted(nbytes, what) as hold:
-            picture = await c.on_cpu(c.decode, data, pinned)
+            picture = await c.on_cpu(c.decode, data, device)
             hold(picture)  # the request holds its picture to the end: the whole cost goes with it
             background = None if back is None else await c.on_cpu(self._background, c.decode, back)
         return picture, background

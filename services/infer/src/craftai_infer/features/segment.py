@@ -210,9 +210,8 @@ class SegmentFeature:
     async def _decode(self, data: bytes, loaded: LoadedRoute[SegmentRoute], run: runs.Run) -> Picture:
         """RGB: transparency composited over white (colours under transparent pixels are arbitrary)."""
         c = self.context
-        pinned = loaded.route.capabilities.pinned_pictures
         with run.stage("decode", "decoding the picture"):
-            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True, pinned=pinned)
+            return await c.decoded(data, SEGMENT_BYTES_PER_PIXEL, rgb=True, device=c.picture_device(loaded))
 
     async def _encode(self, loaded: LoadedRoute[SegmentRoute], rgb: Picture, run: runs.Run) -> Any:
         height, width = rgb.shape[:2]
