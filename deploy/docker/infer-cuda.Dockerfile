@@ -7,7 +7,7 @@
 #                    component); its CUDA major version must match onnxruntime-gpu's (see the table
 #                    in docs/DEPLOY.md) and the host driver must support it
 #   TORCH_INDEX_URL  the PyTorch index of the matching CUDA build (cu130 for CUDA 13.0)
-#   WHEELHOUSE       a folder of cp311 manylinux wheels (onnxruntime-gpu, torch+cu130 and its nvidia-*
+#   WHEELHOUSE       a folder of cp311 manylinux wheels (onnxruntime-gpu, torch+cu130, torchvision+cu130 and torch's nvidia-*
 #                    wheels, ...) inside the context: makes the build offline
 # Not built in CI (no GPU, no registry); run on a GPU host with the NVIDIA container toolkit:
 #   docker run --gpus all ... craftai-infer-cuda
@@ -54,10 +54,11 @@ RUN sh /build/install.sh wheels
 
 # -- deps: this image's third-party dependencies (cached until a dependency list changes) --------
 # onnxruntime-gpu (CUDA execution provider) and the CUDA build of torch (it brings its own CUDA
-# libraries as nvidia-* wheels; onnxruntime-gpu uses the base image's CUDA and cuDNN).
+# libraries as nvidia-* wheels; onnxruntime-gpu uses the base image's CUDA and cuDNN), with its
+# torchvision (gpu-jpeg: JPEG pictures decoded on the GPU by nvJPEG, CRAFTAI_GPU_JPEG).
 FROM wheels AS deps
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu130
-RUN sh /build/install.sh deps craftai "craftai-infer[onnx-gpu,torch]"
+RUN sh /build/install.sh deps craftai "craftai-infer[onnx-gpu,torch,gpu-jpeg]"
 
 # -- the image ---------------------------------------------------------------------------------------
 FROM runtime

@@ -19,9 +19,11 @@ deps)
     python3 /build/requirements.py /build "$@" > /build/requirements.txt
     echo "third-party requirements of $*:"
     sed 's/^/  /' /build/requirements.txt
-    if grep -q '^torch' /build/requirements.txt && [ -z "$offline" ]; then
+    # torch, and torchvision where asked (the gpu-jpeg extra), from the PyTorch index of the build
+    torch_packages=$(grep -oE '^torch(vision)?\b' /build/requirements.txt | tr '\n' ' ')
+    if [ -n "$torch_packages" ] && [ -z "$offline" ]; then
         # shellcheck disable=SC2086
-        $pip install -c /build/constraints.txt --index-url "${TORCH_INDEX_URL:?set the TORCH_INDEX_URL build arg}" torch
+        $pip install -c /build/constraints.txt --index-url "${TORCH_INDEX_URL:?set the TORCH_INDEX_URL build arg}" $torch_packages
     fi
     # shellcheck disable=SC2086
     $pip install $offline -c /build/constraints.txt -r /build/requirements.txt

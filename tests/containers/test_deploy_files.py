@@ -254,8 +254,11 @@ def test_each_image_gets_only_the_dependencies_its_packages_declare() -> None:
     assert {"torch", "onnxruntime", "onnx", "httpx"} <= _requirements(
         "craftai-prepare[convert]", "craftai-infer[onnx-cpu,torch]"
     )
-    cuda = _requirements("craftai-infer[onnx-gpu,torch]")
-    assert {"torch", "onnxruntime-gpu"} <= cuda and "onnxruntime" not in cuda
+    cuda = _requirements("craftai-infer[onnx-gpu,torch,gpu-jpeg]")
+    assert {"torch", "torchvision", "onnxruntime-gpu"} <= cuda and "onnxruntime" not in cuda
+    assert "torchvision" not in _requirements("craftai-infer[onnx-cpu,torch]")  # the CPU image decodes on the CPU
+    dockerfile = (DEPLOY / "docker" / "infer-cuda.Dockerfile").read_text()
+    assert 'install.sh deps craftai "craftai-infer[onnx-gpu,torch,gpu-jpeg]"' in dockerfile
     assert not {n for n in _requirements("craftai[server]") if n.startswith("craftai")}
 
 
