@@ -10,8 +10,11 @@ runs as published (output_mode "binary_mask", its default), with torchvision's N
 torchvision imports (else tests/support/amg_reference.py's stand-in, said in the output).
 
 Parameter sets: Meta's defaults (on random weights no mask passes pred_iou_thresh 0.8, so this
-times the decoder and the filters), and "calibrated" (pred_iou_thresh 0.3, stability 0.5: many
-masks survive and every step has work). Times (device synchronised, as the caller sees them):
+times the decoder and the filters, and ours never upscales a mask: its grid's second step only
+runs for points with a mask above the threshold), "every-mask-made" (Meta's defaults but
+pred_iou_thresh 0: every point's masks are made and go to the stability filter, on both sides:
+what a picture where every point passes costs), and "calibrated" (pred_iou_thresh 0.3, stability
+0.5: many masks survive and every step has work). Times (device synchronised, as the caller sees them):
 
 - ours: SegmentEverything on an open session (the picture already encoded) and OpenSession +
   SegmentEverything (the encoder included) on a fresh session, the median of OPEN_REPEATS, with
@@ -60,6 +63,7 @@ OPEN_REPEATS = 3  # OpenSession + SegmentEverything on a fresh session: the medi
 GRID_BATCHES = 4  # batches of the grid whose candidates are compared across precisions in-process
 CASES: dict[str, dict[str, Any]] = {
     "meta-defaults": {},
+    "every-mask-made": {"pred_iou_thresh": 0.0},
     "calibrated": {"pred_iou_thresh": 0.3, "stability_score_thresh": 0.5},
 }
 

@@ -13,7 +13,13 @@ side of 0 and the largest IoU difference). Variants:
 - shared: the no-mask dense embedding kept at batch 1, so the first layer's projections of the
   image are computed once for the batch rather than once per point;
 - compiled: `torch.compile` (inductor) of the same function, then captured (fused elementwise
-  chains and norms); "autotuned" lets inductor choose its GEMM kernels too.
+  chains and norms); "autotuned" lets inductor choose its GEMM kernels too;
+- two steps (the multimask grid since issue 15's round 7): `attend` (the transformer, the IoU head
+  and the hypernetworks) then `predict_masks` (the upscaling and the mask product), each compiled
+  as the route compiles them; "first step alone" is what a batch costs where no point has a mask
+  above pred_iou_thresh (only the IoUs are compared then).
+
+`--only "name;name"` runs those variants alone (their names exactly as in the table).
 
 Also torch's profile (kernels by CUDA time) of the eager fp16 batch and the compiled one. Writes
 decoder_fusion.json and decoder_fusion.md into --out.
@@ -113,9 +119,29 @@ def compiled(fn: Decoder, autotune: bool) -> Decoder:
     return torch.compile(fn, dynamic=False, fullgraph=False, options=options)
 
 
-def compare(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
-    masks, iou = got
+def two_steps(net: Any, dtype: torch.dtype, *, masks: bool) -> Callable[..., tuple[torch.Tensor, ...]]:
+    """The route's multimask grid: `attend` and `predict_masks` compiled each (as the route does),
+    under autocast; with `masks` False the first step alone (its IoUs)."""
+    attend: Callable[..., tuple[torch.Tensor, ...]] = torch.compile(net.attend, dynamic=False)
+    predict: Callable[..., torch.Tensor] = torch.compile(net.predict_masks, dynamic=False)
+
+    def run(*inputs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        with torch.autocast("cuda", dtype=dtype):
+            cells, hyper, iou = attend(*inputs)
+            if not masks:
+                return (iou.float(),)
+            logits = predict(cells, hyper, inputs[1], inputs[2])
+        return logits.float(), iou.float()
+
+    return run
+
+
+def compare(got: list[torch.Tensor], want: tuple[torch.Tensor, torch.Tensor]) -> dict[str, float]:
+    """Against fp32's (masks, IoUs); a variant that answers its IoUs alone is compared on those."""
     wm, wi = want
+    if len(got) == 1:
+        return {"iou_max_abs_diff": (got[0] - wi).abs().max().item()}
+    masks, iou = got
     flipped = ((masks > 0) != (wm > 0)).float().mean().item()
     return {
         "logits_other_side_of_0": flipped,
@@ -124,7 +150,7 @@ def compare(got: tuple[torch.Tensor, torch.Tensor], want: tuple[torch.Tensor, to
     }
 
 
-def profile(fn: Decoder, inputs: list[torch.Tensor]) -> str:
+def profile(fn: Callable[..., tuple[torch.Tensor, ...]], inputs: list[torch.Tensor]) -> str:
     activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
     with torch.inference_mode():
         for _ in range(2):
@@ -142,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("out/gpu/fusion"))
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--budget", type=float, default=420.0, help="seconds: later variants are skipped past it")
+    parser.add_argument("--only", default="", help="variants' names, ';' between them")
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
     from craftai_infer.engines.cuda_graphs import GraphCache
@@ -154,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         reference = net.decode(*inputs)
     plain = net.decode
     shared = shared_decode(net)
-    variants: dict[str, Callable[[], Decoder]] = {
+    variants: dict[str, Callable[[], Callable[..., tuple[torch.Tensor, ...]]]] = {
         "fp32": lambda: plain,
         "fp32, shared": lambda: shared,
         "fp16 autocast (the route today)": lambda: reduced(plain, torch.float16),
@@ -164,7 +191,15 @@ def main(argv: list[str] | None = None) -> int:
         "compiled fp16 autocast": lambda: compiled(reduced(plain, torch.float16), False),
         "compiled fp16 autocast, shared": lambda: compiled(reduced(shared, torch.float16), False),
         "compiled fp16 autocast, shared, autotuned": lambda: compiled(reduced(shared, torch.float16), True),
+        "compiled fp16, two steps, every point's masks": lambda: two_steps(net, torch.float16, masks=True),
+        "compiled fp16, two steps, first step alone": lambda: two_steps(net, torch.float16, masks=False),
     }
+    if options.only:
+        names = options.only.split(";")
+        unknown = set(names) - set(variants)
+        if unknown:
+            parser.error(f"no variant named {sorted(unknown)}; the variants: {list(variants)}")
+        variants = {k: v for k, v in variants.items() if k in names}
     results: dict[str, Any] = {"batch": options.batch, "torch": torch.__version__, "gpu": torch.cuda.get_device_name()}
     rows = []
     for name, make in variants.items():
@@ -185,15 +220,16 @@ def main(argv: list[str] | None = None) -> int:
                     g.run("batch", inputs)
 
             samples = times_ms(replay, device, reps=50, warmup=5)
-            stats = compare((out[0], out[1]), reference)
+            stats = compare(out, reference)
             results[name] = {"ms": harness.percentiles(samples), "first_call_s": first_s, **stats}
             p = results[name]["ms"]
+            flipped = stats.get("logits_other_side_of_0", float("nan"))
             rows.append(
-                f"| {name} | {p['p50']:.2f} | {first_s:.1f} | {stats['logits_other_side_of_0']:.2e} | "
-                f"{stats['iou_max_abs_diff']:.2e} |"
+                f"| {name} | {p['p50']:.2f} | {first_s:.1f} | {flipped:.2e} | {stats['iou_max_abs_diff']:.2e} |"
             )
-            if name in ("fp16 autocast (the route today)", "compiled fp16 autocast, shared"):
-                (options.out / f"profile-{name.split(' ')[0]}.txt").write_text(profile(fn, inputs))
+            if name in ("fp16 autocast (the route today)", "compiled fp16 autocast, shared") or "two steps" in name:
+                label = name.split(" ")[0] if "two steps" not in name else name.split(", ")[-1].replace(" ", "-")
+                (options.out / f"profile-{label}.txt").write_text(profile(fn, inputs))
             del graphs
         except Exception:  # one variant failing must not lose the others' figures
             results[name] = {"error": traceback.format_exc()}

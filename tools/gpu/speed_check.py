@@ -147,10 +147,12 @@ def remover(rgb: Any, checkpoint: Path, device: str, tiny: bool) -> dict[str, An
         return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
 
 
-def matte_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
+def matte_grpc(out: Path, device: str, tiny: bool, calibrate_on: str) -> dict[str, Any]:
+    """`device`: the server's CRAFTAI_DEVICE; `calibrate_on`: where the checkpoint is calibrated
+    (a device torch names: this section may run without the in-process one, which calibrates too)."""
     from tools.bench import run
 
-    checkpoint = None if tiny else calibrated_checkpoint(device, tiny)
+    checkpoint = None if tiny else calibrated_checkpoint(calibrate_on, tiny)
     return run.matte_grpc(out, device, tiny, checkpoint)
 
 
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     grpc_device = "cpu" if options.device == "cpu" else "auto"
     sections: dict[str, Callable[[], dict[str, Any]]] = {
         "inprocess": lambda: inprocess(options.device, options.tiny),
-        "matte_grpc": lambda: matte_grpc(options.out, grpc_device, options.tiny),
+        "matte_grpc": lambda: matte_grpc(options.out, grpc_device, options.tiny, options.device),
         "u2netp_cpu": lambda: u2netp_cpu(options.out, options.tiny),
         "sam_grpc": lambda: sam_grpc(options.out, grpc_device, options.tiny),
     }
