@@ -484,14 +484,16 @@ class SamTorchRunner:
 @dataclass(eq=False)
 class _GridBatch:
     """One batch of grid points on its way through the two steps: the IoUs of its points' masks
-    (Meta's order: the three of point 0, then of point 1, ...), the points with a mask above the
-    threshold (`rows`) with their cells and 32-vectors, then their masks."""
+    (Meta's order: the three of point 0, then of point 1, ...), the masks above the threshold
+    (`kept`, indices in that order), their points (`rows`) with their cells and 32-vectors, then
+    those points' masks."""
 
     index: int
     e: TorchSamEmbedding
     points: npt.NDArray[np.float32]
     settings: Everything
     scores: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    kept: list[npt.NDArray[np.int64]] = field(default_factory=list)
     rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     cells: list[torch.Tensor] = field(default_factory=list)
     hyper: list[torch.Tensor] = field(default_factory=list)
@@ -501,7 +503,9 @@ class _GridBatch:
         """The `attend` outputs of the points from `start` on: the IoUs, and the cells and
         32-vectors of the points with a mask above the threshold."""
         self.scores.append(scores)
-        needed = np.unique(mask_generator.iou_kept(scores, self.settings) // NUM_MULTIMASK)
+        kept = mask_generator.iou_kept(scores, self.settings)
+        self.kept.append(kept + start * NUM_MULTIMASK)
+        needed = np.unique(kept // NUM_MULTIMASK)
         if needed.size:
             index = torch.from_numpy(needed).to(cells.device)
             self.cells.append(cells.index_select(0, index))
@@ -511,7 +515,7 @@ class _GridBatch:
     def candidates(self) -> Candidates:
         """The masks above the threshold, through the stability filter (Meta's order kept)."""
         scores = np.concatenate(self.scores)
-        kept = mask_generator.iou_kept(scores, self.settings)
+        kept = np.concatenate(self.kept)
         if kept.size == 0:
             return Candidates()
         assert self.masks is not None
