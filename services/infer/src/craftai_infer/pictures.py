@@ -151,9 +151,9 @@ def device_pixels(picture: np.ndarray, device: torch.device) -> torch.Tensor | N
     return tensor
 
 
-def decode_rgb(data: bytes, limits: Limits) -> npt.NDArray[np.uint8]:
+def decode_rgb(data: bytes, limits: Limits, *, on_gpu: JpegDecoder | None = None) -> npt.NDArray[np.uint8]:
     """The picture as (H, W, 3) RGB uint8, transparency composited over white, checked as `decode` checks it."""
-    return over_white(decode(data, limits))
+    return over_white(decode(data, limits, on_gpu=on_gpu))
 
 
 def _plain_jpeg(image: Image.Image, data: bytes) -> bool:

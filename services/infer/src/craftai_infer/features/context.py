@@ -17,7 +17,6 @@ import numpy.typing as npt
 from craftai_infer import encodings, memory, pictures
 from craftai_infer.loader import LoadedRoute, RouteLoader
 from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.settings import InferSettings
 
 T = TypeVar("T")
@@ -64,8 +63,8 @@ class FeatureContext:
         memory, a JPEG decoded on that GPU where it can be (CRAFTAI_GPU_JPEG; engines.nvjpeg);
         `rgb`: transparency composited over white (a picture without it is the decoded one itself)."""
         on_gpu = self._gpu_decoder(device) if device is not None and self.settings.gpu_jpeg else None
-        picture = pictures.decode(data, self.limits, on_gpu=on_gpu)
-        return _pinned(over_white(picture) if rgb else picture, device is not None)
+        decode = pictures.decode_rgb if rgb else pictures.decode
+        return _pinned(decode(data, self.limits, on_gpu=on_gpu), device is not None)
 
     def _gpu_decoder(self, device: str) -> pictures.JpegDecoder | None:
         if device not in self._gpu_decoders:

@@ -165,8 +165,6 @@ class SamTorchRunner:
         self.compiled: list[Compiled] = []  # the grid's compiled decoders (each says if it fell back)
         self._staging = HostStaging(self.device)
         self._encoder_graphs: GraphCache | None = None
-        # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the grid's batches in
-        # `grid_autocast` have their own; without it they share the prompts' fp32 ones.
         # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the prompts' fp32 ones,
         # and the one-mask grid's in `grid_autocast` where set (without, it shares the prompts').
         self._decoders: dict[tuple[bool, bool], _Network] = {}
@@ -416,8 +414,7 @@ class SamTorchRunner:
 
     def _grid_one_mask(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
         """Meta's single mask a point: the decoder in one step, its filters on the device."""
-        step = self._grid_step(len(points))
-        chunks = [points[i : i + step] for i in range(0, len(points), step)]
+        chunks = mask_generator.batches(points, self._grid_step(len(points)))
         if len(chunks) == 1:
             masks, ious = self._grid_decode(e, points)
         else:  # each call's outputs are its graph's own, overwritten by the next replay: copied
