@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -31,16 +33,36 @@ def _metrics(process: servers.Process) -> dict[str, float]:
     return samples
 
 
-def _sample(samples: dict[str, float], name: str, **labels: str) -> float:
-    """The sum of the samples of `name` whose labels include `labels`."""
-    total, found = 0.0, False
+def _matching(samples: dict[str, float], name: str, **labels: str) -> list[float]:
+    """The values of the samples of `name` whose labels include `labels`."""
+    found = []
     for key, value in samples.items():
         base, _, rest = key.partition("{")
         have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
         if base == name and all(have.get(k) == v for k, v in labels.items()):
-            total, found = total + value, True
+            found.append(value)
+    return found
+
+
+def _sample(samples: dict[str, float], name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels`."""
+    found = _matching(samples, name, **labels)
     assert found, f"no sample {name} {labels}"
-    return total
+    return sum(found)
+
+
+def _metrics_once(process: servers.Process, settled: Callable[[dict[str, float]], bool]) -> dict[str, float]:
+    """/metrics once `settled` holds (10 s at most).
+
+    A refused call's status leaves the server before its handler has unwound (grpc's
+    `context.abort` sends it, then raises), so the client can ask for the metrics a moment
+    before that call is counted."""
+    deadline = time.monotonic() + 10
+    while True:
+        samples = _metrics(process)
+        if settled(samples) or time.monotonic() > deadline:
+            return samples
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +78,10 @@ def test_metrics_per_rpc_and_app_and_the_services_own(
     client.remove_background(photos["chelsea.png"])
     with pytest.raises(CraftAiError):
         client.remove_background(b"not a picture")
-    after = _metrics(matte_server)
     matte = {"service": "craftai.v1.InferService", "method": "Matte", "app": "observed-app"}
+    after = _metrics_once(
+        matte_server, lambda s: sum(_matching(s, "craftai_request_duration_seconds_count", **matte)) >= 3
+    )
     assert _sample(after, "craftai_requests_total", code="OK", **matte) == 2
     assert _sample(after, "craftai_requests_total", code="INVALID_ARGUMENT", **matte) == 1
     assert _sample(after, "craftai_request_duration_seconds_count", **matte) == 3
