@@ -27,6 +27,23 @@ def test_preprocess_divides_by_the_picture_max_not_255() -> None:
     np.testing.assert_allclose(x[0, :, 0, 0], expected, rtol=1e-6)
 
 
+def test_preprocess_in_place_is_rembgs_arithmetic_bit_for_bit_and_keeps_nothing_between_pictures() -> None:
+    """One Scratch for two pictures in turn (as a route's thread keeps it) gives each the float32
+    batch of rembg's own expression, exactly: the same operations in the same order, in place."""
+    rng = np.random.default_rng(7)
+    scratch = matte_u2netp.Scratch()
+    for size, high in (((77, 41), 255), ((400, 300), 180), ((320, 320), 255)):
+        picture = rng.integers(0, high, (*size, 3), dtype=np.uint8)
+        small = np.asarray(Image.fromarray(picture).resize((320, 320), Image.Resampling.LANCZOS))
+        pixels = small.astype(np.float64)
+        pixels = pixels / max(float(pixels.max()), 1e-6)
+        expected = ((pixels - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)).transpose(2, 0, 1)[None]
+        got = matte_u2netp.preprocess(picture, scratch)
+        assert got is scratch.batch
+        np.testing.assert_array_equal(got, expected.astype(np.float32))
+        np.testing.assert_array_equal(matte_u2netp.preprocess(picture), got)  # fresh arrays: the same
+
+
 def test_preprocess_of_a_black_picture_does_not_divide_by_zero() -> None:
     x = matte_u2netp.preprocess(np.asarray(Image.new("RGB", (5, 5))))
     assert np.isfinite(x).all()

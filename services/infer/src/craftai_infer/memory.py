@@ -13,7 +13,16 @@ finished a cancelled request's picture), so the budget follows the memory actual
 Given back to the system: glibc keeps freed memory in its heaps (Pillow decodes in blocks of 16 MB,
 under glibc's growing mmap threshold), so a burst of large pictures left the process gigabytes
 larger for good. `prefer_mmap` fixes the threshold (blocks of 1 MiB and more are mapped, and
-unmapped when freed) and `trim` hands back what the heaps still hold once the budget is idle.
+unmapped when freed) and `trim` hands back what the heaps still hold once the budget has been idle
+for TRIM_AFTER_IDLE_SECONDS.
+
+Between those, a steady stream of requests reuses the heaps rather than faulting fresh pages in
+(zeroed, one fault per 4 KiB) on every request: fixing the mmap threshold also fixes glibc's trim
+threshold, at 128 KiB, so every free at a heap's top gave memory back that the next request
+faulted in again; it is 4 MiB here (8 MiB and more raised the outputs' measured peaks:
+tests/unit/test_matte_memory.py). And the heaps are trimmed after the budget has stayed idle,
+not after each request: with both, a u2netp matte of a 512x512 PNG through the service faulted
+~5,300 pages (21 MB) a call; now ~100 (tests/integration/test_memory_reuse.py).
 """
 
 from __future__ import annotations
@@ -32,8 +41,10 @@ from craftai_common.errors import Reason, resource_exhausted
 
 log = logging.getLogger("craftai.infer.memory")
 MMAP_THRESHOLD_BYTES = 1 << 20
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-TRIM_EVERY_SECONDS = 1.0
+TRIM_THRESHOLD_BYTES = 4 << 20  # free memory a heap keeps at its top between trims
+_M_TRIM_THRESHOLD = -1  # glibc's mallopt parameters
+_M_MMAP_THRESHOLD = -3
+TRIM_AFTER_IDLE_SECONDS = 0.5
 
 
 def _libc() -> ctypes.CDLL | None:
@@ -52,7 +63,8 @@ def prefer_mmap() -> bool:
     where the C library is not glibc."""
     if _LIBC is None or not hasattr(_LIBC, "mallopt"):
         return False
-    return bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    mapped = bool(_LIBC.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES))
+    return bool(_LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)) and mapped
 
 
 def trim() -> None:
@@ -79,7 +91,7 @@ class DecodeBudget:
         self.waited_total = 0
         self._queue: collections.deque[_Waiter] = collections.deque()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._trimmed_at = 0.0
+        self._idle_since = 0.0
         self._trim_due = False
 
     @property
@@ -127,17 +139,25 @@ class DecodeBudget:
     def release(self, nbytes: int) -> None:
         self.used -= nbytes
         self._admit_waiting()
-        if self.used == 0 and not self._trim_due:
-            # Once the budget is idle, at most once a second (a burst's last picture included).
-            self._trim_due = True
-            wait = max(0.0, self._trimmed_at + TRIM_EVERY_SECONDS - time.monotonic())
-            asyncio.get_running_loop().call_later(wait, self._trim)
+        if self.used == 0:
+            self._idle_since = time.monotonic()
+            if not self._trim_due:
+                self._trim_due = True
+                asyncio.get_running_loop().call_later(TRIM_AFTER_IDLE_SECONDS, self._trim)
 
     def _trim(self) -> None:
+        """Trim once the budget has stayed idle TRIM_AFTER_IDLE_SECONDS (after a burst's last
+        picture), never between the requests of a steady stream: each would fault in again what
+        the trim gave back (~2,000 pages a small u2netp matte)."""
+        if self.used:
+            self._trim_due = False  # busy again: the budget's next idle schedules it
+            return
+        idle = time.monotonic() - self._idle_since
+        if idle < TRIM_AFTER_IDLE_SECONDS:
+            asyncio.get_running_loop().call_later(TRIM_AFTER_IDLE_SECONDS - idle, self._trim)
+            return
         self._trim_due = False
-        self._trimmed_at = time.monotonic()
-        if self.used == 0:  # off the event loop: a trim walks every heap
-            asyncio.get_running_loop().run_in_executor(None, trim)
+        asyncio.get_running_loop().run_in_executor(None, trim)  # off the event loop: a trim walks every heap
 
     def _admit_waiting(self) -> None:
         while self._queue and self._fits(self._queue[0].nbytes):

@@ -6,6 +6,7 @@ OpenVINO: routes/u2netp_openvino.py); only the model that runs the network diffe
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -35,13 +36,17 @@ class U2netpGraph(MatteRoute):
         self.device = model.device
         self.input_name = model.input_names[0]
         self.capabilities = Capabilities(concurrent_runs=concurrent_runs)
+        self._scratch = threading.local()  # a matte_u2netp.Scratch per thread that runs pictures
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
         """Host arrays: the pipeline's post-processing is Pillow's (rembg's)."""
         return [self._matte(picture) for picture in pictures]
 
     def _matte(self, picture: Picture) -> npt.NDArray[np.uint8]:
-        (fused, *_sides) = self.model.run({self.input_name: matte_u2netp.preprocess(picture)})
+        scratch = getattr(self._scratch, "arrays", None)
+        if scratch is None:
+            scratch = self._scratch.arrays = matte_u2netp.Scratch()
+        (fused, *_sides) = self.model.run({self.input_name: matte_u2netp.preprocess(picture, scratch)})
         height, width = picture.shape[:2]
         return matte_u2netp.postprocess(fused, (width, height))
 
