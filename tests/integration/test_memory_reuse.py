@@ -9,13 +9,14 @@ server process's own minor faults (/proc/PID/stat), not timed."""
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 from craftai import AiClient
 from tests.support import servers
 
-CALLS = 8
-MOST_FAULTS_PER_CALL = 500  # measured: 140-170 once warm; 670-2,300 with any one of the three undone, 5,300 with all
+CALLS = 9
+MOST_FAULTS_PER_CALL = 400  # medians measured: ~140 once warm; 600-2,200 with any one of the three undone
 
 
 def _minor_faults(pid: int) -> int:
@@ -31,9 +32,12 @@ def test_a_steady_stream_of_mattes_faults_in_no_fresh_memory(
     with AiClient("memory-reuse", target=matte_server.address) as ai:
         for _ in range(3):  # warm: the route's session, the pools' threads, the heaps at their size
             ai.remove_background(data)
-        before = _minor_faults(pid)
+        counts = []
         for _ in range(CALLS):
+            before = _minor_faults(pid)
             ai.remove_background(data)
-        per_call = (_minor_faults(pid) - before) / CALLS
-    print(f"{per_call:.0f} minor page faults a call")
-    assert per_call < MOST_FAULTS_PER_CALL, per_call
+            counts.append(_minor_faults(pid) - before)
+    # The median: a trim the machine's load let in between two calls (idle 0.5 s) is not the rule.
+    per_call = statistics.median(counts)
+    print(f"minor page faults a call: median {per_call:.0f}, each {counts}")
+    assert per_call < MOST_FAULTS_PER_CALL, counts
