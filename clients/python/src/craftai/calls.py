@@ -96,7 +96,8 @@ def prompt(
         built.box.CopyFrom(infer_pb2.Box(x0=x0, y0=y0, x1=x1, y1=y1))
     if mask_input is not None:
         low = mask_input if isinstance(mask_input, LowResMask) else LowResMask(bytes(mask_input))
-        built.mask_input.CopyFrom(infer_pb2.LowResMask(logits=low.logits, width=low.width, height=low.height))
+        given = built.mask_input  # written in place: put in, a message is copied (matte_request says why)
+        given.logits, given.width, given.height = low.logits, low.width, low.height
     return built
 
 
@@ -346,13 +347,15 @@ def matte_request(
         options = matte_options(cutout=options)
     request = infer_pb2.MatteRequest(
         route=route_ref(MATTE_FEATURE, recipe, engine),
-        picture=common_pb2.Picture(data=picture),
         outputs=[
             infer_pb2.MatteOutputSpec(kind=_KINDS[name], format=_FORMATS[options.formats.get(name, "png")])
             for name in options.outputs
         ],
         naive=options.naive,
     )
+    # The picture's bytes set in place: a Picture message put in would be copied (protobuf's upb
+    # runtime serialises and parses it again: ~4 ms for a 2.4 MB picture sent as its pixels).
+    request.picture.data = picture
     if options.bg_color is not None:
         r, g, b, a = options.bg_color
         request.background.color.CopyFrom(infer_pb2.MatteColor(r=r, g=g, b=b, a=a))
@@ -370,9 +373,9 @@ def matte_request(
 
 
 def open_session_request(picture: bytes, recipe: str = "", engine: str = "") -> infer_pb2.OpenSessionRequest:
-    return infer_pb2.OpenSessionRequest(
-        route=route_ref(SEGMENT_FEATURE, recipe, engine), picture=common_pb2.Picture(data=picture)
-    )
+    request = infer_pb2.OpenSessionRequest(route=route_ref(SEGMENT_FEATURE, recipe, engine))
+    request.picture.data = picture  # in place (matte_request says why)
+    return request
 
 
 def segment_once_request(
@@ -384,11 +387,9 @@ def segment_once_request(
 ) -> infer_pb2.SegmentOnceRequest:
     single, several = (asked, []) if isinstance(asked, infer_pb2.Prompt) else asked
     request = infer_pb2.SegmentOnceRequest(
-        route=route_ref(SEGMENT_FEATURE, recipe, engine),
-        picture=common_pb2.Picture(data=picture),
-        prompts=several,
-        output=output,
+        route=route_ref(SEGMENT_FEATURE, recipe, engine), prompts=several, output=output
     )
+    request.picture.data = picture  # in place (matte_request says why)
     if single is not None:
         request.prompt.CopyFrom(single)
     return request

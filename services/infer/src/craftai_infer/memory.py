@@ -22,7 +22,7 @@ threshold, at 128 KiB, so every free at a heap's top gave memory back that the n
 faulted in again; it is 4 MiB here (8 MiB and more raised the outputs' measured peaks:
 tests/unit/test_matte_memory.py). And the heaps are trimmed after the budget has stayed idle,
 not after each request: with both, a u2netp matte of a 512x512 PNG through the service faulted
-~5,300 pages (21 MB) a call; now ~100 (tests/integration/test_memory_reuse.py).
+~5,300 pages (21 MB) a call; now ~150 (tests/integration/test_memory_reuse.py).
 """
 
 from __future__ import annotations

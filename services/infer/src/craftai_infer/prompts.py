@@ -188,9 +188,11 @@ def like_meta_refused(
     )
 
 
-def low_res_message(logits: npt.NDArray[np.float32]) -> infer_pb2.LowResMask:
-    """Low-res logits [256, 256] as the wire's float32 little-endian row-major bytes."""
+def low_res_message(logits: npt.NDArray[np.float32], into: infer_pb2.LowResMask | None = None) -> infer_pb2.LowResMask:
+    """Low-res logits [256, 256] as the wire's float32 little-endian row-major bytes, written `into`
+    the answer's own message in place when given (masks.written says why)."""
     height, width = logits.shape
-    return infer_pb2.LowResMask(
-        logits=np.ascontiguousarray(logits, dtype="<f4").tobytes(), width=int(width), height=int(height)
-    )
+    message = infer_pb2.LowResMask() if into is None else into
+    message.logits = np.ascontiguousarray(logits, dtype="<f4").tobytes()
+    message.width, message.height = int(width), int(height)
+    return message

@@ -85,15 +85,16 @@ class MatteFeature:
                 *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)
             )
         images = dict(zip(asked.kinds, encoded, strict=True))
-        result = infer_pb2.MatteResult(
-            route=loaded.ref, width=width, height=height, device=loaded.device, timing=run.timing()
-        )
+        result = run.result(infer_pb2.MatteResult)
+        result.route.CopyFrom(loaded.ref)
+        result.width, result.height, result.device = width, height, loaded.device
         if asked.legacy:
             result.matte_png = images["matte"]
             result.cutout_png = images.get("cutout", b"")
         else:
             for kind, data in images.items():
-                getattr(result, kind).CopyFrom(_image(kind, data, asked.encodings[kind].format, rendered))
+                _image(getattr(result, kind), kind, data, asked.encodings[kind].format, rendered)
+        result.timing.CopyFrom(run.timing())
         return result
 
     async def _decoded(
@@ -133,7 +134,9 @@ class MatteFeature:
             ) from error
 
 
-def _image(kind: Kind, data: bytes, fmt: Format, rendered: Rendered) -> infer_pb2.MatteImage:
+def _image(into: infer_pb2.MatteImage, kind: Kind, data: bytes, fmt: Format, rendered: Rendered) -> None:
+    """One output written in the result's own message (features/run.py says why)."""
     pixels = getattr(rendered, kind)
-    has_alpha = kind == "cutout" or (kind == "composite" and pixels.shape[2] == 4)
-    return infer_pb2.MatteImage(data=data, format=matte_options.FORMAT_VALUES[fmt], has_alpha=has_alpha)
+    into.data = data
+    into.format = matte_options.FORMAT_VALUES[fmt]
+    into.has_alpha = kind == "cutout" or (kind == "composite" and pixels.shape[2] == 4)

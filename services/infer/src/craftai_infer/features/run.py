@@ -1,7 +1,10 @@
 """One request's run through a feature, and the one way a run becomes an RPC's event stream.
 
 A feature is a coroutine `work(run)` that resolves and loads its route, then goes through its
-stages (decode, model, encode, ...) and returns the RPC's result message. `Run` carries what
+stages (decode, model, encode, ...) and returns the RPC's result message: `run.result(kind)`,
+the final event's own, written in place (protobuf's upb runtime copies a message put into another
+by serialising and parsing it again: ~12 ms for a 10 MB cutout, ~1 ms for a click's masks with
+their logits); a result made apart is copied in. `Run` carries what
 happens on the way: progress at the start of each stage, notices, and the time each stage took
 (`stage()` is the only place stages are timed). `stream()` runs the feature and yields its
 progress and notices as they happen, then exactly one result; a caller that goes away cancels the
@@ -16,11 +19,14 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
+from google.protobuf.message import Message
+
 from craftai_common.errors import Reason, invalid_argument
 from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 
 E = TypeVar("E")  # an RPC's event message: a oneof of progress, notice and result
+M = TypeVar("M", bound=Message)
 Item = common_pb2.Progress | common_pb2.Notice
 _DONE = object()
 
@@ -38,6 +44,16 @@ class Run:
         self.stages_ms: dict[str, float] = {}
         self.notices = Notices([])
         self._items: asyncio.Queue[Item | object] = asyncio.Queue()
+        self.answer: Message | None = None  # the final event's result message (`stream` sets it)
+
+    def result(self, kind: type[M]) -> M:
+        """The RPC's result message to write the answer in: the final event's own (or a new one
+        where no stream waits for it), so that it is never copied."""
+        if self.answer is None:
+            self.answer = kind()
+        if not isinstance(self.answer, kind):
+            raise TypeError(f"this run answers {type(self.answer).__name__}, not {kind.__name__}")
+        return self.answer
 
     def progress(self, stage: str, done: int, total: int, message: str, unit: str = "steps") -> None:
         self._items.put_nowait(progress(stage, done, total, message, unit))
@@ -64,6 +80,8 @@ class Run:
 async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]]) -> AsyncIterator[E]:
     """The feature's run as the RPC's events: progress and notices as they come, then the result."""
     run = Run()
+    final: Any = event()
+    run.answer = final.result
     task = asyncio.ensure_future(work(run))
     task.add_done_callback(lambda _task: run._items.put_nowait(_DONE))
     try:
@@ -77,7 +95,11 @@ async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]])
         while not run._items.empty():
             item = run._items.get_nowait()
             yield event(notice=item) if isinstance(item, common_pb2.Notice) else event(progress=item)
-        yield event(result=result)
+        if result is run.answer:
+            final.result.SetInParent()  # set, even where every field of the result is its default
+            yield final
+        else:
+            yield event(result=result)
     finally:
         if not task.done():
             task.cancel()

@@ -50,21 +50,19 @@ def _prompt_of(request: infer_pb2.SegmentRequest | infer_pb2.SegmentOnceRequest)
 
 @dataclass(frozen=True)
 class _Answer:
-    """The masks of one prompt and the route that made them; `result` is the RPC's message."""
+    """The RPC's message with the prompts' masks written in it, and the route that made them;
+    `result` completes it."""
 
     loaded: LoadedRoute[Any]
-    masks: list[infer_pb2.Mask]
+    message: infer_pb2.SegmentResult
 
     def result(self, run: runs.Run, width: int, height: int, session_id: str = "") -> infer_pb2.SegmentResult:
-        return infer_pb2.SegmentResult(
-            masks=self.masks,
-            width=width,
-            height=height,
-            device=self.loaded.device,
-            timing=run.timing(),
-            session_id=session_id,
-            route=self.loaded.ref,
-        )
+        message = self.message
+        message.width, message.height = width, height
+        message.device, message.session_id = self.loaded.device, session_id
+        message.timing.CopyFrom(run.timing())
+        message.route.CopyFrom(self.loaded.ref)
+        return message
 
 
 def _answerable(loaded: LoadedRoute[SegmentRoute], checked: Sequence[prompts.Checked]) -> None:
@@ -151,19 +149,13 @@ class SegmentFeature:
         candidates = Candidates.concat(found)
         with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
             kept = await self.context.on_cpu(mask_generator.select, candidates, settings)
+        result = run.result(infer_pb2.SegmentEverythingResult)
         with run.stage("masks", f"writing {len(kept)} masks"):
-            written = await self.context.on_cpu(self._write_candidates, kept, output, height, width)
-        result = infer_pb2.SegmentEverythingResult(
-            masks=written,
-            width=width,
-            height=height,
-            device=loaded.device,
-            timing=run.timing(),
-            session_id=session.id,
-            route=loaded.ref,
-            points=len(points),
-            candidates=len(candidates),
-        )
+            await self.context.on_cpu(self._write_candidates, kept, output, height, width, result)
+        result.width, result.height, result.device, result.session_id = width, height, loaded.device, session.id
+        result.route.CopyFrom(loaded.ref)
+        result.points, result.candidates = len(points), len(candidates)
+        result.timing.CopyFrom(run.timing())
         self._check_size(result, "the masks")
         return result
 
@@ -242,19 +234,18 @@ class SegmentFeature:
             key = tuple(sorted({prompt_points(p) for p, _ in asked}))
             decoded = await loaded.submit(DECODE, request, run.notices, key)
         formats = ", ".join(answers.NAMES[f] for f in sorted(output.formats))
+        result = run.result(infer_pb2.SegmentResult)
         with run.stage(output.stage, f"writing {what} ({formats})"):
-            written = await self._masks(decoded, output)
-        answer = _Answer(loaded, written)
-        return answer
+            await self._masks(decoded, output, result)
+        return _Answer(loaded, result)
 
-    async def _masks(self, decoded: list[SamMasks], output: answers.Output) -> list[infer_pb2.Mask]:
+    async def _masks(self, decoded: list[SamMasks], output: answers.Output, result: infer_pb2.SegmentResult) -> None:
         """Each prompt's masks, best first, in the formats asked (1-bit PNGs by default: a bit per
         pixel is an eighth of the bytes to compress, and the PNG is most of a click's time on a GPU
-        machine)."""
+        machine), written in `result` itself (masks.written says why)."""
         level = self.context.settings.png_compress_level
 
-        def work() -> list[infer_pb2.Mask]:
-            out = []
+        def work() -> None:
             for index, masks in enumerate(decoded):
                 for k, pixels in enumerate(masks.masks):
                     x0, y0, x1, y1 = (int(v) for v in masks.boxes[k])
@@ -264,36 +255,41 @@ class SegmentFeature:
                         level,
                         extent=(x0, y0, x1, y1),
                         area=int(masks.areas[k]),
+                        into=result.masks.add(),
                     )
                     message.predicted_iou = float(masks.ious[k])
                     message.empty = bool(masks.empty[k])
                     message.selected_fraction = float(masks.fractions[k])
-                    message.low_res.CopyFrom(prompts.low_res_message(masks.low_res[k]))
+                    prompts.low_res_message(masks.low_res[k], into=message.low_res)
                     message.prompt_index = index
-                    out.append(message)
-            return out
 
-        return await self.context.on_cpu(work)
+        await self.context.on_cpu(work)
 
     def _write_candidates(
-        self, kept: Candidates, output: answers.Output, height: int, width: int
-    ) -> list[infer_pb2.Mask]:
-        """The generator's masks from their RLE counts (pixels made only for PNG or polygons)."""
+        self,
+        kept: Candidates,
+        output: answers.Output,
+        height: int,
+        width: int,
+        result: infer_pb2.SegmentEverythingResult,
+    ) -> None:
+        """The generator's masks from their RLE counts (pixels made only for PNG or polygons), written
+        in `result` itself (masks.written says why)."""
         level = self.context.settings.png_compress_level
-        out = []
         for k, counts in enumerate(kept.counts):
             x0, y0, x1, y1 = (int(v) for v in kept.boxes[k])
             area = int(counts[1::2].sum())
             extent = (x0, y0, x1 + 1, y1 + 1) if area else (0, 0, 0, 0)
-            message = answers.written(None, output, level, counts=counts, size=(height, width), extent=extent)
+            message = answers.written(
+                None, output, level, counts=counts, size=(height, width), extent=extent, into=result.masks.add()
+            )
             message.predicted_iou = float(kept.ious[k])
             message.stability_score = float(kept.stability[k])
             message.empty = area == 0
             message.selected_fraction = area / (height * width)
-            px, py = (float(v) for v in kept.points[k])
-            message.point.CopyFrom(infer_pb2.Point(x=px, y=py, label=infer_pb2.POINT_LABEL_FOREGROUND))
-            out.append(message)
-        return out
+            point = message.point
+            point.x, point.y = (float(v) for v in kept.points[k])
+            point.label = infer_pb2.POINT_LABEL_FOREGROUND
 
     def _check_size(self, result: infer_pb2.SegmentEverythingResult, what: str) -> None:
         """An answer larger than the message limit cannot be sent: say so in words a caller can act on."""
