@@ -354,7 +354,7 @@ def matte_request(
         naive=options.naive,
     )
     # The picture's bytes set in place: a Picture message put in would be copied (protobuf's upb
-    # runtime serialises and parses it again: ~4 ms for a 2.4 MB picture sent as its pixels).
+    # runtime serialises and parses it again: up to ~4 ms for a 2.4 MB picture sent as its pixels).
     request.picture.data = picture
     if options.bg_color is not None:
         r, g, b, a = options.bg_color

@@ -21,7 +21,8 @@ Between those, a steady stream of requests reuses the heaps rather than faulting
 threshold, at 128 KiB, so every free at a heap's top gave memory back that the next request
 faulted in again; it is 4 MiB here (8 MiB and more raised the outputs' measured peaks:
 tests/unit/test_matte_memory.py). And the heaps are trimmed after the budget has stayed idle,
-not after each request: with both, a u2netp matte of a 512x512 PNG through the service faulted
+not after each request. Before these two and the u2netp pre-processing's kept arrays
+(pipelines/matte_u2netp.Scratch), a u2netp matte of a 512x512 PNG through the service faulted
 ~5,300 pages (21 MB) a call; now ~150 (tests/integration/test_memory_reuse.py).
 """
 
