@@ -6,7 +6,8 @@ import grpc
 import pytest
 
 from craftai_catalogue import advice, recipes
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
+from craftai_wire.vocabulary import Reason
 
 DATA = recipes.load()
 # The real data with SAM 2.1 tiny's bytes unconfirmed again (as before issue 15 confirmed them):

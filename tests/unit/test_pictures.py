@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
 from craftai_infer import encodings, pictures
+from craftai_wire.vocabulary import Reason
 
 LIMITS = pictures.Limits(max_pixels=4_000_000, max_side=4096)
 

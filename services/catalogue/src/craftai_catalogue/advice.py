@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from craftai_catalogue.recipes import CatalogueData, RecipeSpec, RouteSpec
-from craftai_common.errors import Reason, failed_precondition, not_found
+from craftai_common.errors import failed_precondition, not_found
+from craftai_wire.vocabulary import Reason
 
 
 @dataclass(frozen=True)

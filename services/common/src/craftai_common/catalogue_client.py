@@ -6,11 +6,12 @@ import grpc
 from grpc_status import rpc_status
 
 from craftai_common.auth import INTERNAL_APP_ID
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
 from craftai_common.peers import Peers
 from craftai_common.store import FilePin
 from craftai_wire.details import unpack
 from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, common_pb2
+from craftai_wire.vocabulary import Reason
 
 __all__ = ["INTERNAL_APP_ID", "CatalogueClient", "error_from_rpc", "pins_of", "setup_command"]
 

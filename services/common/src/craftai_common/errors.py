@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from enum import StrEnum
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
 import grpc
@@ -18,48 +17,9 @@ from google.rpc import code_pb2
 from grpc_status import rpc_status
 
 from craftai_wire.details import ErrorDetails, pack
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.errors")
-
-
-class Reason(StrEnum):
-    """Stable machine-readable reasons (google.rpc.ErrorInfo.reason); docs/API.md lists them."""
-
-    MISSING_APP_ID = "MISSING_APP_ID"
-    BAD_APP_ID = "BAD_APP_ID"
-    MISSING_APP_KEY = "MISSING_APP_KEY"
-    BAD_APP_KEY = "BAD_APP_KEY"
-    TOO_MANY_REQUESTS = "TOO_MANY_REQUESTS"
-    TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
-    TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
-    MEMORY_BUDGET = "MEMORY_BUDGET"
-    CALL_TIME_LIMIT = "CALL_TIME_LIMIT"
-    FIELD_TOO_LONG = "FIELD_TOO_LONG"
-    SHUTTING_DOWN = "SHUTTING_DOWN"
-    UNKNOWN_FEATURE = "UNKNOWN_FEATURE"
-    UNKNOWN_RECIPE = "UNKNOWN_RECIPE"
-    UNKNOWN_ENGINE = "UNKNOWN_ENGINE"
-    RECIPE_UNAVAILABLE = "RECIPE_UNAVAILABLE"
-    ROUTE_NOT_SET_UP = "ROUTE_NOT_SET_UP"
-    ENGINE_NOT_INSTALLED = "ENGINE_NOT_INSTALLED"
-    BAD_PICTURE = "BAD_PICTURE"
-    EMPTY_PICTURE = "EMPTY_PICTURE"
-    PICTURE_TOO_LARGE = "PICTURE_TOO_LARGE"
-    BAD_PROMPT = "BAD_PROMPT"
-    TOO_MANY_POINTS = "TOO_MANY_POINTS"
-    TOO_MANY_PROMPTS = "TOO_MANY_PROMPTS"
-    BAD_OPTIONS = "BAD_OPTIONS"
-    BAD_OUTPUT = "BAD_OUTPUT"  # image.matte: an output that cannot be made as asked
-    SESSION_NOT_FOUND = "SESSION_NOT_FOUND"
-    SOURCES_FAILED = "SOURCES_FAILED"
-    FILE_MISMATCH = "FILE_MISMATCH"
-    PREPARATION_FAILED = "PREPARATION_FAILED"
-    MODEL_REFUSED = "MODEL_REFUSED"
-    NO_SPACE = "NO_SPACE"
-    UNSAFE_STORE = "UNSAFE_STORE"
-    CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
-    LIMIT_REACHED = "LIMIT_REACHED"
-    INTERNAL = "INTERNAL"
 
 
 SHOWN_CHARACTERS = 64

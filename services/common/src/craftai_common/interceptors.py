@@ -46,7 +46,7 @@ from google.protobuf.message import Message
 
 from craftai_common import observability as obs
 from craftai_common.auth import INTERNAL_APP_ID, KeyRing
-from craftai_common.errors import Reason, ServiceError, abort
+from craftai_common.errors import ServiceError, abort
 from craftai_wire.keys import local_key_file
 from craftai_wire.metadata import (
     APP_ID_KEY,
@@ -56,6 +56,7 @@ from craftai_wire.metadata import (
     REQUEST_ID_KEY,
     REQUEST_ID_PATTERN,
 )
+from craftai_wire.vocabulary import Reason
 
 Handler: TypeAlias = "grpc.RpcMethodHandler[Any, Any]"  # generic only in the type stubs
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"

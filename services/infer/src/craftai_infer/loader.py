@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_command
-from craftai_common.errors import Reason, ServiceError, failed_precondition
+from craftai_common.errors import ServiceError, failed_precondition
 from craftai_common.store import FilePin, Store, check_prepared
 from craftai_infer import faults
 from craftai_infer.batching import MicroBatcher
@@ -27,6 +27,7 @@ from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
 from craftai_wire.v1 import catalogue_pb2, common_pb2
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.loader")
 RouteKey = tuple[str, str, str]

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from craftai_common.errors import Reason, ServiceError, invalid_argument
+from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import encodings
 from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import Reason
 
 PNG, RLE, POLYGONS = infer_pb2.MASK_FORMAT_PNG, infer_pb2.MASK_FORMAT_RLE, infer_pb2.MASK_FORMAT_POLYGONS
 NAMES: dict[int, str] = {PNG: "png", RLE: "rle", POLYGONS: "polygons"}

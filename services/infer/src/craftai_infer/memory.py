@@ -38,7 +38,8 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from craftai_common.errors import Reason, resource_exhausted
+from craftai_common.errors import resource_exhausted
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.memory")
 MMAP_THRESHOLD_BYTES = 1 << 20

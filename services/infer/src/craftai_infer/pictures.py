@@ -33,7 +33,8 @@ import numpy.typing as npt
 import simplejpeg
 from PIL import ExifTags, Image, ImageFile, UnidentifiedImageError
 
-from craftai_common.errors import Reason, invalid_argument
+from craftai_common.errors import invalid_argument
+from craftai_wire.vocabulary import Reason
 
 if TYPE_CHECKING:
     import torch

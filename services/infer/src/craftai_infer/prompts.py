@@ -24,10 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from craftai_common.errors import Reason, ServiceError, invalid_argument
+from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_models.sam2.contract import BACKGROUND, FOREGROUND, LOW_RES
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import Reason
 
 LABELS = {infer_pb2.POINT_LABEL_FOREGROUND: FOREGROUND, infer_pb2.POINT_LABEL_BACKGROUND: BACKGROUND}
 LOW_RES_BYTES = LOW_RES * LOW_RES * 4

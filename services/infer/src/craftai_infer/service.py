@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 
 from craftai_common.catalogue_client import CatalogueClient
-from craftai_common.errors import Reason, handle_errors, handle_stream_errors, invalid_argument
+from craftai_common.errors import handle_errors, handle_stream_errors, invalid_argument
 from craftai_common.metadata import app_id
 from craftai_common.observability import Collectors
 from craftai_common.peers import Peers
@@ -29,6 +29,7 @@ from craftai_infer.loader import Batching, RouteLoader
 from craftai_infer.sessions import SessionStore
 from craftai_infer.settings import InferSettings
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer")
 Context = grpc.aio.ServicerContext[Any, Any]

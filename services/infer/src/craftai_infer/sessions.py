@@ -33,7 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from craftai_common.errors import Reason, resource_exhausted
+from craftai_common.errors import resource_exhausted
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.sessions")
 

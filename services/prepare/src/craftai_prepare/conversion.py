@@ -21,7 +21,7 @@ from pathlib import Path
 import grpc
 
 from craftai_common.catalogue_client import pins_of
-from craftai_common.errors import Reason, ServiceError, failed_precondition
+from craftai_common.errors import ServiceError, failed_precondition
 from craftai_common.hashing import sha256_file
 from craftai_common.store import (
     MANIFEST,
@@ -35,6 +35,7 @@ from craftai_prepare.converters import ConversionError, Converter
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import catalogue_pb2
+from craftai_wire.vocabulary import Reason
 
 
 def converters() -> dict[str, Converter]:

@@ -31,13 +31,14 @@ from typing import BinaryIO
 import grpc
 from filelock import FileLock, Timeout
 
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.locks import store_lock, unsafe_path
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, SourceError, Timeouts
+from craftai_wire.vocabulary import Reason
 
 DEFAULT_TIMEOUTS = Timeouts()
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import grpc
 
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
 from craftai_common.store import Store
+from craftai_wire.vocabulary import Reason
 
 
 def no_space(store: Store, doing: str, **metadata: str) -> ServiceError:

@@ -21,9 +21,10 @@ from pathlib import Path
 import grpc
 from filelock import FileLock, Timeout
 
-from craftai_common.errors import Reason, ServiceError
+from craftai_common.errors import ServiceError
 from craftai_common.store import Store
 from craftai_prepare.reporter import Reporter
+from craftai_wire.vocabulary import Reason
 
 POLL_SECONDS = 0.2
 

@@ -12,7 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of
-from craftai_common.errors import Reason, handle_stream_errors, invalid_argument
+from craftai_common.errors import handle_stream_errors, invalid_argument
 from craftai_common.observability import Collectors
 from craftai_common.peers import Peers
 from craftai_common.server import Mount
@@ -25,6 +25,7 @@ from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
 from craftai_prepare.sources import Timeouts, sources_of
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.prepare")
 Context = grpc.aio.ServicerContext[Any, Any]

@@ -21,9 +21,10 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from craftai_common.errors import Reason, invalid_argument
+from craftai_common.errors import invalid_argument
 from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
 from craftai_wire.v1 import catalogue_pb2, common_pb2
+from craftai_wire.vocabulary import Reason
 
 E = TypeVar("E")  # an RPC's event message: a oneof of progress, notice and result
 M = TypeVar("M", bound=Message)

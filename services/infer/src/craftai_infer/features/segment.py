@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from craftai_common.errors import Reason, not_found, resource_exhausted
+from craftai_common.errors import not_found, resource_exhausted
 from craftai_infer import masks as answers
 from craftai_infer import prompts
 from craftai_infer.features import run as runs
@@ -38,6 +38,7 @@ from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_poin
 from craftai_infer.routes import DECODE, ENCODE, GRID, DecodeRequest, GridRequest, SegmentRoute
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import Reason
 
 FEATURE = "image.segment"
 OPEN_STAGES = ("decode", "encode")

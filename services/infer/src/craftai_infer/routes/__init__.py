@@ -29,10 +29,11 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias, Ty
 import numpy as np
 import numpy.typing as npt
 
-from craftai_common.errors import Reason, failed_precondition
+from craftai_common.errors import failed_precondition
 from craftai_common.store import FilePin
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
+from craftai_wire.vocabulary import Reason
 
 if TYPE_CHECKING:
     import torch

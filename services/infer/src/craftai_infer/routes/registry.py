@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from craftai_common.errors import Reason, failed_precondition
+from craftai_common.errors import failed_precondition
 from craftai_infer.routes import Factory, Route, RouteFiles
+from craftai_wire.vocabulary import Reason
 
 # (recipe, engine) -> the route's module (under craftai_infer.routes) and class.
 ROUTES: dict[tuple[str, str], str] = {
