@@ -47,6 +47,7 @@ from google.protobuf.message import Message
 from craftai_common import observability as obs
 from craftai_common.auth import INTERNAL_APP_ID, KeyRing
 from craftai_common.errors import ServiceError, abort
+from craftai_common.metadata import WILDCARD_TENANT, tenant_var
 from craftai_wire.keys import local_key_file
 from craftai_wire.metadata import (
     APP_ID_KEY,
@@ -265,6 +266,7 @@ class Gateway(grpc.aio.ServerInterceptor):
         if not verdict.ok:
             return self._key_refusal(call, app, missing=verdict.problem == "missing")
         call.app, call.internal, call.wildcard = app, app == INTERNAL_APP_ID, verdict.wildcard
+        tenant_var.set(WILDCARD_TENANT if verdict.wildcard else app)
         if self.draining and not call.internal:
             call.refused = Reason.SHUTTING_DOWN
             return ServiceError(
