@@ -13,7 +13,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Hashable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
@@ -22,10 +21,10 @@ from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_comm
 from craftai_common.errors import ServiceError, failed_precondition
 from craftai_common.store import FilePin, Store, check_prepared
 from craftai_infer import faults
-from craftai_infer.batching import MicroBatcher
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
+from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, submitted
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 from craftai_wire.vocabulary import Reason
 
@@ -60,11 +59,13 @@ Answered = tuple[Any, str]  # a result, and the fallback notice of the call that
 
 
 class LoadedRoute(Generic[RouteT]):
-    """A built route, its own worker thread (model work never runs on the event loop) and files.
+    """A built route, its worker threads (model work never runs on the event loop), its queue and files.
 
-    Invariants: every call of the route runs on `_worker` (one thread, or `concurrent_runs` threads
-    where the route says its calls may overlap); `route` is replaced at most once, by the CPU
-    rebuild after a GPU failure, on the worker, inside the call that failed.
+    Invariants: every call of the route runs on one of its `Workers` (craftai_infer.scheduling):
+    one thread, or `concurrent_runs` threads where the route says its calls may overlap, and on the
+    CPU one more that takes interactive work only; the queue in front of them runs interactive work
+    first and the tenants in turns. `route` is replaced at most once, by the CPU rebuild after a GPU
+    failure, on a worker, inside the call that failed.
     """
 
     def __init__(
@@ -81,12 +82,20 @@ class LoadedRoute(Generic[RouteT]):
         self.route = route
         self._factory = factory
         self._files = files
-        workers = route.capabilities.concurrent_runs
-        self._worker = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"model-{ref.recipe}-{ref.engine}")
         self._fell_back = False
         self._fault = fault
         self._batching = batching or Batching()
-        self._batchers: dict[Operation[Any, Any, Any], MicroBatcher[tuple[Hashable, Any], Answered]] = {}
+        capabilities = route.capabilities
+        self.queue: WorkQueue[tuple[Operation[Any, Any, Any], Any], Answered] = WorkQueue(
+            f"{ref.recipe}/{ref.engine}", max_batch=self._batching.max_batch, window_s=self._batching.window_s
+        )
+        self._workers = Workers(
+            self.queue,
+            self._execute,
+            threads=capabilities.concurrent_runs,
+            lane=1 if route.device == "cpu" and capabilities.interactive_lane else 0,
+            name=f"model-{ref.recipe}-{ref.engine}",
+        )
         self.requests = 0
         self.operations: Counter[str] = Counter()  # requests by operation (MATTE, ENCODE, ...): the metrics
 
@@ -94,33 +103,32 @@ class LoadedRoute(Generic[RouteT]):
     def device(self) -> str:
         return self.route.device
 
-    async def submit(self, operation: Operation[RouteT, I, O], request: I, notices: Notices, key: Hashable = None) -> O:
-        """One request to the route: batched with like requests (the same `key`) arriving within the
-        window when the route batches this operation, else a call of its own."""
+    async def submit(
+        self,
+        operation: Operation[RouteT, I, O],
+        request: I,
+        notices: Notices,
+        key: Hashable = None,
+        *,
+        work_class: WorkClass | None = None,
+    ) -> O:
+        """One request to the route, in its request's class and tenant unless `work_class` says:
+        batched with like requests (the same `key`) waiting at the same time when the route batches
+        this operation, else a call of its own."""
         self.requests += 1
         self.operations[operation.name] += 1
-        if operation in self.route.capabilities.batched and self._batching.max_batch > 1:
-            result, notice = await self._batcher(operation).submit((key, request))
-        else:
-            loop = asyncio.get_running_loop()
-            ((result, notice),) = await loop.run_in_executor(self._worker, self._call, operation, [request])
+        batched = operation in self.route.capabilities.batched and self._batching.max_batch > 1
+        result, notice = await submitted(
+            self.queue, (operation, request), batch_key=(operation, key) if batched else None, work_class=work_class
+        )
         if notice:
             notices.add(FELL_BACK_TO_CPU, notice)
         return cast(O, result)
 
-    def _batcher(self, operation: Operation[Any, Any, Any]) -> MicroBatcher[tuple[Hashable, Any], Answered]:
-        batcher = self._batchers.get(operation)
-        if batcher is None:
-            batcher = MicroBatcher(
-                lambda items: self._call(operation, [request for _, request in items]),
-                self._worker,
-                max_batch=self._batching.max_batch,
-                window_s=self._batching.window_s,
-                key=lambda item: item[0],
-                capacity=self.route.capabilities.concurrent_runs,
-            )
-            self._batchers[operation] = batcher
-        return batcher
+    def _execute(self, payloads: list[tuple[Operation[Any, Any, Any], Any]]) -> list[Answered]:
+        """A batch the queue gave a worker: one operation's requests (a batch never mixes them)."""
+        operation = payloads[0][0]
+        return self._call(operation, [request for _, request in payloads])
 
     def _call(self, operation: Operation[Any, Any, Any], requests: list[Any]) -> list[Answered]:
         """On the model's worker: one call of the route. A failure on the GPU that is not an answer
@@ -146,16 +154,16 @@ class LoadedRoute(Generic[RouteT]):
 
     @property
     def queued(self) -> int:
-        """Requests waiting for the model: held by a batcher, or queued on the worker thread."""
-        return sum(b.waiting for b in self._batchers.values()) + self._worker._work_queue.qsize()
+        """Requests waiting for the model (not yet taken by a worker)."""
+        return self.queue.depth
 
     @property
     def batches(self) -> int:
-        """Model calls made for batched requests (fewer than the requests when batching happened)."""
-        return sum(b.stats.batches for b in self._batchers.values())
+        """Model calls made (fewer than the requests when batching happened)."""
+        return self.queue.batches
 
     def close(self) -> None:
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._workers.close()
 
 
 class RouteLoader:

@@ -73,4 +73,10 @@ class InferSettings(ServerSettings):
         description="onnxruntime's CPU threads spin between runs (its default); off: they sleep, leaving the"
         " cores to the server's decoding, encoding and gRPC threads (docs/PERFORMANCE.md)",
     )
+    interactive_matte_pixels: int = Field(
+        2_100_000,
+        ge=0,
+        description="a matte of a picture with at most this many pixels is interactive work (run before bulk work: "
+        "encodes, segment everything, larger mattes); 0: every matte is bulk",
+    )
     png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")

@@ -3,18 +3,15 @@ memory budget, the settings."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import contextvars
 import os
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from craftai_infer import encodings, memory, pictures
+from craftai_infer import encodings, memory, pictures, scheduling
 from craftai_infer.loader import LoadedRoute, RouteLoader
 from craftai_infer.pictures import Picture
 from craftai_infer.settings import InferSettings
@@ -34,7 +31,8 @@ class FeatureContext:
     """Owns the CPU pool (decoding and encoding pictures: CPU work off the event loop, beside the
     model workers), the pool that compresses the bands of one large PNG at once (separate, so that
     an encoding waiting for its bands never waits for its own pool) and the decode budget; `close`
-    ends both pools."""
+    ends both pools. Both pools run interactive work first and the tenants in turns
+    (craftai_infer.scheduling)."""
 
     def __init__(self, settings: InferSettings, routes: RouteLoader) -> None:
         self.settings = settings
@@ -43,15 +41,21 @@ class FeatureContext:
         self.budget = memory.DecodeBudget(settings.decode_budget_bytes, settings.decode_wait_seconds)
         memory.prefer_mmap()
         cores = max(2, os.cpu_count() or 2)
-        self._cpu = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="pictures")
-        self._bands = ThreadPoolExecutor(max_workers=cores, thread_name_prefix="png-bands")
+        self._cpu = scheduling.CpuPool(cores, "pictures")
+        self._bands = scheduling.CpuPool(cores, "png-bands")
         self._cores = cores
         self._gpu_decoders: dict[str, pictures.JpegDecoder | None] = {}  # by device: engines.nvjpeg
 
     async def on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(*args)` on the CPU pool, in this request's context (its log lines carry its ids)."""
-        context = contextvars.copy_context()
-        return await asyncio.get_running_loop().run_in_executor(self._cpu, context.run, fn, *args)
+        """`fn(*args)` on the CPU pool, in this request's class, tenant and context (its log lines
+        carry its ids)."""
+        return await self._cpu.run(fn, *args)
+
+    async def header_of(self, data: bytes) -> pictures.Header:
+        """The picture's size from its header (`header`) on the CPU pool as interactive work: a
+        request's class may depend on it, and it costs microseconds."""
+        with scheduling.classified(scheduling.WorkClass.INTERACTIVE):
+            return await self.on_cpu(self.header, data)
 
     def picture_device(self, loaded: LoadedRoute[Any]) -> str | None:
         """Where a route wants its pictures: its GPU (`Capabilities.pinned_pictures`), or None."""
@@ -102,7 +106,7 @@ class FeatureContext:
         """The picture decoded on the CPU pool once its memory fits the decode budget (waiting its
         turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `device` and
         `rgb`: as in `decode`."""
-        head = await self.on_cpu(self.header, data)
+        head = await self.header_of(data)
         async with self.admitted(
             head.width * head.height * bytes_per_pixel, f"a {head.width}x{head.height} picture"
         ) as hold:

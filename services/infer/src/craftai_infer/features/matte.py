@@ -2,7 +2,8 @@
 
 options checked (matte_options: before any work) -> resolve -> load (first use) -> decode (the
 picture, and a background picture if one came; limits checked before any pixel) -> the route's
-MATTE operation on its worker (batched with like pictures where the route batches): the matte,
+MATTE operation on its worker (batched with like pictures where the route batches; interactive
+work when the picture has at most CRAFTAI_INTERACTIVE_MATTE_PIXELS, else bulk): the matte,
 then the cutout, composite and mask made from it on the route's device -> each output encoded
 (PNG, WebP or JPEG) on the CPU pool, at the same time.
 """
@@ -21,6 +22,7 @@ from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import Kind, Rendered
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
+from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_wire.v1 import infer_pb2
 
 FEATURE = "image.matte"
@@ -104,12 +106,14 @@ class MatteFeature:
         request fits the decode budget (the headers read first: no pixel decoded before); the
         picture for the route's `device` (FeatureContext.decode)."""
         c = self.context
-        head = await c.on_cpu(c.header, data)
+        head = await c.header_of(data)
+        small = head.width * head.height <= c.settings.interactive_matte_pixels
+        work_class_var.set(WorkClass.INTERACTIVE if small else WorkClass.BULK)  # for the rest of this request
         nbytes = head.width * head.height * bytes_per_pixel(asked.kinds, asked.naive)
         what = f"a {head.width}x{head.height} picture"
         back = asked.background_picture
         if back is not None:
-            back_head = await c.on_cpu(self._background, c.header, back)
+            back_head = await c.on_cpu(self._background, c.header, back)  # in the request's class
             nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
             what += f" over a {back_head.width}x{back_head.height} background"
         async with c.admitted(nbytes, what) as hold:

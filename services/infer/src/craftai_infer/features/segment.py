@@ -2,7 +2,8 @@
 
 open:       resolve -> load -> decode -> the route's ENCODE (batched where the route batches) -> kept
             in the session store under a new id (per app, LRU under a byte budget, idle expiry)
-prompt:     the call's prompts (one object or several) and output options checked -> the app's
+prompt:     (interactive work; the others are bulk: craftai_infer.scheduling)
+            the call's prompts (one object or several) and output options checked -> the app's
             session -> one DECODE for all of them (prompts with as many points share a decoder
             call, and calls arriving together batch) -> each mask in the formats asked
             (craftai_infer.masks: 1-bit PNG, RLE, polygons; box and area)
@@ -36,6 +37,7 @@ from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_generator import Candidates
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import DECODE, ENCODE, GRID, DecodeRequest, GridRequest, SegmentRoute
+from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_infer.sessions import BudgetTooSmallError, Session, SessionStore
 from craftai_wire.v1 import infer_pb2
 from craftai_wire.vocabulary import Reason
@@ -111,6 +113,7 @@ class SegmentFeature:
         )
 
     async def prompt(self, request: infer_pb2.SegmentRequest, app: str, run: runs.Run) -> infer_pb2.SegmentResult:
+        work_class_var.set(WorkClass.INTERACTIVE)  # a click: before any bulk work (the rest is bulk)
         checked, output = self._check(request)
         run.stages = ("model", output.stage)
         session = self._session(app, request.session_id)

@@ -96,10 +96,13 @@ class Capabilities:
     `pinned_pictures`, a route on a GPU that wants its pictures decoded into page-locked memory
     (craftai_infer.engines.staging: the copy is made on the CPU pool, not by the model worker);
     `grid_ahead`, how many of the automatic mask generator's batches the feature queues at once (a
-    route that batches GRID takes those that wait in one call)."""
+    route that batches GRID takes those that wait in one call); `interactive_lane`, on the CPU, one
+    more worker thread that takes interactive work only (craftai_infer.scheduling): a click runs
+    beside an encoder batch rather than after it (a route whose calls may not overlap says False)."""
 
     batched: frozenset[Operation[Any, Any, Any]] = frozenset()
     concurrent_runs: int = 1
+    interactive_lane: bool = True
     single_mask_like_meta: bool = False
     pinned_pictures: bool = False
     grid_ahead: int = 2

@@ -1,0 +1,375 @@
+"""Who runs next: interactive work before bulk work, and apps in turns within a class.
+
+Many apps share one process's models, its CPU pool and its GPU. Every request has a class
+(`WorkClass`), set for its task by its feature (`classified`): a segment prompt's decoder call and a
+small matte are interactive; session encodes, the automatic mask generator's grid batches and large
+mattes are bulk. Every place where requests wait for a worker is a `WorkQueue` served by
+`Workers` threads: a free worker takes the oldest waiting job of the interactive class before any
+of the bulk class, and within a class serves the tenants in turns (craftai_common.metadata: an app
+with a key of its own, or every app id a `*` key admits together) rather than first come, first
+served: one app's hundred queued encodes delay another app's one encode by one batch, not by a
+hundred.
+
+Jobs with the same batch key (a route's batched operation, and its own key: the input shape) run
+as one call, up to `max_batch`, taken in the same turns. A job that finds a worker free runs at
+once; jobs that arrive while the workers are busy run together when one is free. With several
+workers, a partial batch of bulk work waits up to `window_s` for like jobs while another worker is
+busy; interactive work never waits for companions.
+
+A route runs one call at a time on a GPU (work on one device runs in order anyway): a decoder call
+waits for at most the one bulk batch in flight. On the CPU a route also has an interactive lane:
+one more thread that takes interactive work only, so a click runs beside an encoder batch (sharing
+the cores) rather than after it. Segment everything queues a few grid batches at a time, so clicks
+and other tenants' work go between its batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import logging
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any, Generic, TypeVar, cast
+
+from prometheus_client import Histogram
+
+from craftai_common.metadata import tenant_var
+from craftai_common.observability import app_label
+
+log = logging.getLogger("craftai.infer.scheduling")
+P = TypeVar("P")  # a job's payload (what the workers' `execute` takes)
+R = TypeVar("R")  # its result
+T = TypeVar("T")
+
+
+QUEUE_WAIT = Histogram(
+    "craftai_infer_queue_wait_seconds",
+    "How long jobs waited for a worker, by queue (a route's model, or a CPU pool), class and app",
+    ["queue", "class", "app"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+
+class WorkClass(IntEnum):
+    """Lower runs first."""
+
+    INTERACTIVE = 0
+    BULK = 1
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+# The class of the request this task serves (its feature sets it: `classified`).
+work_class_var: contextvars.ContextVar[WorkClass] = contextvars.ContextVar("craftai_work_class", default=WorkClass.BULK)
+
+
+@contextlib.contextmanager
+def classified(work_class: WorkClass) -> Iterator[None]:
+    """The block's work (model calls, CPU pool stages, decode budget) in `work_class`."""
+    token = work_class_var.set(work_class)
+    try:
+        yield
+    finally:
+        work_class_var.reset(token)
+
+
+@dataclass(eq=False)
+class Job(Generic[P, R]):
+    """One request waiting for a worker. `batch_key` None: it runs alone."""
+
+    payload: P
+    work_class: WorkClass
+    tenant: str
+    batch_key: Hashable | None
+    deliver: Callable[[R | None, BaseException | None], None]
+    enqueued: float = field(default_factory=time.monotonic)
+    taken: bool = False
+
+
+@dataclass(frozen=True)
+class Waiting:
+    """Jobs waiting in one class for one tenant."""
+
+    work_class: WorkClass
+    tenant: str
+    jobs: int
+
+
+class WorkQueue(Generic[P, R]):
+    """The jobs waiting for one set of workers, by class and tenant (thread-safe: the event loop
+    puts, the workers take). `name` labels its wait times (QUEUE_WAIT)."""
+
+    def __init__(self, name: str, *, max_batch: int = 1, window_s: float = 0.0) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be at least 1")
+        self.name = name
+        self.max_batch = max_batch
+        self.window_s = window_s
+        self._ready = threading.Condition()
+        # class -> tenant -> its jobs, oldest first; a tenant's place in the dict is its turn
+        self._classes: dict[WorkClass, OrderedDict[str, deque[Job[P, R]]]] = {c: OrderedDict() for c in WorkClass}
+        self._closed = False
+        self.busy = 0  # workers running a batch taken from this queue
+        self.batches = 0
+        self.items = 0
+
+    # -- the event loop's side -------------------------------------------------------------
+
+    def put(self, job: Job[P, R]) -> None:
+        with self._ready:
+            if self._closed:
+                raise RuntimeError("the queue is closed")
+            self._classes[job.work_class].setdefault(job.tenant, deque()).append(job)
+            self._ready.notify_all()  # a lane that takes interactive work only must not swallow the wake-up
+
+    def remove(self, job: Job[P, R]) -> bool:
+        """Take a job back before a worker took it (its caller left); False when already taken."""
+        with self._ready:
+            if job.taken:
+                return False
+            tenants = self._classes[job.work_class]
+            jobs = tenants.get(job.tenant)
+            if jobs is None or job not in jobs:
+                return False
+            jobs.remove(job)
+            if not jobs:
+                del tenants[job.tenant]
+            return True
+
+    def waiting(self) -> list[Waiting]:
+        with self._ready:
+            return [
+                Waiting(work_class, tenant, len(jobs))
+                for work_class, tenants in self._classes.items()
+                for tenant, jobs in tenants.items()
+            ]
+
+    @property
+    def depth(self) -> int:
+        with self._ready:
+            return sum(len(jobs) for tenants in self._classes.values() for jobs in tenants.values())
+
+    def close(self) -> list[Job[P, R]]:
+        """Take no more jobs; the ones still waiting are returned (their callers are told)."""
+        with self._ready:
+            self._closed = True
+            left = [job for tenants in self._classes.values() for jobs in tenants.values() for job in jobs]
+            for tenants in self._classes.values():
+                tenants.clear()
+            self._ready.notify_all()
+            return left
+
+    # -- the workers' side -----------------------------------------------------------------
+
+    def take(self, classes: Sequence[WorkClass]) -> list[Job[P, R]] | None:
+        """The next batch for a worker that serves `classes`, waiting for one; None once closed."""
+        with self._ready:
+            while True:
+                if self._closed:
+                    return None
+                batch, wait = self._next(classes)
+                if batch:
+                    now = time.monotonic()
+                    for job in batch:
+                        job.taken = True
+                        QUEUE_WAIT.labels(self.name, job.work_class.label, app_label(job.tenant)).observe(
+                            now - job.enqueued
+                        )
+                    self.busy += 1
+                    self.batches += 1
+                    self.items += len(batch)
+                    return batch
+                self._ready.wait(wait)
+
+    def done(self) -> None:
+        """A worker finished its batch: what it left waiting may be taken now."""
+        with self._ready:
+            self.busy -= 1
+            self._ready.notify_all()
+
+    def _next(self, classes: Sequence[WorkClass]) -> tuple[list[Job[P, R]], float | None]:
+        """The batch to run now (empty: none), else how long to wait before looking again."""
+        for work_class in sorted(classes):
+            tenants = self._classes[work_class]
+            if not tenants:
+                continue
+            first_tenant, first_jobs = next(iter(tenants.items()))
+            head = first_jobs[0]
+            batch = [head] if head.batch_key is None else self._like(tenants, head)
+            if (
+                work_class is WorkClass.BULK
+                and head.batch_key is not None
+                and len(batch) < self.max_batch
+                and self.busy > 0
+                and self.window_s > 0
+            ):
+                left = head.enqueued + self.window_s - time.monotonic()
+                if left > 0:
+                    return [], left  # a partial bulk batch waits for company while another worker runs
+            for job in batch:
+                jobs = tenants[job.tenant]
+                jobs.remove(job)
+                if not jobs:
+                    del tenants[job.tenant]
+            if first_tenant in tenants:
+                tenants.move_to_end(first_tenant)  # it had its turn
+            return batch, None
+        return [], None
+
+    def _like(self, tenants: OrderedDict[str, deque[Job[P, R]]], head: Job[P, R]) -> list[Job[P, R]]:
+        """Up to max_batch jobs with the head's batch key, one per tenant in turn, round after round."""
+        matching = [[job for job in jobs if job.batch_key == head.batch_key] for jobs in tenants.values()]
+        batch: list[Job[P, R]] = []
+        depth = 0
+        while len(batch) < self.max_batch:
+            row = [jobs[depth] for jobs in matching if depth < len(jobs)]
+            if not row:
+                break
+            batch.extend(row[: self.max_batch - len(batch)])
+            depth += 1
+        return batch
+
+
+class Workers(Generic[P, R]):
+    """Threads that serve a `WorkQueue`: `threads` take any class (interactive first), and `lane`
+    more take interactive work only. `execute(payloads)` answers one result per payload, in order
+    (it raises for the whole batch). The threads are owned here: `close` ends them after their
+    current batch and tells the callers still waiting."""
+
+    def __init__(
+        self,
+        queue: WorkQueue[P, R],
+        execute: Callable[[list[P]], Sequence[R]],
+        *,
+        threads: int,
+        lane: int = 0,
+        name: str,
+    ) -> None:
+        if threads < 1:
+            raise ValueError("a queue needs at least one worker that takes every class")
+        self.queue = queue
+        self._execute = execute
+        every = tuple(WorkClass)
+        roles = [every] * threads + [(WorkClass.INTERACTIVE,)] * lane
+        self._threads = [
+            threading.Thread(target=self._serve, args=(classes,), name=f"{name}-{k}", daemon=True)
+            for k, classes in enumerate(roles)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def size(self) -> int:
+        return len(self._threads)
+
+    def _serve(self, classes: tuple[WorkClass, ...]) -> None:
+        while (batch := self.queue.take(classes)) is not None:
+            try:
+                results: Sequence[R] = self._execute([job.payload for job in batch])
+                if len(results) != len(batch):
+                    raise RuntimeError(f"a batch of {len(batch)} gave {len(results)} results")
+            except BaseException as exc:
+                for job in batch:
+                    job.deliver(None, exc)
+            else:
+                for job, result in zip(batch, results, strict=True):
+                    job.deliver(result, None)
+            finally:
+                del batch
+                self.queue.done()
+
+    def close(self) -> None:
+        for job in self.queue.close():
+            job.deliver(None, asyncio.CancelledError())
+
+
+async def submitted(
+    queue: WorkQueue[P, R],
+    payload: P,
+    *,
+    batch_key: Hashable | None = None,
+    work_class: WorkClass | None = None,
+    tenant: str | None = None,
+) -> R:
+    """`payload` through `queue`, awaited: the class and the tenant are the request's
+    (`work_class_var`, craftai_common.metadata.tenant_var) unless given. A caller that leaves
+    before a worker took its job takes it back; one that leaves after lets it finish and drops its
+    answer."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[R] = loop.create_future()
+
+    def deliver(result: R | None, error: BaseException | None) -> None:
+        with contextlib.suppress(RuntimeError):  # a closed loop: the service stopped
+            loop.call_soon_threadsafe(_settle, future, result, error)
+
+    job: Job[P, R] = Job(
+        payload,
+        work_class if work_class is not None else work_class_var.get(),
+        tenant if tenant is not None else tenant_var.get(),
+        batch_key,
+        deliver,
+    )
+    queue.put(job)
+    try:
+        return await future
+    except asyncio.CancelledError:
+        queue.remove(job)
+        raise
+
+
+def _settle(future: asyncio.Future[R], result: R | None, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if isinstance(error, asyncio.CancelledError):
+        future.cancel()
+    elif error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(cast(R, result))
+
+
+class CpuPool(Executor):
+    """A CPU pool of the service (pictures decoded, outputs encoded) with the queue's order: a
+    click's mask is encoded before a large cutout that waited longer. Usable where an Executor is
+    expected (`loop.run_in_executor`, `Executor.map`): work given that way runs in the submitting
+    thread's class and tenant."""
+
+    def __init__(self, threads: int, name: str) -> None:
+        self.queue: WorkQueue[Callable[[], Any], Any] = WorkQueue(name)
+        self._workers: Workers[Callable[[], Any], Any] = Workers(
+            self.queue, lambda calls: [call() for call in calls], threads=threads, name=name
+        )
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(*args)` on the pool in this task's class, tenant and context (its log lines carry its ids)."""
+        context = contextvars.copy_context()
+        result: T = await submitted(self.queue, lambda: context.run(fn, *args))
+        return result
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """Executor's face: from any thread, in the caller's class (one job that runs alone)."""
+        future: Future[T] = Future()
+        work_class = work_class_var.get()
+
+        def deliver(result: Any, error: BaseException | None) -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(result)
+
+        self.queue.put(Job(lambda: fn(*args, **kwargs), work_class, tenant_var.get(), None, deliver))
+        return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._workers.close()

@@ -1,0 +1,270 @@
+"""The queue in front of every worker (craftai_infer.scheduling): like jobs that wait together run
+as one batch, grouped by key; results go back to their own callers; a caller that leaves is
+dropped; errors reach every caller of the batch; interactive work runs before bulk work; tenants
+take turns within a class; on a lane, interactive work runs beside a bulk batch."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from craftai_infer.scheduling import CpuPool, WorkClass, WorkQueue, Workers, classified, submitted, work_class_var
+
+BULK, INTERACTIVE = WorkClass.BULK, WorkClass.INTERACTIVE
+
+
+class Model:
+    """A model's calls as the workers make them: each batch recorded with its thread; a batch
+    that starts with a held item waits for `release` (the model busy for as long as a test needs)."""
+
+    def __init__(self, held: Sequence[int] = (0,)) -> None:
+        self.batches: list[list[int]] = []
+        self.threads: dict[int, str] = {}
+        self.held = set(held)
+        self.release = threading.Event()
+        self.started = threading.Event()
+
+    def run(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        for item in items:
+            self.threads[item] = threading.current_thread().name
+        self.started.set()
+        if self.held & set(items):
+            assert self.release.wait(10), "the test never released the model"
+        return [i * 10 for i in items]
+
+
+@pytest.fixture
+def make() -> Iterator[Callable[..., tuple[WorkQueue[int, int], Model]]]:
+    made: list[Workers[int, int]] = []
+
+    def build(
+        *, max_batch: int = 8, window_s: float = 0.0, threads: int = 1, lane: int = 0, held: Sequence[int] = (0,)
+    ) -> tuple[WorkQueue[int, int], Model]:
+        model = Model(held)
+        queue: WorkQueue[int, int] = WorkQueue("test", max_batch=max_batch, window_s=window_s)
+        made.append(Workers(queue, model.run, threads=threads, lane=lane, name="model"))
+        return queue, model
+
+    yield build
+    for workers in made:
+        workers.close()
+
+
+def job(
+    queue: WorkQueue[int, int], item: int, key: object = "k", work_class: WorkClass = BULK, tenant: str = "app"
+) -> asyncio.Future[int]:
+    return asyncio.ensure_future(submitted(queue, item, batch_key=key, work_class=work_class, tenant=tenant))
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never became true"
+        await asyncio.sleep(0.002)
+
+
+async def busy_with(queue: WorkQueue[int, int], model: Model, item: int = 0, **kwargs: Any) -> asyncio.Future[int]:
+    """`item` submitted and taken by a worker (which holds it until `model.release`)."""
+    first = job(queue, item, **kwargs)
+    await until(lambda: model.started.is_set())
+    return first
+
+
+async def results(*futures: Awaitable[int]) -> list[int]:
+    return list(await asyncio.gather(*futures))
+
+
+async def test_an_idle_model_runs_at_once_and_what_arrives_meanwhile_runs_together(make: Any) -> None:
+    queue, model = make(window_s=5.0)
+    first = await busy_with(queue, model)  # found the model idle: ran alone, without the (long) window
+    rest = [job(queue, i) for i in range(1, 5)]
+    await until(lambda: queue.depth == 4)
+    model.release.set()
+    assert await results(first, *rest) == [0, 10, 20, 30, 40]
+    assert model.batches == [[0], [1, 2, 3, 4]]  # the four that arrived while it ran went together
+    assert all(name.startswith("model") for name in model.threads.values())  # never on the event loop
+    assert (queue.batches, queue.items) == (2, 5)
+
+
+async def test_a_batch_is_at_most_max_batch(make: Any) -> None:
+    queue, model = make(max_batch=3)
+    first = await busy_with(queue, model)
+    rest = [job(queue, i) for i in range(1, 7)]
+    await until(lambda: queue.depth == 6)
+    model.release.set()
+    assert await results(first, *rest) == [i * 10 for i in range(7)]
+    assert model.batches == [[0], [1, 2, 3], [4, 5, 6]]
+
+
+async def test_items_group_by_key_and_unkeyed_items_run_alone(make: Any) -> None:
+    queue, model = make()
+    first = await busy_with(queue, model)
+    rest = [job(queue, i, key=i % 2) for i in range(1, 7)] + [job(queue, 7, key=None), job(queue, 8, key=None)]
+    await until(lambda: queue.depth == 8)
+    model.release.set()
+    assert await results(first, *rest) == [i * 10 for i in range(9)]
+    assert model.batches == [[0], [1, 3, 5], [2, 4, 6], [7], [8]]
+
+
+async def test_the_window_caps_the_wait_of_bulk_work_behind_a_long_batch(make: Any) -> None:
+    """Two workers: bulk work arriving behind a long batch waits the window at most, then goes to
+    the free worker."""
+    queue, model = make(window_s=0.05, threads=2)
+    first = await busy_with(queue, model)
+    second = job(queue, 1)
+    await until(lambda: model.batches == [[0], [1]])  # the window passed: the free worker took it
+    model.release.set()
+    assert await results(first, second) == [0, 10]
+
+
+async def test_interactive_work_never_waits_for_the_window(make: Any) -> None:
+    queue, model = make(window_s=30.0, threads=2)
+    first = await busy_with(queue, model)
+    click = job(queue, 1, work_class=INTERACTIVE)
+    assert await click == 10  # the other worker took it at once, not after 30 s
+    model.release.set()
+    await first
+
+
+async def test_a_caller_that_leaves_is_dropped(make: Any) -> None:
+    queue, model = make()
+    first = await busy_with(queue, model)
+    leaving, staying = job(queue, 1), job(queue, 2)
+    await until(lambda: queue.depth == 2)
+    leaving.cancel()
+    await asyncio.sleep(0)
+    assert queue.depth == 1
+    model.release.set()
+    assert await results(first, staying) == [0, 20]
+    assert model.batches == [[0], [2]]
+
+
+async def test_an_error_reaches_every_caller_of_the_batch() -> None:
+    def fail(items: list[int]) -> list[int]:
+        raise RuntimeError("the GPU fell over")
+
+    queue: WorkQueue[int, int] = WorkQueue("test", max_batch=4)
+    workers = Workers(queue, fail, threads=1, name="model")
+    try:
+        answers = await asyncio.gather(*(job(queue, i) for i in range(3)), return_exceptions=True)
+        assert all(isinstance(r, RuntimeError) and "fell over" in str(r) for r in answers)
+    finally:
+        workers.close()
+
+
+async def test_depth_counts_what_waits_while_the_model_runs(make: Any) -> None:
+    queue, model = make()
+    first = await busy_with(queue, model)
+    held = [job(queue, i, tenant=f"app-{i % 2}") for i in (1, 2, 3)]
+    await until(lambda: queue.depth == 3)
+    waiting = {(w.work_class, w.tenant): w.jobs for w in queue.waiting()}
+    assert waiting == {(BULK, "app-1"): 2, (BULK, "app-0"): 1}
+    model.release.set()
+    assert await results(first, *held) == [0, 10, 20, 30]
+    assert queue.depth == 0
+
+
+async def test_interactive_work_runs_before_bulk_work_that_waited_longer(make: Any) -> None:
+    queue, model = make(max_batch=1)
+    first = await busy_with(queue, model)
+    bulk = [job(queue, i) for i in (1, 2, 3)]
+    await until(lambda: queue.depth == 3)
+    click = job(queue, 4, work_class=INTERACTIVE, tenant="editor")
+    await until(lambda: queue.depth == 4)
+    model.release.set()
+    assert await results(first, *bulk, click) == [0, 10, 20, 30, 40]
+    assert model.batches == [[0], [4], [1], [2], [3]]
+
+
+async def test_tenants_take_turns_within_a_class(make: Any) -> None:
+    """One app queued five encodes, then another app one: the second app's runs after one of the
+    first app's, not after all five."""
+    queue, model = make(max_batch=1)
+    first = await busy_with(queue, model, tenant="batch-tool")
+    many = [job(queue, i, tenant="batch-tool") for i in (1, 2, 3, 4, 5)]
+    await until(lambda: queue.depth == 5)
+    other = job(queue, 6, tenant="editor")
+    await until(lambda: queue.depth == 6)
+    model.release.set()
+    await results(first, *many, other)
+    assert model.batches == [[0], [1], [6], [2], [3], [4], [5]]
+
+
+async def test_a_batch_takes_like_jobs_of_every_tenant_in_turns(make: Any) -> None:
+    queue, model = make(max_batch=3)
+    first = await busy_with(queue, model, tenant="a")
+    a = [job(queue, i, tenant="a") for i in (1, 2, 3, 4)]
+    b = [job(queue, i, tenant="b") for i in (5, 6)]
+    await until(lambda: queue.depth == 6)
+    model.release.set()
+    await results(first, *a, *b)
+    assert model.batches == [[0], [1, 5, 2], [6, 3, 4]]
+
+
+async def test_on_a_lane_a_click_runs_beside_a_bulk_batch_and_bulk_work_never_takes_the_lane(make: Any) -> None:
+    queue, model = make(lane=1, held=(0,))
+    encode = await busy_with(queue, model)  # the worker that takes every class is busy
+    more_bulk = job(queue, 1)
+    click = job(queue, 2, work_class=INTERACTIVE)
+    assert await click == 20  # answered while the encode still runs
+    assert model.batches == [[0], [2]] and queue.depth == 1  # the bulk job waits for its own worker
+    assert model.threads[2] == "model-1"  # the lane (threads are named in order: every class, then lanes)
+    model.release.set()
+    assert await results(encode, more_bulk) == [0, 10]
+    assert model.threads[1] == "model-0"
+
+
+async def test_closing_tells_the_callers_still_waiting() -> None:
+    model = Model()
+    queue: WorkQueue[int, int] = WorkQueue("test")
+    workers = Workers(queue, model.run, threads=1, name="model")
+    first = await busy_with(queue, model)
+    waiting = job(queue, 1)
+    await until(lambda: queue.depth == 1)
+    workers.close()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    model.release.set()
+    assert await first == 0  # the batch running when it closed finished
+    with pytest.raises(RuntimeError, match="closed"):
+        await submitted(queue, 2)
+
+
+async def test_the_cpu_pool_runs_work_in_the_callers_class_and_context() -> None:
+    pool = CpuPool(1, "pictures")
+    gate = threading.Event()
+    order: list[str] = []
+    marker: contextvars.ContextVar[str] = contextvars.ContextVar("marker", default="")
+
+    def step(name: str) -> str:
+        if name == "blocker":
+            gate.wait(10)
+        order.append(name)
+        return marker.get()
+
+    try:
+        marker.set("request-7")
+        blocker = asyncio.ensure_future(pool.run(step, "blocker"))
+        await until(lambda: pool.queue.busy == 1)
+        large = asyncio.ensure_future(pool.run(step, "a large cutout"))
+        await until(lambda: pool.queue.depth == 1)
+        with classified(INTERACTIVE):
+            mask = asyncio.ensure_future(pool.run(step, "a click's mask"))
+            await until(lambda: pool.queue.depth == 2)
+            # the Executor face, as run_in_executor and Executor.map use it: in the caller's class too
+            face = asyncio.get_running_loop().run_in_executor(pool, step, "a band")
+        assert work_class_var.get() is BULK
+        await until(lambda: pool.queue.depth == 3)
+        gate.set()
+        assert await blocker == "request-7"  # the request's context (its log ids) reaches the pool
+        await asyncio.gather(large, mask, face)
+        assert order == ["blocker", "a click's mask", "a band", "a large cutout"]
+    finally:
+        pool.shutdown()
