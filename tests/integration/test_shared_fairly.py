@@ -47,9 +47,7 @@ def server(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> I
 
 def _editor(server: servers.Process) -> AiClient:
     """An app with a key of its own (it pins the local server's certificate itself)."""
-    return AiClient(
-        "editor", target=server.address, app_key=EDITOR_KEY, root_certificates=local_tls.certificate_file()
-    )
+    return AiClient("editor", target=server.address, app_key=EDITOR_KEY, root_certificates=local_tls.certificate_file())
 
 
 def _samples(process: servers.Process) -> dict[str, float]:
@@ -133,12 +131,11 @@ def test_a_click_goes_between_another_apps_segment_everything_batches(
     with _editor(server) as editor, AiClient(app_id="batch-tool", target=server.address) as batch:
         picture = editor.open_session(photos["chelsea.png"])
         everything = batch.open_session(photos["coffee.png"])
-        calls = [
-            threading.Thread(
-                target=lambda: everything.segment_everything(points_per_side=12, points_per_batch=48, on_progress=counted)
-            )
-            for _ in range(2)
-        ]
+
+        def grid() -> None:
+            everything.segment_everything(points_per_side=12, points_per_batch=48, on_progress=counted)
+
+        calls = [threading.Thread(target=grid) for _ in range(2)]
         for call in calls:
             call.start()
         _wait_for(lambda: batches >= 2, "the grid's first batches")  # running: its next batches are queued
