@@ -1,7 +1,8 @@
 """Session lifecycle on real servers: eviction under a budget that holds one picture, expiry after
-an idle time of about a second, and the SDK sending the picture again when its session is gone.
+an idle time of about a second, the SDK sending the picture again when its session is gone, and
+tenants whose pictures other apps' opens never evict.
 
-Two servers on the store set up by prepare (`sam_store`), each with one setting changed, so that an
+Servers on the store set up by prepare (`sam_store`), each with one setting changed, so that an
 eviction is never mistaken for an expiry (each encoder run takes seconds here).
 """
 
@@ -15,6 +16,8 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, SegmentSession
+from craftai_wire import local_tls
+from craftai_wire.keys import key_line, new_key
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from tests.support import servers
@@ -43,15 +46,33 @@ def short_idle(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) 
     yield from _serve(sam_store, tmp_path_factory.mktemp("idle"), env)
 
 
-def _is_kept(address: str, session: SegmentSession) -> bool:
+EDITOR_KEY = new_key()
+
+
+@pytest.fixture(scope="module")
+def tenants(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    """A budget for two pictures; an editor with a key of its own, the rest under the local `*` key."""
+    workdir = tmp_path_factory.mktemp("tenants")
+    keys = workdir / "keys"
+    keys.write_text(key_line("editor", EDITOR_KEY) + key_line("*", servers.ensure_local_key()))
+    keys.chmod(0o600)
+    env = {
+        "CRAFTAI_SESSION_BUDGET_BYTES": str(2 * EMBEDDING_BYTES + EMBEDDING_BYTES // 2),
+        "CRAFTAI_KEYS_FILE": str(keys),
+    }
+    yield from _serve(sam_store, workdir, env)
+
+
+def _is_kept(address: str, session: SegmentSession, app: str = "tests", key: str | None = None) -> bool:
     """Ask the server directly (not through the SDK, which would reopen the session)."""
     request = infer_pb2.SegmentRequest(
         session_id=session.session_id,
         prompt=infer_pb2.Prompt(points=[infer_pb2.Point(x=10, y=10, label=infer_pb2.POINT_LABEL_FOREGROUND)]),
     )
+    metadata = servers.app_metadata(app) if key is None else (("craftai-app-id", app), ("craftai-app-key", key))
     with loopback_channel(address) as channel:
         try:
-            list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=servers.app_metadata("tests")))
+            list(infer_pb2_grpc.InferServiceStub(channel).Segment(request, metadata=metadata))
         except grpc.RpcError as exc:
             error = CraftAiError.from_rpc(exc)
             assert (error.code, error.reason) == (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"), error
@@ -97,3 +118,21 @@ def test_an_idle_session_is_forgotten_and_the_sdk_sends_it_again(
 
         again = session.segment(points=CLICK)
         assert again.reopened and session.reopened == 1 and again.best.png == before.best.png
+
+
+def test_made_up_app_ids_evict_only_their_own_pictures(tenants: servers.Process, photos: dict[str, Path]) -> None:
+    """Four made-up ids under the local key open a picture each on a budget for two: they are one
+    tenant, so each open evicts that tenant's own oldest; the editor's picture stays."""
+    editor = AiClient(
+        "editor", target=tenants.address, app_key=EDITOR_KEY, root_certificates=local_tls.certificate_file()
+    )
+    made_up = [AiClient(f"made-up-{n}", target=tenants.address) for n in range(4)]
+    try:
+        kept = editor.open_session(photos["chelsea.png"])
+        theirs = [ai.open_session(photos["astronaut.png"]) for ai in made_up]
+        assert _is_kept(tenants.address, kept, "editor", EDITOR_KEY)
+        assert [_is_kept(tenants.address, s, f"made-up-{n}") for n, s in enumerate(theirs)] == [False] * 3 + [True]
+        assert not kept.segment(points=CLICK).reopened
+    finally:
+        for ai in (editor, *made_up):
+            ai.close()

@@ -1,4 +1,5 @@
-"""The session store: budget by embedding bytes (LRU), idle expiry from the last use, app scoping."""
+"""The session store: budget by embedding bytes (LRU within a tenant), idle expiry from the last use,
+app scoping, tenants whose pictures only their own opens evict."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from craftai_common.errors import ServiceError
 from craftai_infer.sessions import BudgetTooSmallError, SessionStore
 
 
@@ -23,20 +25,51 @@ class Clock:
         return self.now
 
 
-def _open(store: SessionStore, app: str = "app", nbytes: int = 10) -> str:
-    opened = store.open(app, FakeEmbedding(nbytes), width=4, height=3, route=None, device="cpu")
+def _open(store: SessionStore, app: str = "app", nbytes: int = 10, tenant: str = "") -> str:
+    opened = store.open(app, FakeEmbedding(nbytes), width=4, height=3, route=None, device="cpu", tenant=tenant)
     return opened.session.id
 
 
-def test_the_budget_evicts_the_least_recently_used_of_any_app() -> None:
-    store = SessionStore(budget_bytes=30, idle_seconds=60, clock=Clock())
-    a, b, c = _open(store, "one"), _open(store, "two"), _open(store, "one")
-    assert store.bytes_used == 30 and len(store) == 3
-    assert store.get("one", a) is not None  # a is now the most recently used: b is the oldest
-    opened = store.open("three", FakeEmbedding(15), width=1, height=1, route=None, device="cpu")
-    assert opened.evicted == 2  # b, then c: 10 + 15 fits
-    assert store.get("two", b) is None and store.get("one", c) is None and store.get("one", a) is not None
-    assert store.bytes_used == 25 and store.evicted_total == 2
+def test_the_budget_evicts_the_least_recently_used_of_the_same_app() -> None:
+    store = SessionStore(budget_bytes=40, idle_seconds=60, clock=Clock())
+    a, b, c, d = _open(store, "one"), _open(store, "two"), _open(store, "one"), _open(store, "one")
+    assert store.bytes_used == 40 and len(store) == 4
+    assert store.get("one", a) is not None  # a is now the most recently used of app one: c is its oldest
+    opened = store.open("one", FakeEmbedding(15), width=1, height=1, route=None, device="cpu")
+    assert opened.evicted == 2  # c, then d: 10 + 10 + 15 fits; app two's b is never touched
+    assert store.get("one", c) is None and store.get("one", d) is None
+    assert store.get("one", a) is not None and store.get("two", b) is not None
+    assert store.bytes_used == 35 and store.evicted_total == 2
+
+
+def test_other_apps_opens_never_evict_an_apps_pictures() -> None:
+    """Made-up app ids under a `*` key are one tenant: however many ids, their opens evict only
+    their own pictures, and they are refused (with a RetryInfo) when the rest is another app's."""
+    clock = Clock()
+    store = SessionStore(budget_bytes=40, idle_seconds=60, clock=clock)
+    victim = _open(store, "editor", nbytes=20)
+    made_up = [_open(store, f"made-up-{n}", tenant="*") for n in range(2)]
+    clock.now += 10
+    third = _open(store, "made-up-2", tenant="*")  # evicts the tenant's own oldest, made-up-0's
+    assert store.get("made-up-0", made_up[0]) is None and store.get("made-up-2", third) is not None
+    with pytest.raises(ServiceError) as refused:
+        _open(store, "made-up-3", nbytes=25, tenant="*")  # more than the tenant's own 20 bytes
+    assert refused.value.reason == "TOO_MANY_SESSIONS" and "other apps' open pictures" in refused.value.message
+    assert refused.value.retry_after == 50.0  # the editor's picture is forgotten 60 s after its last use
+    assert store.get("editor", victim) is not None and store.refused_total == 1
+    assert store.bytes_used == 40
+
+
+def test_the_session_count_limit_is_per_tenant() -> None:
+    store = SessionStore(budget_bytes=1000, idle_seconds=60, clock=Clock(), max_per_app=2)
+    _open(store, "made-up-0", tenant="*")
+    _open(store, "made-up-1", tenant="*")
+    with pytest.raises(ServiceError, match="without a key of their own"):
+        _open(store, "made-up-2", tenant="*")
+    _open(store, "editor")
+    _open(store, "editor")
+    with pytest.raises(ServiceError, match="app 'editor' already have 2 pictures"):
+        _open(store, "editor")
 
 
 def test_one_embedding_larger_than_the_budget_is_refused_and_nothing_evicted() -> None:

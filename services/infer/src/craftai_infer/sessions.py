@@ -5,12 +5,16 @@ it). Sessions are
 
 * scoped by app id: a session is found only with the app id that opened it; another app asking
   for the same id gets "not found", exactly as if it did not exist;
+* owned by a tenant (craftai_common.metadata: an app with a key of its own, or every app id a `*`
+  key admits, together), which no other tenant's opens can touch;
 * bounded by a memory budget (`CRAFTAI_SESSION_BUDGET_BYTES`), counted as the bytes of the kept
   embeddings (`embedding.nbytes`, the arrays themselves; the picture is not kept): opening a
-  session evicts the least recently used ones, of any app, until the new one fits;
-* limited per app (`CRAFTAI_MAX_SESSIONS_PER_APP`): an app that has as many open as that is told
-  RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS (with a RetryInfo) rather than evicting other apps'
-  pictures one after the other;
+  session evicts the least recently used sessions of the same tenant until the new one fits;
+  when the rest of the budget is held by other tenants, the open is refused RESOURCE_EXHAUSTED /
+  TOO_MANY_SESSIONS with a RetryInfo (when their oldest picture is forgotten), never paid for
+  with another tenant's pictures;
+* limited per tenant (`CRAFTAI_MAX_SESSIONS_PER_APP`): a tenant that has as many open as that is
+  told RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS (with a RetryInfo);
 * forgotten after `CRAFTAI_SESSION_IDLE_SECONDS` without use (each prompt is a use), checked on
   every access and by a periodic sweep so memory is given back even when no request comes;
 * closed by their owner (CloseSession), or all at once when the service stops.
@@ -33,7 +37,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from craftai_common.errors import resource_exhausted
+from craftai_common.errors import ServiceError, resource_exhausted
 from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.sessions")
@@ -52,6 +56,7 @@ class Session:
 
     id: str
     app_id: str
+    tenant: str
     embedding: Embedding
     width: int
     height: int
@@ -98,11 +103,13 @@ class SessionStore:
         self._clock = clock
         self._sessions: OrderedDict[str, Session] = OrderedDict()
         self._per_app: dict[str, int] = {}
+        self._per_tenant: dict[str, int] = {}
         self._bytes = 0
         self._sweeper: asyncio.Task[None] | None = None
         self.opened_total = 0
         self.evicted_total = 0
         self.expired_total = 0
+        self.refused_total = 0  # opens refused because other tenants held the budget
         self.hits_total = 0  # prompts that found their session
         self.misses_total = 0  # prompts that did not (the SDK then sends the picture again)
 
@@ -122,15 +129,17 @@ class SessionStore:
     def per_app(self) -> dict[str, int]:
         return dict(self._per_app)
 
-    def check_room(self, app_id: str) -> None:
-        """RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS when the app has its most sessions open already;
-        checked before the encoder runs, and again when the session is kept."""
+    def check_room(self, app_id: str, tenant: str = "") -> None:
+        """RESOURCE_EXHAUSTED / TOO_MANY_SESSIONS when the tenant (the app, where "") has its most
+        sessions open already; checked before the encoder runs, and again when the session is kept."""
         self.expire()
         limit = self.max_per_app
-        if limit and self.count(app_id) >= limit:
+        tenant = tenant or app_id
+        if limit and self._per_tenant.get(tenant, 0) >= limit:
+            who = f"app '{app_id}'" if tenant == app_id else "the apps without a key of their own (a '*' key) together"
             raise resource_exhausted(
                 Reason.TOO_MANY_SESSIONS,
-                f"app '{app_id}' already has {limit} pictures open for image.segment, the most one app may keep "
+                f"{who} already have {limit} pictures open for image.segment, the most one app may keep "
                 "(CRAFTAI_MAX_SESSIONS_PER_APP): close one (CloseSession) or use SegmentOnce, which keeps nothing; "
                 f"unused ones are forgotten after {self.idle_seconds:g} s",
                 retry_after=min(self.idle_seconds, 5.0),
@@ -152,18 +161,35 @@ class SessionStore:
 
     # -- changes -------------------------------------------------------------------------
 
-    def open(self, app_id: str, embedding: Embedding, *, width: int, height: int, route: Any, device: str) -> Opened:
-        """Keep a new picture, evicting the least recently used sessions until it fits the budget.
+    def open(
+        self,
+        app_id: str,
+        embedding: Embedding,
+        *,
+        width: int,
+        height: int,
+        route: Any,
+        device: str,
+        tenant: str = "",
+    ) -> Opened:
+        """Keep a new picture for `tenant` (the app, where ""), evicting that tenant's least
+        recently used sessions until it fits the budget.
 
         Raises BudgetTooSmallError when one picture exceeds the whole budget, and ServiceError
-        (TOO_MANY_SESSIONS) when the app has its most sessions open."""
-        self.check_room(app_id)
+        (TOO_MANY_SESSIONS) when the tenant has its most sessions open, or when the budget is held by
+        other tenants' pictures."""
+        tenant = tenant or app_id
+        self.check_room(app_id, tenant)
         nbytes = int(embedding.nbytes)
         if nbytes > self.budget_bytes:
             raise BudgetTooSmallError(nbytes, self.budget_bytes)
+        own = [sid for sid, s in self._sessions.items() if s.tenant == tenant]  # least recently used first
+        own_bytes = sum(self._sessions[sid].nbytes for sid in own)
+        if self._bytes - own_bytes + nbytes > self.budget_bytes:
+            raise self._held_by_others(app_id, nbytes)  # nothing evicted for an open that cannot fit
         evicted = 0
-        while self._sessions and self._bytes + nbytes > self.budget_bytes:
-            self._drop(next(iter(self._sessions)))
+        while self._bytes + nbytes > self.budget_bytes:
+            self._drop(own[evicted])
             evicted += 1
         if evicted:
             log.info("%d session(s) evicted to keep within the budget of %d bytes", evicted, self.budget_bytes)
@@ -172,12 +198,27 @@ class SessionStore:
         session_id = secrets.token_urlsafe(18)  # unguessable: an id alone never reaches another app's picture
         if self.replica:  # the token has no dot: the SDK reads the replica after the first one
             session_id = f"{session_id}.{self.replica}"
-        session = Session(session_id, app_id, embedding, width, height, route, device, nbytes, now, now)
+        session = Session(session_id, app_id, tenant, embedding, width, height, route, device, nbytes, now, now)
         self._sessions[session_id] = session
         self._bytes += nbytes
         self._per_app[app_id] = self._per_app.get(app_id, 0) + 1
+        self._per_tenant[tenant] = self._per_tenant.get(tenant, 0) + 1
         self.opened_total += 1
         return Opened(session, evicted)
+
+    def _held_by_others(self, app_id: str, nbytes: int) -> ServiceError:
+        """The budget is held by other tenants' pictures: when the first of them is forgotten."""
+        soonest = min(s.last_used for s in self._sessions.values()) + self.idle_seconds - self._clock()
+        self.refused_total += 1
+        return resource_exhausted(
+            Reason.TOO_MANY_SESSIONS,
+            f"this server keeps no more pictures for now: its session budget ({self.budget_bytes / 2**20:,.0f} MiB, "
+            f"CRAFTAI_SESSION_BUDGET_BYTES) is held by other apps' open pictures, which your opens never evict, "
+            f"and this one needs {nbytes / 2**20:,.1f} MiB; retry when one is closed or forgotten (unused ones "
+            f"after {self.idle_seconds:g} s), or use SegmentOnce, which keeps nothing",
+            retry_after=max(1.0, min(soonest, 60.0)),
+            app=app_id,
+        )
 
     def close(self, app_id: str, session_id: str) -> bool:
         """Forget the app's session; False when it was already gone (or is another app's)."""
@@ -204,16 +245,18 @@ class SessionStore:
     def clear(self) -> None:
         self._sessions.clear()
         self._per_app.clear()
+        self._per_tenant.clear()
         self._bytes = 0
 
     def _drop(self, session_id: str) -> None:
         session = self._sessions.pop(session_id)
         self._bytes -= session.nbytes
-        left = self._per_app[session.app_id] - 1
-        if left:
-            self._per_app[session.app_id] = left
-        else:
-            del self._per_app[session.app_id]
+        for counts, key in ((self._per_app, session.app_id), (self._per_tenant, session.tenant)):
+            left = counts[key] - 1
+            if left:
+                counts[key] = left
+            else:
+                del counts[key]
 
     # -- the periodic sweep --------------------------------------------------------------
 

@@ -27,6 +27,7 @@ import numpy as np
 import numpy.typing as npt
 
 from craftai_common.errors import not_found, resource_exhausted
+from craftai_common.metadata import tenant_var
 from craftai_infer import masks as answers
 from craftai_infer import prompts
 from craftai_infer.features import run as runs
@@ -88,13 +89,16 @@ class SegmentFeature:
 
     async def open(self, request: infer_pb2.OpenSessionRequest, app: str, run: runs.Run) -> infer_pb2.OpenSessionResult:
         run.stages = OPEN_STAGES
-        self.sessions.check_room(app)  # TOO_MANY_SESSIONS before any work
+        tenant = tenant_var.get() or app
+        self.sessions.check_room(app, tenant)  # TOO_MANY_SESSIONS before any work
         loaded = await self._load(request.route, run)
         rgb = await self._decode(request.picture.data, loaded, run)
         embedding = await self._encode(loaded, rgb, run)
         height, width = rgb.shape[:2]
         try:
-            opened = self.sessions.open(app, embedding, width=width, height=height, route=loaded, device=loaded.device)
+            opened = self.sessions.open(
+                app, embedding, width=width, height=height, route=loaded, device=loaded.device, tenant=tenant
+            )
         except BudgetTooSmallError as exc:
             raise resource_exhausted(
                 Reason.LIMIT_REACHED,
