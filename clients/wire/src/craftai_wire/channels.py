@@ -36,14 +36,14 @@ def message_limits(max_message_bytes: int) -> list[tuple[str, int]]:
     ]
 
 
-def client_options(max_message_bytes: int) -> list[tuple[str, int]]:
+def client_options(max_message_bytes: int, *, keepalive_ms: int = KEEPALIVE_MS) -> list[tuple[str, int]]:
     """A client channel: the message limits, keepalive within the servers' policy, and a restarted
     server found again within seconds (gRPC's default reconnect backoff grows to two minutes)."""
     return [
         *message_limits(max_message_bytes),
         ("grpc.initial_reconnect_backoff_ms", 250),
         ("grpc.max_reconnect_backoff_ms", 3000),
-        ("grpc.keepalive_time_ms", KEEPALIVE_MS),
+        ("grpc.keepalive_time_ms", keepalive_ms),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),  # a long stream of rare messages is still watched
@@ -62,19 +62,29 @@ def balancing_options(options: Sequence[tuple[str, int | str]], spread: bool) ->
     return [*options, ("grpc.service_config", json.dumps(BALANCING))] if spread else list(options)
 
 
-def server_options(max_message_bytes: int, *, max_connection_age_s: float, grace_s: float) -> list[tuple[str, int]]:
-    """A server: the message limits, keepalive (dead clients dropped, abusive pings refused), idle
-    connections closed, and every connection renewed after `max_connection_age_s` (0: never): it is
-    asked to reconnect (GOAWAY), its calls get `grace_s` to finish, then it is closed, which is what
-    finally frees a stream whose client stopped reading (docs/SECURITY.md, "Streams that end")."""
+def server_options(
+    max_message_bytes: int,
+    *,
+    max_connection_age_s: float,
+    grace_s: float,
+    min_client_ping_ms: int = MIN_CLIENT_PING_MS,
+) -> list[tuple[str, int]]:
+    """A server: the message limits, keepalive (dead clients dropped, pings more often than
+    `min_client_ping_ms` refused: a client of ours pings a quiet call every KEEPALIVE_MS, so a call
+    silent for minutes is never cut), idle connections closed, one server per port (gRPC would let
+    a second server bind the same port beside the first and share its connections), and every
+    connection renewed after `max_connection_age_s` (0: never): it is asked to reconnect (GOAWAY),
+    its calls get `grace_s` to finish, then it is closed, which is what finally frees a stream whose
+    client stopped reading (docs/SECURITY.md, "Streams that end")."""
     options = [
         *message_limits(max_message_bytes),
         ("grpc.keepalive_time_ms", KEEPALIVE_MS),
         ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_recv_ping_interval_without_data_ms", MIN_CLIENT_PING_MS),
+        ("grpc.http2.min_ping_interval_without_data_ms", min_client_ping_ms),
         ("grpc.http2.max_ping_strikes", 2),
         ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+        ("grpc.so_reuseport", 0),
     ]
     if max_connection_age_s > 0:
         options += [
