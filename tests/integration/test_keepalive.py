@@ -47,7 +47,8 @@ def address() -> Iterator[str]:
 
 def test_a_call_silent_for_many_ping_periods_is_not_cut(address: str) -> None:
     with grpc.insecure_channel(address, options=client_options(4 * MiB, keepalive_ms=CLIENT_PING_MS)) as channel:
-        call = channel.unary_stream(METHOD)(b"", timeout=30)
+        wait: grpc.UnaryStreamMultiCallable[bytes, bytes] = channel.unary_stream(METHOD)
+        call: Any = wait(b"", timeout=30)
         assert list(call) == [b"done"]
         assert call.code() == grpc.StatusCode.OK
 
