@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer.encodings import WEBP_MAX_SIDE, Encoding, Format
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
+from craftai_infer.pipelines.picture import Picture
 from craftai_wire.v1 import infer_pb2
 from craftai_wire.vocabulary import Reason
 

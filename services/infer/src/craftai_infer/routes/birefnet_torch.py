@@ -13,8 +13,8 @@ import torch
 from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_models.birefnet import fold_batchnorm, load_birefnet

@@ -51,10 +51,10 @@ import torch
 from craftai_infer.engines.compiled import Compiled
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import mask_generator, mask_generator_torch
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.segment_sam import (
     SamMasks,
     SamPrompt,
