@@ -6,8 +6,8 @@ that can hold it; the threshold, levels, colour and blur radius in range); `Chec
 height, background)` checks what needs the decoded pictures (WebP's side limit, a JPEG composite
 over a background picture that has transparency) and gives the pipeline's `OutputsSpec`.
 
-A request without `outputs` is one from an SDK before issue 17: the matte, and the cutout when
-`want_cutout` is set, as PNGs in MatteResult.matte_png / cutout_png.
+A request without `outputs` is one from an SDK older than the outputs and formats: the matte, and
+the cutout when `want_cutout` is set, as PNGs in MatteResult.matte_png / cutout_png.
 """
 
 from __future__ import annotations

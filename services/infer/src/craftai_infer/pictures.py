@@ -79,12 +79,13 @@ def decode(data: bytes, limits: Limits, *, on_gpu: JpegDecoder | None = None) ->
     A complete 8-bit RGB or grey JPEG (most photos) is decoded by simplejpeg: the same libjpeg-turbo
     decode (accurate DCT, fancy upsampling), the same pixels as Pillow (tests/unit/test_pictures.py),
     straight into an array without holding the GIL, where Pillow's copy of its pixels into an array
-    holds it for ~20 ms at 2048x1536, which capped a server at ~85 pictures/s on 16 cores
-    (tools/bench/decode_threads.py). It decodes strictly: libjpeg's "corrupt data" warnings refuse the
-    picture as BAD_PICTURE, as Pillow refuses it, so every feature answers a damaged JPEG the same
-    way. A complete CMYK JPEG is checked by the same strict decode, then converted by Pillow (which
-    alone would answer a damaged one with grey where its data was unreadable). Everything else
-    goes through Pillow.
+    holds it, which capped a server's pictures a second however many cores it had
+    (tools/bench/decode_threads.py; docs/PERFORMANCE.md, "GPU speed: batching, CUDA graphs,
+    device-side pre/post-processing, and the peer benchmark"). It decodes strictly: libjpeg's
+    "corrupt data" warnings refuse the picture as BAD_PICTURE, as Pillow refuses it, so every
+    feature answers a damaged JPEG the same way. A complete CMYK JPEG is checked by the same strict
+    decode, then converted by Pillow (which alone would answer a damaged one with grey where its
+    data was unreadable). Everything else goes through Pillow.
     """
     image = _opened(data, limits)
     if image.format == "PPM":

@@ -83,9 +83,9 @@ def boxes_of(masks: torch.Tensor) -> torch.Tensor:
 
 def to_host(*tensors: torch.Tensor) -> list[np.ndarray]:
     """Device tensors as host arrays, in one wait: on a GPU, copied into page-locked blocks of
-    torch's caching host allocator (a 3 MP mask read back into fresh pageable memory cost a click
-    ~2 ms more through the server than in a loop: page faults and the staged copy), each array
-    keeping its block alive."""
+    torch's caching host allocator (a mask read back into fresh pageable memory made a click slower
+    through the server than in a loop: page faults and the staged copy; docs/PERFORMANCE.md, "The
+    SAM click through gRPC"), each array keeping its block alive."""
     if not tensors or tensors[0].device.type != "cuda":
         return [t.contiguous().numpy() for t in tensors]
     hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]
