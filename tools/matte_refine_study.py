@@ -28,7 +28,8 @@ from PIL import Image
 from skimage import data
 
 from craftai_infer.pipelines.guided_filter import guided_filter
-from craftai_infer.pipelines.matte_inspyrenet import fringe_shrink, refine_radius
+from craftai_infer.pipelines.matte_inspyrenet import fringe_shrink
+from craftai_infer.pipelines.matte_refine import refine_radius
 
 
 def synthetic(side: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:

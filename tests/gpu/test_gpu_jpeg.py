@@ -18,7 +18,7 @@ from craftai_common.errors import ServiceError
 from craftai_infer import pictures
 from craftai_infer.engines import nvjpeg
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import device_pixels
+from craftai_infer.pipelines.picture import device_pixels
 from tests.support import segment
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]

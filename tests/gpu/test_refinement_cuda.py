@@ -7,8 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from craftai_infer.pipelines import matte_inspyrenet as pipeline
-from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, edge_tiles, refine_radius, tile_count
+from craftai_infer.pipelines import matte_refine as pipeline
+from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, tile_count
+from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius
 from tests.support.refinement import refined_one_tile_at_a_time, ring_picture
 
 pytestmark = pytest.mark.gpu
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 def test_batched_tiles_on_cuda_answer_what_the_cpu_answers_tile_by_tile() -> None:
     rgb, alpha = ring_picture(2000, 3000, blur=12)  # 12 x 8 tiles of 256 (48 on the edges), several layouts
-    settings = MatteSettings()
+    settings = MatteSettings().refinement
     r = refine_radius(1280 / 4000)
     tiles = edge_tiles(alpha, settings.tile, 2 * r, settings.edge_margin)
     assert pipeline.TILES_PER_CALL["cuda"] < len(tiles) < tile_count(2000, 3000)  # several calls, not every tile

@@ -16,7 +16,8 @@ from tests.support import sam_fixture
 if TYPE_CHECKING:
     import torch
 
-    from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
+    from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
+    from craftai_infer.routes.sam2_torch import SamTorchRunner
 
 
 @pytest.fixture(scope="session")

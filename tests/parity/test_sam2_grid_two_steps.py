@@ -13,10 +13,11 @@ import pytest
 import torch
 from PIL import Image
 
-from craftai_infer.pipelines import mask_generator, mask_generator_torch
-from craftai_infer.pipelines.mask_generator import Candidates, Everything
+from craftai_infer.pipelines import mask_generator
+from craftai_infer.pipelines.mask_generator import Candidates, Everything, torch_steps
 from craftai_infer.pipelines.segment_sam import grid_point_feeds
-from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
+from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
+from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2.contract import LOW_RES
 from tests.support.files import sample_photo
 
@@ -43,9 +44,7 @@ def decoded(runner: SamTorchRunner, e: TorchSamEmbedding, points: np.ndarray) ->
 def one_step(runner: SamTorchRunner, e: TorchSamEmbedding, points: np.ndarray, settings: Everything) -> Candidates:
     """The reference: every point's three masks made, then the filters."""
     masks, ious = decoded(runner, e, points)
-    return mask_generator_torch.batch_candidates(
-        masks, ious, points, e.picture_height, e.picture_width, settings=settings
-    )
+    return torch_steps.batch_candidates(masks, ious, points, e.picture_height, e.picture_width, settings=settings)
 
 
 @pytest.fixture(scope="module")
@@ -103,9 +102,9 @@ def test_several_batches_of_two_pictures_in_one_call(
     """What the route does with the batches that waited for it: batches of two pictures, their
     `attend` calls read back two at a time (GRID_WINDOW 2), the kept points of each picture
     upscaled together; each batch answers what it answers alone."""
-    from craftai_infer.routes import sam2_torch
+    from craftai_infer.pipelines.mask_generator import torch_batches
 
-    monkeypatch.setattr(sam2_torch, "GRID_WINDOW", 2)
+    monkeypatch.setattr(torch_batches, "GRID_WINDOW", 2)
     e, points, settings = grid_case
     other = torch_encoded(np.asarray(Image.open(sample_photo("astronaut.png")).convert("RGB")))
     other_points = mask_generator.grid_points(SIDE, other.picture_height, other.picture_width)

@@ -12,8 +12,9 @@ from PIL import Image
 
 from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
 from craftai_infer.routes.sam2_onnx import SamOnnxRunner
-from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
+from craftai_infer.routes.sam2_torch import SamTorchRunner
 from tests.support import sam_fixture
 from tests.support.files import sample_photo
 from tests.support.masks import iou as _iou

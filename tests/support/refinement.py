@@ -8,10 +8,10 @@ import numpy as np
 import torch
 
 from craftai_infer.pipelines.guided_filter import guided_filter
-from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, edge_tiles
+from craftai_infer.pipelines.matte_refine import Refinement, edge_tiles
 
 
-def refined_one_tile_at_a_time(rgb: torch.Tensor, alpha: torch.Tensor, r: int, settings: MatteSettings) -> torch.Tensor:
+def refined_one_tile_at_a_time(rgb: torch.Tensor, alpha: torch.Tensor, r: int, settings: Refinement) -> torch.Tensor:
     _, _, h, w = alpha.shape
     margin = 2 * r
     out = alpha.clone()

@@ -56,7 +56,7 @@ class Served:
         self._stop = asyncio.Event()
         self._released = asyncio.Event()
         options = server_options(64 * MiB, max_connection_age_s=self._age, grace_s=1.0)
-        server = grpc.aio.server(interceptors=[self.gateway], options=options)
+        server = grpc.aio.server(interceptors=self.gateway.interceptors, options=options)
         handlers = {
             "Hold": grpc.unary_unary_rpc_method_handler(
                 self._hold,
@@ -422,7 +422,7 @@ def test_the_sessions_gauge_caps_its_app_labels(tmp_path: Path) -> None:
 def test_the_long_string_check_reads_strings_and_messages_not_bytes() -> None:
     """Every string is checked, in nested and repeated messages and in maps; a picture's bytes are
     not a string (and are never read: reading a bytes field copies its megabytes)."""
-    from craftai_common.interceptors import _long_string
+    from craftai_common.interceptors.string_bounds import long_string as _long_string
 
     picture = common_pb2.Picture(data=b"\xff" * (3 << 20))
     request = infer_pb2.OpenSessionRequest(picture=picture, route=common_pb2.RouteRef(recipe="sam"))

@@ -4,7 +4,7 @@ Read from the source with `ast` (every import: at the top, inside functions, und
 so a lazy import cannot hide a dependency. The rules are docs/ARCHITECTURE.md's: the wire imports
 nothing of ours; the SDK and the services' common code import the wire and not each other; the
 networks (craftai_models) import nothing of ours; prepare and infer share the networks and never
-import each other; the catalogue needs neither.
+import each other; the catalogue needs neither; infer's pipelines import only pipelines and networks.
 """
 
 from __future__ import annotations
@@ -104,6 +104,37 @@ def test_prepare_and_infer_never_import_each_other_and_common_never_imports_the_
     assert not [m for m in GRAPH if _top(m) == "craftai_prepare" and reaches(m, "craftai_infer")]
     assert not [m for m in GRAPH if _top(m) == "craftai_infer" and reaches(m, "craftai_prepare")]
     assert not [m for m in GRAPH if _top(m) == "craftai_common" and reaches(m, "craftai")]
+
+
+PIPELINES = "craftai_infer.pipelines"
+
+
+def _outside_pipelines(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """What infer's pipelines import of ours beyond other pipelines and the networks' package."""
+    wrong = {}
+    for module, targets in graph.items():
+        if module == PIPELINES or module.startswith(PIPELINES + "."):
+            beyond = {t for t in targets if not t.startswith(PIPELINES + ".") and _top(t) != "craftai_models"}
+            if beyond:
+                wrong[module] = beyond
+    return wrong
+
+
+def test_infer_pipelines_are_pure() -> None:
+    """docs/ARCHITECTURE.md: pipelines/ are arrays in and out. They import no decoder (pictures.py),
+    no route, no feature, no engine, nothing of the wire or of the services' common code: a pipeline
+    runs alone, in a test or a benchmark, with what it is given."""
+    assert _outside_pipelines(GRAPH) == {}
+
+
+def test_the_pipeline_fence_finds_a_pipeline_importing_the_decoder() -> None:
+    """The check above must be able to fail."""
+    graph = {
+        f"{PIPELINES}.matte_outputs": {"craftai_infer.pictures", f"{PIPELINES}.foreground", "craftai_models.imagenet"},
+        f"{PIPELINES}.foreground": set(),
+        "craftai_infer.pictures": {f"{PIPELINES}.picture_convert"},
+    }
+    assert _outside_pipelines(graph) == {f"{PIPELINES}.matte_outputs": {"craftai_infer.pictures"}}
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -10,9 +10,10 @@ import pytest
 import torch
 from scipy import ndimage  # type: ignore[import-untyped]
 
-from craftai_infer.pipelines import mask_generator, mask_generator_torch, segment_sam_torch
+from craftai_infer.pipelines import mask_generator, segment_sam_torch
 from craftai_infer.pipelines.mask_cleanup import Cleanup, clean_logits, small_regions
 from craftai_infer.pipelines.mask_formats import rle_counts
+from craftai_infer.pipelines.mask_generator import amg, torch_steps
 from craftai_infer.pipelines.segment_sam import upscale_logits
 from tests.support import amg_reference
 
@@ -70,7 +71,7 @@ def test_the_grid_is_meta_s() -> None:
     from sam2.utils.amg import build_point_grid
 
     for n in (1, 4, 32):
-        np.testing.assert_array_equal(mask_generator.point_grid(n), build_point_grid(n))
+        np.testing.assert_array_equal(amg.point_grid(n), build_point_grid(n))
 
 
 def test_stability_boxes_and_rle_are_meta_s() -> None:
@@ -82,12 +83,12 @@ def test_stability_boxes_and_rle_are_meta_s() -> None:
     theirs = calculate_stability_score(up, 0.0, 1.0).numpy()
     inter = (up > 1.0).flatten(1).sum(1).numpy()
     union = (up > -1.0).flatten(1).sum(1).numpy()
-    ours = mask_generator.stability_score(inter, union)
+    ours = amg.stability_score(inter, union)
     np.testing.assert_array_equal(ours[:5], theirs[:5])
     assert np.isnan(ours[5]) and np.isnan(theirs[5])
     masks = up > 0
     boxes = batched_mask_to_box(masks).numpy()
-    np.testing.assert_array_equal(np.stack([mask_generator.meta_box(m.numpy()) for m in masks]), boxes)
+    np.testing.assert_array_equal(np.stack([amg.meta_box(m.numpy()) for m in masks]), boxes)
     np.testing.assert_array_equal(segment_sam_torch.boxes_of(masks).numpy(), boxes)
     for mine, rle in zip(masks, mask_to_rle_pytorch(masks), strict=True):
         assert rle_counts(mine.numpy()).tolist() == rle["counts"]
@@ -106,7 +107,7 @@ def _boxes(rng: np.random.Generator, count: int) -> tuple[np.ndarray, np.ndarray
 @pytest.mark.parametrize("threshold", [0.0, 0.3, 0.7, 1.0])
 def test_nms_is_the_textbook_loop(threshold: float) -> None:
     boxes, scores = _boxes(np.random.default_rng(5), 300)
-    ours = mask_generator.nms(boxes, scores, threshold)
+    ours = amg.nms(boxes, scores, threshold)
     theirs = amg_reference.plain_nms(torch.from_numpy(boxes).float(), torch.from_numpy(scores), threshold)
     assert ours.tolist() == theirs.tolist()
     if 0 < threshold < 1:
@@ -129,7 +130,7 @@ def test_the_torch_steps_answer_what_the_numpy_steps_answer(settings: mask_gener
     ious = np.random.default_rng(2).random((n, 3)).astype(np.float32)
     points = mask_generator.grid_points(3, HEIGHT, WIDTH)[:n]
     ours = mask_generator.batch_candidates(low_res, ious, points, HEIGHT, WIDTH, settings=settings)
-    on_torch = mask_generator_torch.batch_candidates(
+    on_torch = torch_steps.batch_candidates(
         torch.from_numpy(low_res), torch.from_numpy(ious), points, HEIGHT, WIDTH, settings=settings
     )
     assert 0 < len(ours) <= 3 * n and len(ours) == len(on_torch)
@@ -138,12 +139,12 @@ def test_the_torch_steps_answer_what_the_numpy_steps_answer(settings: mask_gener
     np.testing.assert_array_equal(ours.ious, on_torch.ious)
     np.testing.assert_allclose(ours.stability, on_torch.stability, rtol=1e-6)
     np.testing.assert_array_equal(ours.points, on_torch.points)
-    chunked = mask_generator_torch.CHUNK_BYTES
+    chunked = torch_steps.CHUNK_BYTES
     try:
-        mask_generator_torch.CHUNK_BYTES = 4 * HEIGHT * WIDTH * 2  # two masks at a time: the same answer
-        again = mask_generator_torch.batch_candidates(
+        torch_steps.CHUNK_BYTES = 4 * HEIGHT * WIDTH * 2  # two masks at a time: the same answer
+        again = torch_steps.batch_candidates(
             torch.from_numpy(low_res), torch.from_numpy(ious), points, HEIGHT, WIDTH, settings=settings
         )
     finally:
-        mask_generator_torch.CHUNK_BYTES = chunked
+        torch_steps.CHUNK_BYTES = chunked
     assert [c.tolist() for c in again.counts] == [c.tolist() for c in on_torch.counts]

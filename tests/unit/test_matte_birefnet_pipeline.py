@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from craftai_infer.pipelines import matte_inspyrenet
+from craftai_infer.pipelines import matte_refine
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_birefnet import (
     BirefnetSettings,
@@ -98,7 +98,7 @@ def test_refinement_from_2048_px_only(monkeypatch: pytest.MonkeyPatch) -> None:
         calls.append(tuple(p.shape))
         return guided_filter(guide, p, r, eps)
 
-    monkeypatch.setattr(matte_inspyrenet, "guided_filter", spy)
+    monkeypatch.setattr(matte_refine, "guided_filter", spy)
     settings = BirefnetSettings(size=64, refine_from=512)  # the same rule at a smaller scale
     matte_birefnet(disc_picture(300, 511), RedLogits(), settings=settings)
     assert calls == []

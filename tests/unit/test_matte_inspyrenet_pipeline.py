@@ -13,17 +13,16 @@ import pytest
 import torch
 from PIL import Image
 
-from craftai_infer.pipelines import matte_inspyrenet as pipeline
+from craftai_infer.pipelines import matte_refine as refinement
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import (
     MatteSettings,
-    edge_tiles,
     fringe_shrink,
     matte_inspyrenet,
     matte_inspyrenet_float,
-    refine_radius,
 )
 from craftai_infer.pipelines.matte_outputs import render
+from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius
 from craftai_infer.pipelines.matte_spec import OutputsSpec
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
@@ -112,7 +111,7 @@ def test_refinement_only_below_half_scale(monkeypatch: pytest.MonkeyPatch) -> No
         calls.append(tuple(p.shape))
         return guided_filter(guide, p, r, eps)
 
-    monkeypatch.setattr(pipeline, "guided_filter", spy)
+    monkeypatch.setattr(refinement, "guided_filter", spy)
     matte_inspyrenet(disc_picture(1200, 2560), RedThreshold())  # scale exactly 0.5: not refined
     assert calls == []
     matte_inspyrenet(disc_picture(1200, 2600), RedThreshold())
@@ -140,9 +139,9 @@ def test_tiled_refinement_equals_filtering_the_whole_picture() -> None:
     alpha = torch.zeros(1, 1, 300, 340)
     alpha[:, :, 80:220, 100:240] = 1.0
     alpha = torch.nn.functional.avg_pool2d(alpha, 9, 1, 4, count_include_pad=False)
-    settings = MatteSettings(tile=64)
+    settings = MatteSettings(tile=64).refinement
     r = 5
-    tiled = pipeline.refine_edges(torch.from_numpy(rgb), alpha, r, settings)
+    tiled = refinement.refine_edges(torch.from_numpy(rgb), alpha, r, settings)
     guide = torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255
     whole = guided_filter(guide, alpha, r, settings.eps).clamp(0, 1)
     selected = torch.zeros_like(alpha, dtype=torch.bool)
@@ -166,12 +165,12 @@ def test_tiles_filtered_in_batches_answer_what_each_tile_answers_alone(
     alpha[:, :, 30:290, 20:330] = 1.0
     alpha[:, :, 120:180, 140:200] = 0.0
     alpha = torch.nn.functional.avg_pool2d(alpha, 21, 1, 10, count_include_pad=False)
-    settings = MatteSettings(tile=64)
+    settings = MatteSettings(tile=64).refinement
     r = 5
-    monkeypatch.setitem(pipeline.TILES_PER_CALL, "cpu", per_call)
+    monkeypatch.setitem(refinement.TILES_PER_CALL, "cpu", per_call)
     tiles = edge_tiles(alpha, 64, 2 * r, settings.edge_margin)
     assert len(tiles) > 12
-    batched = pipeline.refine_edges(rgb, alpha, r, settings)
+    batched = refinement.refine_edges(rgb, alpha, r, settings)
     alone = refined_one_tile_at_a_time(rgb, alpha, r, settings)
     assert float((alone - alpha).abs().max()) > 0.05  # the filter changed the tiles
     torch.testing.assert_close(batched, alone, rtol=0, atol=1e-6)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from craftai_infer.pipelines import matte_inspyrenet as pipeline
+from craftai_infer.pipelines import matte_refine
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet, network_input, refined_tiles, tile_count
 from tests.unit.test_matte_inspyrenet_pipeline import RedThreshold, disc_picture
@@ -20,7 +20,7 @@ def test_refined_tiles_counts_the_filtered_tiles(monkeypatch: pytest.MonkeyPatch
         calls.append(tuple(p.shape))
         return guided_filter(guide, p, r, eps)
 
-    monkeypatch.setattr(pipeline, "guided_filter", spy)
+    monkeypatch.setattr(matte_refine, "guided_filter", spy)
     rgb = disc_picture(h, w)
     matte_inspyrenet(rgb, RedThreshold())
     prepared = network_input(rgb, torch.device("cpu"))

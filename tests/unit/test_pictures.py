@@ -230,11 +230,12 @@ def test_a_picture_decoded_on_a_device_is_taken_there_only() -> None:
     import torch
 
     from craftai_infer.engines.nvjpeg import DevicePicture
+    from craftai_infer.pipelines.picture import device_pixels
 
     pixels = np.random.default_rng(3).integers(0, 256, (5, 7, 3), dtype=np.uint8)
     picture = pixels.copy().view(DevicePicture)
     picture.on_device = torch.from_numpy(pixels)
-    assert pictures.device_pixels(picture, torch.device("cpu")) is picture.on_device
-    assert pictures.device_pixels(picture, torch.device("cuda", 0)) is None
-    assert pictures.device_pixels(picture[1:], torch.device("cpu")) is None  # a view is another picture
-    assert pictures.device_pixels(pixels, torch.device("cpu")) is None
+    assert device_pixels(picture, torch.device("cpu")) is picture.on_device
+    assert device_pixels(picture, torch.device("cuda", 0)) is None
+    assert device_pixels(picture[1:], torch.device("cpu")) is None  # a view is another picture
+    assert device_pixels(pixels, torch.device("cpu")) is None

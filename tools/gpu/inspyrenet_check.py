@@ -41,11 +41,10 @@ from torch import Tensor  # noqa: E402
 
 from craftai_infer.pipelines.matte_inspyrenet import (  # noqa: E402
     MatteSettings,
-    edge_tiles,
     matte_inspyrenet,
     matte_inspyrenet_float,
-    refine_radius,
 )
+from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius  # noqa: E402
 from craftai_models.inspyrenet import InSPyReNet, inspyrenet_swin_b  # noqa: E402
 from tests.support.inspyrenet_reference import (  # noqa: E402
     build_reference,

@@ -12,7 +12,7 @@ from craftai_wire.metadata import APP_ID_KEY
 # Who shares the server's budgets and turns (sessions, the models' queues) as one: an app with a
 # key of its own is its own tenant; every app id a `*` key admits (or any, with keys off) is one
 # tenant together, so that made-up ids cannot multiply a caller's share. Set by the gateway once the
-# key was checked (craftai_common.interceptors).
+# key was checked (craftai_common.interceptors.authentication).
 WILDCARD_TENANT = "*"
 tenant_var: contextvars.ContextVar[str] = contextvars.ContextVar("craftai_tenant", default="")
 

@@ -95,7 +95,7 @@ class Server:
             max_connection_age_s=settings.max_connection_age_seconds,
             grace_s=settings.max_call_seconds,  # a call on a renewed connection may still run its time
         )
-        self._server = grpc.aio.server(interceptors=[self.gateway], options=self._options)
+        self._server = grpc.aio.server(interceptors=self.gateway.interceptors, options=self._options)
         self._probe: grpc.aio.Server | None = None
         self._metrics: observability.MetricsServer | None = None
         self._stopped = asyncio.Event()
@@ -145,7 +145,7 @@ class Server:
     async def _start_probe(self, port: int) -> None:
         """A plain-text server with only grpc.health.v1 (the same statuses): for Kubernetes probes,
         which cannot speak TLS. It serves nothing else."""
-        probe = grpc.aio.server(interceptors=[self.gateway], options=self._options)  # Watch streams bounded too
+        probe = grpc.aio.server(interceptors=self.gateway.interceptors, options=self._options)  # Watch bounded too
         health_pb2_grpc.add_HealthServicer_to_server(self.health, probe)
         bound = probe.add_insecure_port(f"{self.settings.host}:{port}")
         if bound == 0:

@@ -5,10 +5,10 @@
   horizontal bands on several threads at once (zlib releases the GIL): each band is a raw deflate
   stream ended by a sync flush, the bands are joined into the one zlib stream of the IDAT chunk and
   their Adler-32 checksums combined; the file is an ordinary PNG. Pillow's encoder tries five
-  filters on every row on one thread: 0.7 s for an RGBA cutout at 4000x3000 on the development
-  machine, where one band takes 0.42 s and two bands on its two cores 0.25 s, for a file 3% larger.
-  Levels 1 to 3 deflate with ISA-L (the `isal` package: Intel's deflate, its levels 1 to 3): about
-  six times zlib level 1's speed on a 4000x3000 matte, the file a little smaller (docs/PERFORMANCE.md);
+  filters on every row on one thread; one band with the "Up" filter is faster, and bands on
+  several cores faster still, for a file a few percent larger. Levels 1 to 3 deflate with ISA-L
+  (the `isal` package: Intel's deflate, its levels 1 to 3): several times zlib level 1's speed,
+  the file a little smaller (docs/PERFORMANCE.md, "PNG encode of large outputs (ISA-L)");
   level 0 (stored) and 4 to 9 are zlib's. Either way the stream is standard deflate.
 - WebP: lossless, Pillow (libwebp) at the fastest effort (method 0); grayscale outputs are stored
   as RGB (WebP has no grayscale); sides up to 16383 (WebP's limit).
@@ -138,10 +138,9 @@ def encode_mask_png(mask: np.ndarray, compress_level: int = 1) -> bytes:
     """A boolean (H, W) mask as a 1-bit grayscale PNG, written directly (filter 0 on packed rows).
 
     Pillow writes the same file format but tries every PNG filter on every row; for a mask at a
-    photo's size that is most of a click's time on a GPU machine (7.5 ms against 1.5 ms for
-    2048x1536 on one core here), and filters gain nothing on packed bits. Deflated as the other
-    PNGs (ISA-L at levels 1 to 3): on a speckled 2048x1536 mask (the random-weight fixture's)
-    zlib level 1 took 5.2 ms and ISA-L 1.0 ms, the file 6% smaller.
+    photo's size that was most of a click's time on a GPU machine, and filters gain nothing on
+    packed bits. Deflated as the other PNGs (ISA-L at levels 1 to 3: faster than zlib level 1 on a
+    speckled mask, the file smaller; docs/PERFORMANCE.md, "The last GPU run of the session").
     """
     if mask.ndim != 2 or mask.dtype != np.bool_:
         raise ValueError(f"expected an (H, W) boolean mask, got {mask.dtype} {mask.shape}")

@@ -177,8 +177,8 @@ def written(
 
     `into`: the answer's own Mask (`result.masks.add()`), written in place. protobuf's upb runtime
     copies a message put into another (CopyFrom, a constructor's argument, `extend`) by serialising
-    and parsing it again (features/run.py; ~0.1 ms for a click's three masks, milliseconds for a
-    picture-sized PNG)."""
+    and parsing it again (features/run.py; docs/PERFORMANCE.md, "Answers written in place, not
+    copied")."""
     if mask is None:
         assert counts is not None and size is not None and extent is not None
         height, width = size

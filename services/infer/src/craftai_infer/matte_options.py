@@ -6,8 +6,8 @@ that can hold it; the threshold, levels, colour and blur radius in range); `Chec
 height, background)` checks what needs the decoded pictures (WebP's side limit, a JPEG composite
 over a background picture that has transparency) and gives the pipeline's `OutputsSpec`.
 
-A request without `outputs` is one from an SDK before issue 17: the matte, and the cutout when
-`want_cutout` is set, as PNGs in MatteResult.matte_png / cutout_png.
+A request without `outputs` is one from an SDK older than the outputs and formats: the matte, and
+the cutout when `want_cutout` is set, as PNGs in MatteResult.matte_png / cutout_png.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer.encodings import WEBP_MAX_SIDE, Encoding, Format
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
+from craftai_infer.pipelines.picture import Picture
 from craftai_wire.v1 import infer_pb2
 from craftai_wire.vocabulary import Reason
 

@@ -26,7 +26,7 @@ import io
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -34,11 +34,9 @@ import simplejpeg
 from PIL import ExifTags, Image, ImageFile, UnidentifiedImageError
 
 from craftai_common.errors import invalid_argument
-from craftai_wire.vocabulary import Reason
-
-if TYPE_CHECKING:
-    import torch
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import oriented, over_white, to_array
+from craftai_wire.vocabulary import Reason
 
 FORMATS = ("PNG", "JPEG", "WEBP", "PPM")
 # The Netpbm kinds accepted: binary grey and RGB (Pillow also reads the plain-text ones, a
@@ -48,9 +46,6 @@ NOT_A_PICTURE = "the picture is not a PNG, JPEG or WebP file, nor a binary PPM (
 # A picture over Pillow's own bomb threshold is ours to refuse (PICTURE_TOO_LARGE), never a warning
 # printed on stderr: set once for the process, as a filter set per call would not be thread-safe.
 warnings.filterwarnings("error", category=Image.DecompressionBombWarning)
-# The one picture type in infer: (H, W, 3) RGB, or (H, W, 4) RGBA with straight alpha where the file
-# has transparency, uint8, oriented as shown. `decode` makes it for every feature.
-Picture = npt.NDArray[np.uint8]
 # A plain JPEG's other decoder (the data, its EXIF orientation) -> the picture, or None where it
 # cannot decode it (the CPU's then does): nvJPEG's for routes on a GPU (craftai_infer.engines.nvjpeg).
 JpegDecoder = Callable[[bytes, int], "Picture | None"]
@@ -84,12 +79,13 @@ def decode(data: bytes, limits: Limits, *, on_gpu: JpegDecoder | None = None) ->
     A complete 8-bit RGB or grey JPEG (most photos) is decoded by simplejpeg: the same libjpeg-turbo
     decode (accurate DCT, fancy upsampling), the same pixels as Pillow (tests/unit/test_pictures.py),
     straight into an array without holding the GIL, where Pillow's copy of its pixels into an array
-    holds it for ~20 ms at 2048x1536, which capped a server at ~85 pictures/s on 16 cores
-    (tools/bench/decode_threads.py). It decodes strictly: libjpeg's "corrupt data" warnings refuse the
-    picture as BAD_PICTURE, as Pillow refuses it, so every feature answers a damaged JPEG the same
-    way. A complete CMYK JPEG is checked by the same strict decode, then converted by Pillow (which
-    alone would answer a damaged one with grey where its data was unreadable). Everything else
-    goes through Pillow.
+    holds it, which capped a server's pictures a second however many cores it had
+    (tools/bench/decode_threads.py; docs/PERFORMANCE.md, "GPU speed: batching, CUDA graphs,
+    device-side pre/post-processing, and the peer benchmark"). It decodes strictly: libjpeg's
+    "corrupt data" warnings refuse the picture as BAD_PICTURE, as Pillow refuses it, so every
+    feature answers a damaged JPEG the same way. A complete CMYK JPEG is checked by the same strict
+    decode, then converted by Pillow (which alone would answer a damaged one with grey where its
+    data was unreadable). Everything else goes through Pillow.
     """
     image = _opened(data, limits)
     if image.format == "PPM":
@@ -133,23 +129,6 @@ def _strictly(data: bytes, colorspace: str) -> npt.NDArray[np.uint8]:
             Reason.BAD_PICTURE, f"the JPEG picture could not be decoded: {exc}", field="picture.data"
         ) from exc
     return decoded
-
-
-def device_pixels(picture: np.ndarray, device: torch.device) -> torch.Tensor | None:
-    """The pixels of `picture` already on `device`, where it was decoded there (a GPU route's JPEG:
-    craftai_infer.engines.nvjpeg's `DevicePicture`); else None (`cuda` and `cuda:N` of the current
-    GPU are the same device)."""
-    on_device = getattr(picture, "on_device", None)
-    if on_device is None or on_device.device.type != device.type:
-        return None
-    if device.type == "cuda":
-        import torch  # only a picture decoded on a GPU gets here
-
-        here = on_device.device.index
-        if (device.index if device.index is not None else torch.cuda.current_device()) != here:
-            return None
-    tensor: torch.Tensor = on_device
-    return tensor
 
 
 def decode_rgb(data: bytes, limits: Limits, *, on_gpu: JpegDecoder | None = None) -> npt.NDArray[np.uint8]:
@@ -246,10 +225,3 @@ def _too_large(size: tuple[int, int] | None, limits: Limits) -> Exception:
         "on the longest side",
         field="picture.data",
     )
-
-
-def encode_png(pixels: npt.NDArray[np.uint8], compress_level: int = 1) -> bytes:
-    """An (H, W) grey or (H, W, 4) RGBA uint8 array as a PNG (Pillow's encoder)."""
-    out = io.BytesIO()
-    Image.fromarray(pixels).save(out, format="PNG", compress_level=compress_level)  # L or RGBA by shape
-    return out.getvalue()

@@ -6,7 +6,8 @@ per core). A graph may be a path or the bytes of a model already in memory.
 
 `spin` False makes onnxruntime's intra-op threads sleep between runs instead of spinning (its
 default): a serving process shares its cores with gRPC's threads and the picture codecs, and
-spinning workers take those cores from them between requests (docs/PERFORMANCE.md, issue 19).
+spinning workers take those cores from them between requests (docs/PERFORMANCE.md, "u2netp
+through `craftai serve` against rembg's `remove()`").
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """JPEG pictures decoded on the GPU (nvJPEG, through torchvision.io on a CUDA build of torch), for
 routes on a GPU.
 
-A 4000x3000 photo takes 50 ms to decode on one CPU core (libjpeg-turbo: a baseline JPEG is one
-sequential Huffman stream, so more cores do not help one picture) and 6.4 ms on an H200
-(tools/gpu/jpeg_decode.py, docs/PERFORMANCE.md). The picture is turned on the device as its EXIF
-orientation says, then copied once into page-locked host memory: every feature still gets the one
-`Picture` type (host pixels), a `DevicePicture` that also carries its pixels on the device, which
-a route there uses rather than uploading them again (craftai_infer.pictures.device_pixels).
+A large photo's decode on the CPU is one core's work (libjpeg-turbo: a baseline JPEG is one
+sequential Huffman stream, so more cores do not help one picture); a GPU decodes it several times
+faster (tools/gpu/jpeg_decode.py; docs/PERFORMANCE.md, "JPEGs decoded on the GPU"). The picture
+is turned on the device as its EXIF orientation says, then copied once into page-locked host
+memory: every feature still gets the one `Picture` type (host pixels), a `DevicePicture` that also
+carries its pixels on the device, which a route there uses rather than uploading them again
+(craftai_infer.pipelines.picture.device_pixels).
 
 The decode, the turn and the copy run on a stream of the decoding thread's own, so that a picture
 waits for its decode alone, not for the model work queued on the device meanwhile (the first
@@ -52,7 +53,7 @@ class DevicePicture(np.ndarray):
     """A picture of the one type (host pixels in page-locked memory) whose pixels are also on a
     GPU (`on_device`, (H, W, 3) uint8, the same values): decoded there. A view or copy of it has no
     pixels on the device (numpy keeps the class, not the attribute), so only the picture itself is
-    ever taken for them (craftai_infer.pictures.device_pixels)."""
+    ever taken for them (craftai_infer.pipelines.picture.device_pixels)."""
 
     on_device: torch.Tensor
 

@@ -1,15 +1,15 @@
 """The OpenVINO engine: a publisher's .onnx file compiled by OpenVINO's CPU plugin (opt-in).
 
 OpenVINO reads the ONNX file as published (no conversion step, no prepared folder) and on a small
-CPU runs u2netp faster than onnxruntime (docs/PERFORMANCE.md, issue 19). It is optional: the
-package comes with `craftai-infer[openvino]`; this module (and so the package) is imported only
-when a route of this engine is first built, and where it is missing the route list answers
-ENGINE_NOT_INSTALLED naming the extra to install (routes/registry.py), as for every engine.
+CPU runs u2netp faster than onnxruntime (docs/PERFORMANCE.md, "u2netp on the openvino engine"). It
+is optional: the package comes with `craftai-infer[openvino]`; this module (and so the package) is
+imported only when a route of this engine is first built, and where it is missing the route list
+answers ENGINE_NOT_INSTALLED naming the extra to install (routes/registry.py), as for every engine.
 
 Precision is f32, asked for explicitly: the CPU plugin's default on CPUs with bf16 moved u2netp's
 matte by up to 165/255; in f32 it stays within 1/255 of onnxruntime's (not byte-identical: only
-the onnxruntime engine is). The performance hint and streams were chosen by measuring on the 2-core
-machine (docs/PERFORMANCE.md); `cpu_threads` (CRAFTAI_CPU_THREADS) bounds the plugin's threads.
+the onnxruntime engine is). The performance hint and streams were chosen by measuring on a small
+CPU (docs/PERFORMANCE.md); `cpu_threads` (CRAFTAI_CPU_THREADS) bounds the plugin's threads.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 import openvino as ov
 
-# LATENCY: one stream whose threads take every core (or CRAFTAI_CPU_THREADS). Measured on the quiet
-# 2-core machine (docs/PERFORMANCE.md, issue 19): THROUGHPUT's two one-thread streams ran one caller at
-# 0.58x onnxruntime's speed and two at 1.20x; LATENCY 1.07x and 1.16x; a model of each, picked by the
-# calls in flight, 1.08x and 1.09x (the switch oversubscribes the cores).
+# LATENCY: one stream whose threads take every core (or CRAFTAI_CPU_THREADS). Measured on a quiet
+# small CPU (docs/PERFORMANCE.md, "u2netp on the openvino engine"): THROUGHPUT's one-thread streams
+# left one caller far slower than onnxruntime, and a model of each hint picked by the calls in
+# flight oversubscribed the cores; LATENCY was ahead of onnxruntime with one caller and with two.
 PERFORMANCE_HINT = "LATENCY"
 # Infer requests (and so calls that may run at once): the second call's pre- and post-processing
 # overlap the first's network, which the one stream runs one at a time.

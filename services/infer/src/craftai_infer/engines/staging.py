@@ -8,7 +8,7 @@ waiting for the previous copy each time: at 32 requests in flight that serial co
 SAM route's worker time (docs/PERFORMANCE.md). Any other array goes through that one reused buffer
 (`Tensor.pin_memory()` would allocate and lock fresh host memory on every call). A picture decoded
 on the GPU (engines.nvjpeg) is there already: its pixels are used as they are
-(craftai_infer.pictures.device_pixels).
+(craftai_infer.pipelines.picture.device_pixels).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from craftai_infer.pictures import device_pixels
+from craftai_infer.pipelines.picture import device_pixels
 
 
 def pinned_copy(array: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from craftai_infer import encodings, memory, pictures, scheduling
 from craftai_infer.loader import LoadedRoute, RouteLoader
-from craftai_infer.pictures import Picture
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.settings import InferSettings
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from craftai_infer import matte_options
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_spec import Kind, Rendered
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
 from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_wire.v1 import infer_pb2

@@ -33,9 +33,9 @@ from craftai_infer import prompts
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import SEGMENT_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.loader import LoadedRoute
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_generator import Candidates
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
 from craftai_infer.routes import DECODE, ENCODE, GRID, DecodeRequest, GridRequest, SegmentRoute
 from craftai_infer.scheduling import WorkClass, work_class_var

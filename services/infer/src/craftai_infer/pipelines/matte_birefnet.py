@@ -9,9 +9,10 @@ routes (the network in PyTorch, or the published ONNX graph on onnxruntime).
 - back to the picture's size with the same filter (antialiased when reducing, plain bilinear when
   enlarging);
 - when the enlargement is at least 2× (the picture's long side 2048 px or more), refined at full
-  resolution with the colour guided filter on the tiles near the subject's edge (the InSPyReNet
-  pipeline's `refine_edges`, radius ⌈3/scale⌉): below that it made the edges worse, from there on
-  better, in the measurement of docs/MATTE.md (`tools/matte_refine_study.py --birefnet`);
+  resolution with the colour guided filter on the tiles near the subject's edge (the refinement
+  InSPyReNet's pipeline has too: pipelines/matte_refine.py, radius ⌈3/scale⌉): below that it
+  made the edges worse, from there on better, in the measurement of docs/MATTE.md
+  (`tools/matte_refine_study.py --birefnet`);
 - ⌊255·α + 0.5⌋.
 
 The network is any callable taking an ImageNet-normalised (N, 3, S, S) float tensor on `device`
@@ -29,7 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, normalise_imagenet, refine_edges, refine_radius
+from craftai_infer.pipelines.matte_refine import Refinement, refine_edges, refine_radius
+from craftai_infer.pipelines.normalise import normalise_imagenet
 
 __all__ = ["BirefnetSettings", "matte_birefnet_batch", "matte_birefnet_float"]
 
@@ -48,8 +50,8 @@ class BirefnetSettings:
     eps: float = 1e-4
 
     @property
-    def refinement(self) -> MatteSettings:
-        return MatteSettings(tile=self.tile, edge_margin=self.edge_margin, eps=self.eps)
+    def refinement(self) -> Refinement:
+        return Refinement(tile=self.tile, edge_margin=self.edge_margin, eps=self.eps)
 
 
 def _resize(x: Tensor, height: int, width: int) -> Tensor:

@@ -6,7 +6,7 @@
   Lanczos-3 (Pillow's coefficients, on the device: pipelines/resample.py) to 1280², the matte
   enlarged back bilinearly and cropped; when the
   reduction was below half scale, the matte is refined at full resolution with a colour guided
-  filter on the tiles near the subject's edge only.
+  filter on the tiles near the subject's edge only (pipelines/matte_refine.py, shared with BiRefNet).
 - then the fringe shrink α' = clip((α − 0.2) / 0.8, 0, 1), and 8-bit rounding.
 
 The network is any callable taking an ImageNet-normalised (1, 3, H, W) float tensor on `device`
@@ -24,23 +24,19 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from craftai_infer.pipelines.guided_filter import guided_filter
+from craftai_infer.pipelines.matte_refine import Refinement, edge_tiles, refine_edges, refine_radius
+from craftai_infer.pipelines.normalise import normalise_imagenet
 from craftai_infer.pipelines.resample import reflect_pad, resize_lanczos
-from craftai_models import imagenet
 
 __all__ = [
     "MatteNetwork",
     "MatteSettings",
-    "edge_tiles",
     "fringe_shrink",
     "matte_inspyrenet",
     "matte_inspyrenet_batch",
     "matte_inspyrenet_float",
     "network_input",
     "network_shape",
-    "normalise_imagenet",
-    "refine_edges",
-    "refine_radius",
     "refined_tiles",
     "tile_count",
 ]
@@ -60,6 +56,10 @@ class MatteSettings:
     eps: float = 1e-4  # guided filter ε, guide in [0, 1] (colour units squared)
     fringe: float = 0.2  # fringe shrink black point
 
+    @property
+    def refinement(self) -> Refinement:
+        return Refinement(tile=self.tile, edge_margin=self.edge_margin, eps=self.eps)
+
 
 def fringe_shrink(alpha: Tensor, black: float = 0.2) -> Tensor:
     """α' = clip((α − black) / (1 − black), 0, 1): drops the faint halo, keeps 1 at 1, stays continuous."""
@@ -68,97 +68,10 @@ def fringe_shrink(alpha: Tensor, black: float = 0.2) -> Tensor:
     return ((alpha - black) / (1.0 - black)).clamp(0.0, 1.0)
 
 
-def refine_radius(scale: float) -> int:
-    """Guided filter radius in full-resolution pixels for a matte enlarged by 1/scale: ⌈3/scale⌉.
-
-    The enlarged matte's edges are spread over a few low-resolution pixels, i.e. a few times 1/scale
-    full-resolution pixels; a window must see both sides of such an edge. 3/scale (10 px for a
-    4000 px picture) gave the lowest edge error in tools/matte_refine_study.py (docs/MATTE.md).
-    """
-    return max(2, math.ceil(3.0 / scale))
-
-
-def normalise_imagenet(chw: Tensor) -> Tensor:
-    """(1, 3, H, W) float in [0, 255] -> ImageNet-normalised."""
-    x = chw / 255.0
-    mean = torch.tensor(imagenet.MEAN, device=x.device).view(1, 3, 1, 1)
-    std = torch.tensor(imagenet.STD, device=x.device).view(1, 3, 1, 1)
-    return (x - mean) / std
-
-
 def _run(network: MatteNetwork, x: Tensor, autocast: torch.dtype | None) -> Tensor:
     with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
         out = network(x)
     return out.float().clamp(0.0, 1.0)
-
-
-def edge_tiles(alpha: Tensor, tile: int, margin: int, edge_margin: float) -> list[tuple[int, int]]:
-    """Top-left corners of the tiles whose matte, with `margin` pixels around, is neither ~0 everywhere
-    nor ~1 everywhere. alpha: (1, 1, H, W)."""
-    window = tile + 2 * margin
-    # Max pooling pads with -inf, so border tiles only see the picture.
-    hi = F.max_pool2d(alpha, window, stride=tile, padding=margin, ceil_mode=True)
-    lo = -F.max_pool2d(-alpha, window, stride=tile, padding=margin, ceil_mode=True)
-    selected = (hi > edge_margin) & (lo < 1.0 - edge_margin)
-    rows, cols = torch.nonzero(selected[0, 0], as_tuple=True)
-    return [(int(r) * tile, int(c) * tile) for r, c in zip(rows.tolist(), cols.tolist(), strict=True)]
-
-
-# Edge tiles filtered in one guided-filter call. On a GPU the batch saves launches (130 tiles at
-# 4000x3000: 309 -> 112 ms for the pipeline on an H200); its float64 running sums take ~60 MB a 256²
-# tile with its margin, ~2 GB a call. On a CPU one tile at a time is the fastest: 4 or 8 a call
-# took 4.1-4.6 s for 60 tiles against 1.1-1.5 s alone on the 2-core machine (the batch's sums
-# outgrow the caches); docs/PERFORMANCE.md.
-TILES_PER_CALL = {"cuda": 32, "cpu": 1}
-
-
-@dataclass(frozen=True)
-class _Tile:
-    """An edge tile: its rows/columns [y0, y1) x [x0, x1), filtered within its window [ya, yb) x [xa, xb)."""
-
-    y0: int
-    x0: int
-    y1: int
-    x1: int
-    ya: int
-    xa: int
-    yb: int
-    xb: int
-
-    @property
-    def layout(self) -> tuple[int, ...]:
-        """Tiles with the same window size and the tile at the same place in it filter as one batch."""
-        window = (self.yb - self.ya, self.xb - self.xa)
-        return (*window, self.y0 - self.ya, self.x0 - self.xa, self.y1 - self.y0, self.x1 - self.x0)
-
-
-def refine_edges(rgb: Tensor, alpha: Tensor, r: int, settings: MatteSettings) -> Tensor:
-    """Guided filter on the edge tiles only; each tile is filtered with a 2r margin of context, which
-    makes its result equal to filtering the whole picture (a pixel depends on pixels within 2r).
-
-    Tiles of the same layout (all but those at the picture's border share one) are filtered as one
-    batch, up to TILES_PER_CALL at a time: the filter is a few dozen small kernels, which one tile at
-    a time launched ~130 times for a 4000x3000 picture (the tiles' results are the same either way:
-    tests/unit/test_matte_inspyrenet_pipeline.py).
-    """
-    _, _, h, w = alpha.shape
-    margin = 2 * r
-    out = alpha.clone()
-    layouts: dict[tuple[int, ...], list[_Tile]] = {}
-    for y0, x0 in edge_tiles(alpha, settings.tile, margin, settings.edge_margin):
-        y1, x1 = min(y0 + settings.tile, h), min(x0 + settings.tile, w)
-        tile = _Tile(y0, x0, y1, x1, max(y0 - margin, 0), max(x0 - margin, 0), min(y1 + margin, h), min(x1 + margin, w))
-        layouts.setdefault(tile.layout, []).append(tile)
-    per_call = TILES_PER_CALL.get(alpha.device.type, TILES_PER_CALL["cpu"])
-    for (_, _, dy, dx, th, tw), tiles in layouts.items():
-        for start in range(0, len(tiles), per_call):
-            batch = tiles[start : start + per_call]
-            guide = torch.stack([rgb[t.ya : t.yb, t.xa : t.xb] for t in batch]).permute(0, 3, 1, 2).float() / 255.0
-            p = torch.cat([alpha[:, :, t.ya : t.yb, t.xa : t.xb] for t in batch])
-            q = guided_filter(guide, p, r, settings.eps)[:, :, dy : dy + th, dx : dx + tw].clamp(0.0, 1.0)
-            for k, t in enumerate(batch):
-                out[:, :, t.y0 : t.y1, t.x0 : t.x1] = q[k : k + 1]
-    return out
 
 
 @dataclass(frozen=True)
@@ -222,7 +135,7 @@ def matte_from_network(prepared: NetworkInput, out: Tensor, settings: MatteSetti
     alpha = _enlarged(prepared, out)
     scale = _refine_scale(prepared, settings)
     if scale is not None:
-        alpha = refine_edges(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings)
+        alpha = refine_edges(prepared.pixels, alpha.contiguous(), refine_radius(scale), settings.refinement)
     return alpha[0, 0]
 
 

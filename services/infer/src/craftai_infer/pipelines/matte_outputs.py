@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from craftai_infer.pictures import device_pixels
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.guided_filter import box_mean
 from craftai_infer.pipelines.matte_spec import Background, Blur, OutputsSpec, Rendered, Solid
+from craftai_infer.pipelines.picture import device_pixels
 
 __all__ = [
     "background_layer",
@@ -163,7 +163,7 @@ def cover(picture: Tensor, height: int, width: int) -> Tensor:
 
 def _tensor(array: npt.NDArray[np.generic], device: torch.device) -> Tensor:
     """A host array on `device` (copied first if torch cannot share it: read-only or strided); a
-    picture decoded there is there already (craftai_infer.pictures.device_pixels)."""
+    picture decoded there is there already (craftai_infer.pipelines.picture.device_pixels)."""
     on_device = device_pixels(array, device)
     if on_device is not None:
         return on_device

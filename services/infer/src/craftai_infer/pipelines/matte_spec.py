@@ -5,14 +5,20 @@ outputs on the route's device; a route answering only the matte never imports to
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["WHITE", "Background", "Blur", "Cover", "Kind", "OutputsSpec", "Rendered", "Solid"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["WHITE", "Background", "Blur", "Cover", "Kind", "Matte", "OutputsSpec", "Rendered", "Solid"]
 
 U8 = npt.NDArray[np.uint8]
+# (H, W) uint8, the picture's size, 255 = subject: a host array, or a torch tensor on the route's
+# device (a matte computed on a GPU stays there: its outputs are made there too).
+Matte: TypeAlias = "npt.NDArray[np.uint8] | torch.Tensor"
 Kind = Literal["matte", "cutout", "composite", "mask"]
 WHITE = (255, 255, 255, 255)
 

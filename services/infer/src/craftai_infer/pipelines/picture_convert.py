@@ -28,7 +28,7 @@ def _grey_to_rgb(grey: np.ndarray) -> np.ndarray:
 
 def oriented(picture: Image.Image) -> Image.Image:
     """The picture turned the way its EXIF orientation says it is shown; the picture itself when it
-    needs no turn (ImageOps.exif_transpose copies every picture: 8 ms at 2048x1536, GIL held)."""
+    needs no turn (ImageOps.exif_transpose copies every picture, holding the GIL)."""
     if picture.getexif().get(ExifTags.Base.Orientation, 1) in (None, 1):
         return picture
     return ImageOps.exif_transpose(picture)

@@ -76,7 +76,7 @@ def resize_antialiased(picture: U8, size: int = IMAGE_SIZE) -> F32:
     That is bilinear with antialias=True: a triangle filter centred on (i + 0.5) * scale, widened to
     `scale` input pixels when shrinking, weights renormalised at the borders. torch's kernel is a
     port of Pillow's resampling, so Pillow's float ("F") resize per channel gives the same numbers
-    (measured: within 4e-7, on photos and on noise shrunk from 4000x3000), in C, 3x faster than numpy.
+    (measured: within 4e-7, on photos and on noise shrunk from 4000x3000), in C, faster than numpy.
     The division by 255 comes first, as in ToTensor.
     """
     channels = []
@@ -189,8 +189,9 @@ def encode_prompt(prompt: SamPrompt, picture_height: int, picture_width: int) ->
 def grid_point_feeds(points: F32, picture_height: int, picture_width: int) -> tuple[F32, F32]:
     """N single foreground clicks (the automatic mask generator's grid) as the decoder's
     point_coords [N, 1, 2] and point_labels [N, 1]: what `encode_prompt` gives each click, made
-    at once (64 prompts built one by one cost ~15 ms of host time a batch; the mask feeds, zeros
-    with has_mask_input 0, are the caller's to make where they are used)."""
+    at once (64 prompts built one by one cost each batch host time the device waited for:
+    docs/PERFORMANCE.md, "First run" of segment everything; the mask feeds, zeros with
+    has_mask_input 0, are the caller's to make where they are used)."""
     size = np.array([picture_width, picture_height], dtype=np.float32)
     coords = np.asarray(points, dtype=np.float32).reshape(-1, 1, 2)
     scaled = (coords / size * np.float32(IMAGE_SIZE)).astype(np.float32)

@@ -4,12 +4,13 @@ The same answers as the numpy functions there (the onnxruntime route's), compute
 tensors are: the square 1024² antialiased resize and the ImageNet normalisation of a picture
 already on the device, and the bilinear upscale of the chosen low-res logits to the picture's size
 and the threshold, with each mask's area and box, so that only the boolean mask and a few numbers
-come back to the host.
+come back to the host. A picture's embedding (`TorchSamEmbedding`) stays on the device.
 """
 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -18,6 +19,36 @@ import torch.nn.functional as F
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup, clean_logits
 from craftai_infer.pipelines.segment_sam import MASK_THRESHOLD, MEAN, STD, SamMasks, order_by_score
 from craftai_models.sam2.contract import IMAGE_SIZE, LOW_RES
+
+
+@dataclass(frozen=True, eq=False)
+class TorchSamEmbedding:
+    """The encoder's three outputs for one picture, kept on the device."""
+
+    high_res_feats_0: torch.Tensor  # [1, 32, 256, 256]
+    high_res_feats_1: torch.Tensor  # [1, 64, 128, 128]
+    image_embed: torch.Tensor  # [1, 256, 64, 64]
+    picture_height: int
+    picture_width: int
+
+    def to(self, device: torch.device) -> TorchSamEmbedding:
+        """The same embedding on `device`: itself when it is there already, else a copy (after a
+        fall back to the CPU, sessions keep working)."""
+        if self.image_embed.device == device:
+            return self
+        return TorchSamEmbedding(
+            self.high_res_feats_0.to(device),
+            self.high_res_feats_1.to(device),
+            self.image_embed.to(device),
+            self.picture_height,
+            self.picture_width,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(
+            t.numel() * t.element_size() for t in (self.high_res_feats_0, self.high_res_feats_1, self.image_embed)
+        )
 
 
 def network_input(pixels: torch.Tensor) -> torch.Tensor:
@@ -52,9 +83,9 @@ def boxes_of(masks: torch.Tensor) -> torch.Tensor:
 
 def to_host(*tensors: torch.Tensor) -> list[np.ndarray]:
     """Device tensors as host arrays, in one wait: on a GPU, copied into page-locked blocks of
-    torch's caching host allocator (a 3 MP mask read back into fresh pageable memory cost a click
-    ~2 ms more through the server than in a loop: page faults and the staged copy), each array
-    keeping its block alive."""
+    torch's caching host allocator (a mask read back into fresh pageable memory made a click slower
+    through the server than in a loop: page faults and the staged copy; docs/PERFORMANCE.md, "The
+    SAM click through gRPC"), each array keeping its block alive."""
     if not tensors or tensors[0].device.type != "cuda":
         return [t.contiguous().numpy() for t in tensors]
     hosts = [torch.empty(t.shape, dtype=t.dtype, pin_memory=True) for t in tensors]

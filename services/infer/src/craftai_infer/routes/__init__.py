@@ -15,7 +15,7 @@ the automatic mask generator's points -> the masks that pass its filters).
 image.matte's one operation, MATTE, takes a `MatteJob` (a picture and the outputs asked for) and
 answers `Rendered` host arrays: the route makes the mattes (`MatteRoute.matte`, on its device; a
 route that computed its matte on a GPU answers it there, as a tensor), and the operation makes the
-outputs from them on the route's device (craftai_infer.pipelines.matte_outputs), inside the same
+outputs from them on the route's device (craftai_infer.pipelines.matte_render), inside the same
 call: batched with the mattes, on the route's worker, under the same GPU-to-CPU fallback.
 """
 
@@ -24,30 +24,25 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from craftai_common.errors import failed_precondition
 from craftai_common.store import FilePin
-from craftai_infer.pictures import Picture
-from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
+from craftai_infer.pipelines import matte_render
+from craftai_infer.pipelines.matte_spec import Matte, OutputsSpec, Rendered
+from craftai_infer.pipelines.picture import Picture
 from craftai_wire.vocabulary import Reason
 
 if TYPE_CHECKING:
-    import torch
-
     from craftai_infer.pipelines.mask_cleanup import Cleanup
     from craftai_infer.pipelines.mask_generator import Candidates, Everything
     from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 
 Precision = Literal["auto", "fp32", "fp16", "bf16"]
 Step = Callable[[str], None]  # a route says what it is doing while it loads (progress to the caller)
-
-# (H, W) uint8, the picture's size, 255 = subject: a host array, or a torch tensor on the route's
-# `device` (a matte computed on a GPU stays there: its outputs are made there too).
-Matte: TypeAlias = "npt.NDArray[np.uint8] | torch.Tensor"
 
 
 class ModelRefusedError(Exception):
@@ -187,39 +182,19 @@ class MatteJob:
     outputs: OutputsSpec
 
 
-def render_device(device: str) -> str:
-    """Where a route's outputs are made: its device, or the CPU when torch cannot reach that GPU (an
-    onnxruntime route on CUDA beside a CPU-only torch, or a route the fault injection presents as on one)."""
-    if device == "cpu":
-        return device
-    import torch
-
-    return device if torch.cuda.is_available() else "cpu"
-
-
 def matte_and_outputs(route: MatteRoute, jobs: Sequence[MatteJob]) -> list[Rendered]:
     """MATTE: the route's mattes, then each job's outputs made from them on the route's device."""
     mattes = route.matte([job.picture for job in jobs])
-    rendered = []
-    for job, matte in zip(jobs, mattes, strict=True):
-        if job.outputs.kinds == {"matte"} and isinstance(matte, np.ndarray):
-            rendered.append(Rendered(matte=matte))  # nothing to make: no torch, no copy
-        else:
-            rendered.append(_render()(job.picture, matte, job.outputs, render_device(route.device)))
-    return rendered
-
-
-def _render() -> Callable[[Picture, Matte, OutputsSpec, str], Rendered]:
-    """pipelines.matte_outputs.render, imported on first use (torch)."""
     try:
-        from craftai_infer.pipelines.matte_outputs import render
-    except ImportError as exc:
+        return matte_render.rendered(
+            [(job.picture, matte, job.outputs) for job, matte in zip(jobs, mattes, strict=True)], route.device
+        )
+    except matte_render.TorchMissingError as exc:
         raise failed_precondition(
             Reason.ENGINE_NOT_INSTALLED,
             f"the cutout, composite and mask are made with torch, which this infer service cannot import ({exc}); "
             "install craftai-infer[torch], or ask for the matte alone",
         ) from exc
-    return render
 
 
 MATTE: Operation[MatteRoute, MatteJob, Rendered] = Operation("matte", matte_and_outputs)

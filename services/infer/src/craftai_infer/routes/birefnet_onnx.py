@@ -11,8 +11,8 @@ import numpy.typing as npt
 import torch
 
 from craftai_infer.engines.onnxruntime import OnnxModel
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.routes import MatteRoute, ModelRefusedError, RouteFiles
 

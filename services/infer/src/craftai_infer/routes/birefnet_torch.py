@@ -13,16 +13,16 @@ import torch
 from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_models.birefnet import fold_batchnorm, load_birefnet
 from craftai_models.checkpoints import CheckpointRefusedError
 
-# fp32 on the GPU unless CRAFTAI_GPU_PRECISION asks for autocast: on the H200 (2026-12-01) bf16 moved
-# the calibrated random-weight matte by 3.7/255 on average (68 at most, IoU of the >0.5 masks 0.79);
-# a reduced default waits for the real weights to show it keeps the matte (docs/PERFORMANCE.md).
+# fp32 on the GPU unless CRAFTAI_GPU_PRECISION asks for autocast: bf16 moved the calibrated
+# random-weight matte visibly (its edges and its >0.5 mask); a reduced default waits for the real
+# weights to show it keeps the matte (docs/PERFORMANCE.md, "BiRefNet_lite").
 GPU_DEFAULT: torch.dtype | None = None
 
 

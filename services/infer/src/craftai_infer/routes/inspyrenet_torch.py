@@ -13,10 +13,11 @@ import torch
 
 from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch, network_shape
+from craftai_infer.pipelines.matte_spec import Matte
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
-from craftai_infer.routes import MATTE, Capabilities, Matte, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_models.checkpoints import CheckpointRefusedError
 from craftai_models.inspyrenet import fold_batchnorm, load_inspyrenet
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.segment_sam import F32, SamMasks, SamPrompt, encode_prompt, postprocess, preprocess
 from craftai_infer.routes import (
     Capabilities,

@@ -17,21 +17,19 @@ on first use.
 
 Precision: the encoder runs under the route's GPU precision (fp16 unless CRAFTAI_GPU_PRECISION
 says otherwise); so does the decoder in the automatic mask generator's batches, where it is most
-of the time (64 prompts a batch: 17 ms in fp32 on an H200) and its answers are filtered and
-de-duplicated rather than answered one by one. Prompts (clicks, boxes) are always decoded in fp32,
-the onnxruntime route's answers. docs/PERFORMANCE.md has the measured agreement.
+of the time in fp32 and its answers are filtered and de-duplicated rather than answered one by
+one. Prompts (clicks, boxes) are always decoded in fp32, the onnxruntime route's answers.
+docs/PERFORMANCE.md has the measured agreement.
 
 Those grid batches also run compiled by torch.compile (CRAFTAI_GPU_COMPILE, on by default;
 engines.compiled), in calls of GRID_BATCH points (a shorter one padded) so that one compiled
 shape serves every points_per_batch and every last, shorter batch: fused, the decoder's layer
 norms, GELUs and casts no longer each read and write the batch's [64, 4096, 256] activations
-(11.5 -> 4.2 ms a batch of 64 on an H200). The multimask one is compiled at load; Meta's one-mask grid on first use.
+(docs/PERFORMANCE.md, "The decoder compiled"). The multimask one is compiled at load; Meta's
+one-mask grid on first use.
 
-The multimask grid runs in two steps (`grid_batches`): the transformer and the IoU head for every
-point, then the masks' upscaling for the points with a mask above pred_iou_thresh alone (3.2 of a
-batch's 4.2 ms is the first step on an H200). The route batches GRID: the batches that waited for
-the worker come in one call, their first steps run back to back (GRID_WINDOW of them before one
-read-back of their IoUs) and the kept points of one picture are upscaled together.
+The grid's batches themselves (two steps, several batches back to back, the one-mask grid) are
+run by craftai_infer.pipelines.mask_generator.torch_batches with this runner's networks.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ import contextlib
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,19 +49,18 @@ import torch
 from craftai_infer.engines.compiled import Compiled
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.engines.staging import HostStaging
-from craftai_infer.pictures import Picture
-from craftai_infer.pipelines import mask_generator, mask_generator_torch
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
+from craftai_infer.pipelines.mask_generator.torch_batches import GRID_WINDOW, TorchGrid
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.segment_sam import (
     SamMasks,
     SamPrompt,
     check_picture,
     encode_prompt,
-    grid_point_feeds,
     prompt_points,
 )
-from craftai_infer.pipelines.segment_sam_torch import answer, network_input
+from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding, answer, network_input
 from craftai_infer.routes import (
     DECODE,
     ENCODE,
@@ -75,8 +72,7 @@ from craftai_infer.routes import (
     SegmentRoute,
     Step,
 )
-from craftai_models.sam2.contract import LOW_RES, WEIGHTS
-from craftai_models.sam2.mask_decoder import NUM_MULTIMASK_OUTPUTS as NUM_MULTIMASK
+from craftai_models.sam2.contract import WEIGHTS
 from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
 
 DECODER_FEEDS = ("point_coords", "point_labels", "mask_input", "has_mask_input")
@@ -88,40 +84,6 @@ PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The compiled grid decoder's one batch size: a grid batch is decoded in calls of this many points
 # (a shorter one padded), so that no other shape is ever compiled (Meta's default points_per_batch).
 GRID_BATCH = 64
-# The grid's `attend` calls launched before one read-back of their IoUs: the device runs them back
-# to back rather than waiting for the host after each; each holds its cells until then (64 points:
-# 134 MB in fp16).
-GRID_WINDOW = 8
-
-
-@dataclass(frozen=True, eq=False)
-class TorchSamEmbedding:
-    """The encoder's three outputs for one picture, kept on the device."""
-
-    high_res_feats_0: torch.Tensor  # [1, 32, 256, 256]
-    high_res_feats_1: torch.Tensor  # [1, 64, 128, 128]
-    image_embed: torch.Tensor  # [1, 256, 64, 64]
-    picture_height: int
-    picture_width: int
-
-    def to(self, device: torch.device) -> TorchSamEmbedding:
-        """The same embedding on `device`: itself when it is there already, else a copy (after a
-        fall back to the CPU, sessions keep working)."""
-        if self.image_embed.device == device:
-            return self
-        return TorchSamEmbedding(
-            self.high_res_feats_0.to(device),
-            self.high_res_feats_1.to(device),
-            self.image_embed.to(device),
-            self.picture_height,
-            self.picture_width,
-        )
-
-    @property
-    def nbytes(self) -> int:
-        return sum(
-            t.numel() * t.element_size() for t in (self.high_res_feats_0, self.high_res_feats_1, self.image_embed)
-        )
 
 
 def load_network(weights: Path, device: str) -> Sam2ImageModel:
@@ -198,6 +160,15 @@ class SamTorchRunner:
             self._decoders[True, True] = network(net.decode_single, "the SAM grid decoder (one mask)", 16, reduced=True)
         self._attend = network(net.attend, "the SAM grid decoder's transformer", 16, reduced=True, keep=2)
         self._predict_masks = network(net.predict_masks, "the SAM grid's masks", 16, reduced=True)
+        self._grid = TorchGrid(
+            self.device,
+            attend=self._attend.run,
+            predict_masks=self._predict_masks.run,
+            decode_one_mask=self._grid_decode_one_mask,
+            replayed=self._attend.graphs is not None,
+            call=self.grid_call,
+            size=self._grid_size,
+        )
 
     def _encode_network(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         autocast = (
@@ -353,179 +324,20 @@ class SamTorchRunner:
         self, batches: Sequence[tuple[TorchSamEmbedding, npt.NDArray[np.float32], Everything]]
     ) -> list[Candidates]:
         """Batches of the automatic mask generator (one picture each, any pictures), their filters
-        on the device. Meta's three masks a point in two steps: the transformer and the IoU head
-        for every point (`attend`; GRID_WINDOW calls launched before one read-back of their IoUs,
-        so the device does not wait for the host between batches), then the masks' upscaling only
-        for the points with a mask above pred_iou_thresh (`predict_masks`, the points of one
-        picture gathered across batches; where few pass, most of the decoder's upscaling is never
-        done). Meta's single mask a point (`decode_single`) when multimask_output is false: its
-        choice needs token 0's mask, so every point's masks are made. Compiled, in calls of
+        on the device (craftai_infer.pipelines.mask_generator.torch_batches). Compiled, in calls of
         GRID_BATCH points, so that no other shape is ever compiled."""
-        answers: dict[int, Candidates] = {}
-        two_steps: list[_GridBatch] = []
-        with torch.inference_mode():
-            for i, (embedding, points, settings) in enumerate(batches):
-                e = embedding.to(self.device)
-                if settings.multimask_output:
-                    two_steps.append(_GridBatch(i, e, points, settings))
-                else:
-                    answers[i] = self._grid_one_mask(e, points, settings)
-            if two_steps:
-                self._attend_all(two_steps)
-                self._predict_kept_masks(two_steps)
-                for b in two_steps:
-                    answers[b.index] = b.candidates()
-        return [answers[i] for i in range(len(batches))]
-
-    def _grid_step(self, n: int) -> int:
-        return self.grid_call or n
-
-    def _attend_all(self, batches: Sequence[_GridBatch]) -> None:
-        """`attend` on every point of `batches`, GRID_WINDOW calls at a time, then one read-back of
-        their IoUs; the cells and 32-vectors of the points with a mask above the threshold kept
-        (copies: a graph's outputs are overwritten by its next replay)."""
-        calls = [(b, start) for b in batches for start in range(0, len(b.points), self._grid_step(len(b.points)))]
-        copied = self._attend.graphs is not None
-        for w in range(0, len(calls), GRID_WINDOW):
-            window = calls[w : w + GRID_WINDOW]
-            attended = []
-            for b, start in window:
-                outputs = self._grid_attend(b.e, b.points[start : start + self._grid_step(len(b.points))])
-                attended.append(tuple(t.clone() for t in outputs) if copied and len(window) > 1 else outputs)
-            scores = torch.cat([ious.reshape(-1) for _, _, ious in attended]).float().cpu().numpy()
-            offsets = np.cumsum([0] + [ious.numel() for _, _, ious in attended])
-            for k, ((b, start), (cells, hyper, _)) in enumerate(zip(window, attended, strict=True)):
-                b.take(start, scores[offsets[k] : offsets[k + 1]], cells, hyper)
-
-    def _predict_kept_masks(self, batches: Sequence[_GridBatch]) -> None:
-        """`predict_masks` on the kept points, those of one picture in the same calls."""
-        by_picture: dict[int, list[_GridBatch]] = defaultdict(list)
-        for b in batches:
-            if b.cells:
-                by_picture[id(b.e)].append(b)
-        for group in by_picture.values():
-            cells = torch.cat([c for b in group for c in b.cells])
-            hyper = torch.cat([h for b in group for h in b.hyper])
-            masks = self._grid_masks(group[0].e, cells, hyper)  # [P, 3, 256, 256]
-            start = 0
-            for b in group:
-                b.masks = masks[start : start + len(b.rows)]
-                start += len(b.rows)
-
-    def _grid_one_mask(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
-        """Meta's single mask a point: the decoder in one step, its filters on the device."""
-        chunks = mask_generator.batches(points, self._grid_step(len(points)))
-        if len(chunks) == 1:
-            masks, ious = self._grid_decode(e, points)
-        else:  # each call's outputs are its graph's own, overwritten by the next replay: copied
-            decoded = [tuple(t.clone() for t in self._grid_decode(e, c)) for c in chunks]
-            masks, ious = torch.cat([m for m, _ in decoded]), torch.cat([i for _, i in decoded])
-        return mask_generator_torch.batch_candidates(
-            masks, ious, points, e.picture_height, e.picture_width, settings=settings
-        )
-
-    def _grid_feeds(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32], size: int) -> list[torch.Tensor]:
-        """The decoder's seven inputs for grid points (one picture, no mask input), padded to
-        `size` with copies of the last point."""
-        d = self.device
-        padded = np.concatenate([points, np.repeat(points[-1:], size - len(points), axis=0)])
-        coords, labels = grid_point_feeds(padded, e.picture_height, e.picture_width)
-        return [
-            e.image_embed,
-            e.high_res_feats_0,
-            e.high_res_feats_1,
-            torch.from_numpy(coords).to(d, non_blocking=True),
-            torch.from_numpy(labels).to(d, non_blocking=True),
-            torch.zeros((size, 1, LOW_RES, LOW_RES), dtype=torch.float32, device=d),  # no mask input
-            torch.zeros((size,), dtype=torch.float32, device=d),
-        ]
+        return self._grid.run(batches)
 
     def _grid_size(self, n: int) -> int:
         """A grid call's batch (n <= grid_call): GRID_BATCH when compiled, else the graphs' bucket."""
         return GRID_BATCH if self.compile_grid else self._batch_size(n)
 
-    def _grid_attend(
-        self, e: TorchSamEmbedding, points: npt.NDArray[np.float32]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`attend` on `points`: cells [N, 4096, 256], 32-vectors [N, 3, 32] and IoUs [N, 3], on the device."""
-        n = len(points)
-        size = self._grid_size(n)
-        cells, hyper, ious = self._attend.run((size,), self._grid_feeds(e, points, size))
-        return cells[:n], hyper[:n], ious[:n]
-
-    def _grid_masks(self, e: TorchSamEmbedding, cells: torch.Tensor, hyper: torch.Tensor) -> torch.Tensor:
-        """`predict_masks` on gathered points (in calls of GRID_BATCH when compiled, the last
-        padded): logits [P, 3, 256, 256] on the device."""
-        step = self._grid_step(len(cells))
-        parts = []
-        for start in range(0, len(cells), step):
-            c, h = cells[start : start + step], hyper[start : start + step]
-            n = len(c)
-            size = self._grid_size(n)
-            if size > n:
-                c = torch.cat([c, c[-1:].expand(size - n, *c.shape[1:])])
-                h = torch.cat([h, h[-1:].expand(size - n, *h.shape[1:])])
-            (masks,) = self._predict_masks.run((size,), [c, h, e.high_res_feats_0, e.high_res_feats_1])
-            parts.append(masks[:n].clone() if len(cells) > step else masks[:n])
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
-
-    def _grid_decode(self, e: TorchSamEmbedding, points: npt.NDArray[np.float32]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Meta's one mask for each of `points`: logits [N, 1, 256, 256] and IoUs [N, 1] on the device."""
-        n = len(points)
-        size = self._grid_size(n)
-        feeds = self._grid_feeds(e, points, size)
-        masks, ious = self._decoder([e] * n, True, size, feeds[3:], True, grid=True)
-        return masks[:n], ious[:n]
-
-
-@dataclass(eq=False)
-class _GridBatch:
-    """One batch of grid points on its way through the two steps: the IoUs of its points' masks
-    (Meta's order: the three of point 0, then of point 1, ...), the masks above the threshold
-    (`kept`, indices in that order), their points (`rows`) with their cells and 32-vectors, then
-    those points' masks."""
-
-    index: int
-    e: TorchSamEmbedding
-    points: npt.NDArray[np.float32]
-    settings: Everything
-    scores: list[npt.NDArray[np.float32]] = field(default_factory=list)
-    kept: list[npt.NDArray[np.int64]] = field(default_factory=list)
-    rows: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
-    cells: list[torch.Tensor] = field(default_factory=list)
-    hyper: list[torch.Tensor] = field(default_factory=list)
-    masks: torch.Tensor | None = None  # [len(rows), 3, 256, 256]
-
-    def take(self, start: int, scores: npt.NDArray[np.float32], cells: torch.Tensor, hyper: torch.Tensor) -> None:
-        """The `attend` outputs of the points from `start` on: the IoUs, and the cells and
-        32-vectors of the points with a mask above the threshold."""
-        self.scores.append(scores)
-        kept = mask_generator.iou_kept(scores, self.settings)
-        self.kept.append(kept + start * NUM_MULTIMASK)
-        needed = np.unique(kept // NUM_MULTIMASK)
-        if needed.size:
-            index = torch.from_numpy(needed).to(cells.device)
-            self.cells.append(cells.index_select(0, index))
-            self.hyper.append(hyper.index_select(0, index))
-            self.rows = np.concatenate([self.rows, needed + start])
-
-    def candidates(self) -> Candidates:
-        """The masks above the threshold, through the stability filter (Meta's order kept)."""
-        scores = np.concatenate(self.scores)
-        kept = np.concatenate(self.kept)
-        if kept.size == 0:
-            return Candidates()
-        assert self.masks is not None
-        tokens = NUM_MULTIMASK
-        at = np.searchsorted(self.rows, kept // tokens) * tokens + kept % tokens
-        logits = self.masks.reshape(-1, *self.masks.shape[-2:]).index_select(
-            0, torch.from_numpy(at).to(self.masks.device)
-        )
-        origins = np.repeat(np.asarray(self.points, np.float32), tokens, axis=0)
-        e = self.e
-        return mask_generator_torch.kept_candidates(
-            logits, kept, scores, origins, height=e.picture_height, width=e.picture_width, settings=self.settings
-        )
+    def _grid_decode_one_mask(
+        self, e: TorchSamEmbedding, n: int, size: int, prompt_feeds: list[torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Meta's one mask for `n` grid points on one picture, their feeds padded to `size`: the
+        one-mask grid decoder (in `grid_autocast`, where set)."""
+        return self._decoder([e] * n, True, size, prompt_feeds, True, grid=True)
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ import numpy as np
 import numpy.typing as npt
 
 from craftai_infer.engines.onnxruntime import OnnxModel
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import Capabilities, MatteRoute, RouteFiles
 
 

@@ -1,7 +1,7 @@
 """u2netp for image.matte on OpenVINO (opt-in): the published ONNX file compiled by OpenVINO's CPU
 plugin in f32 (craftai_infer.engines.openvino), the same rembg-compatible pipeline as the
 onnxruntime route. Faster on a small CPU; its matte is within 1/255 of rembg's, not byte-identical
-(docs/PERFORMANCE.md, issue 19)."""
+(docs/PERFORMANCE.md, "u2netp on the openvino engine")."""
 
 from __future__ import annotations
 

@@ -11,8 +11,8 @@ import numpy.typing as npt
 import torch
 from safetensors.torch import load_file
 
-from craftai_infer.pictures import Picture
 from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, RouteFiles
 from craftai_models.u2netp import WEIGHTS, U2NetP
 

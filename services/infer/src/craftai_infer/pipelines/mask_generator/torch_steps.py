@@ -1,12 +1,12 @@
-"""Segment everything on torch: steps 2-3 of craftai_infer.pipelines.mask_generator on the device.
+"""Segment everything on torch: steps 2-3 of the generator on the device.
 
-The same answer as `mask_generator.batch_candidates` (the numpy route's), computed where the
+The same answer as generator.py `batch_candidates` (the numpy route's), computed where the
 decoder's outputs are: the masks that pass the IoU filter are upscaled to the picture's size a
 chunk at a time (at most `CHUNK_BYTES` of float logits), their stability scores, thresholds,
 Meta's boxes and the positions where each column-major mask changes value are computed there, and
 only those positions and a few numbers per mask come back to the host, where they become RLE counts.
 `kept_candidates` starts after the IoU filter: for a route that makes only the masks that pass it
-(routes/sam2_torch.py, the grid in two steps).
+(torch_batches.py, the grid in two steps).
 """
 
 from __future__ import annotations
@@ -17,15 +17,8 @@ import torch.nn.functional as F
 
 from craftai_infer.pipelines.mask_cleanup import clean_logits
 from craftai_infer.pipelines.mask_formats import counts_from_changes
-from craftai_infer.pipelines.mask_generator import (
-    F32,
-    I64,
-    Candidates,
-    Everything,
-    iou_kept,
-    stability_kept,
-    stability_score,
-)
+from craftai_infer.pipelines.mask_generator.amg import F32, I64, Candidates, stability_score
+from craftai_infer.pipelines.mask_generator.generator import Everything, iou_kept, stability_kept
 from craftai_infer.pipelines.segment_sam_torch import boxes_of
 
 CHUNK_BYTES = 1 << 30  # float logits at the picture's size held at once
