@@ -19,6 +19,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,23 +32,17 @@ from craftai import calls
 from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
 from craftai.outputs import SUFFIXES
-from craftai_wire import keys
+from craftai_wire import keys, vocabulary
 from craftai_wire.metadata import APP_ID_PATTERN
-from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai_wire.v1 import common_pb2, prepare_pb2
+from craftai_wire.vocabulary import ROUTE_STATE_OF, Engine, ImageFormat, Output, Reason
 
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
 
-# --engine's choices: the engines the catalogue knows (craftai_catalogue.recipes.ENGINES; a recipe
-# offers some of them, and the services answer UNKNOWN_ENGINE for one it does not).
-ENGINES = ("onnxruntime", "torch", "openvino")
-STATE_WORDS = {
-    catalogue_pb2.ROUTE_STATE_UNAVAILABLE: "unavailable",
-    catalogue_pb2.ROUTE_STATE_MISSING: "missing",
-    catalogue_pb2.ROUTE_STATE_DOWNLOADED: "downloaded",
-    catalogue_pb2.ROUTE_STATE_PREPARED: "prepared",
-    catalogue_pb2.ROUTE_STATE_READY: "ready",
-}
+# --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
+# answer UNKNOWN_ENGINE for one it does not).
+ENGINES = tuple(Engine)
 
 
 def _client(options: argparse.Namespace) -> AiClient:
@@ -84,7 +79,7 @@ def cmd_status(options: argparse.Namespace) -> int:
         gpu = f"GPU: {runtime.gpu_name}" if runtime.gpu_available else "no GPU"
         print(f"infer device: {runtime.device} ({gpu}); engines: {', '.join(runtime.engines)}")
         rows = [
-            (f"{r.route.feature}", r.route.recipe, r.route.engine, STATE_WORDS.get(r.state, "?"), r.detail)
+            (f"{r.route.feature}", r.route.recipe, r.route.engine, ROUTE_STATE_OF.get(r.state, "?"), r.detail)
             for r in ai.status(options.feature or "")
         ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)] if rows else [0] * 4
@@ -138,10 +133,13 @@ def cmd_setup(options: argparse.Namespace) -> int:
 
 PICTURE_SUFFIXES = (".png", ".jpg", ".jpeg", ".webp", ".ppm", ".pgm")
 STDIO = "-"
-FORMAT_OF_SUFFIX: dict[str, calls.FormatName] = {".png": "png", ".webp": "webp", ".jpg": "jpeg", ".jpeg": "jpeg"}
+FORMAT_OF_SUFFIX: dict[str, ImageFormat] = {
+    **{suffix: fmt for fmt, suffix in SUFFIXES.items()},
+    ".jpeg": ImageFormat.JPEG,
+}
 # The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
 TOO_MANY_REQUESTS_TRIES = 20
-BUSY_REASONS = ("TOO_MANY_REQUESTS", "MEMORY_BUDGET")
+BUSY_REASONS = (Reason.TOO_MANY_REQUESTS, Reason.MEMORY_BUDGET)
 
 
 @dataclass(frozen=True)
@@ -150,7 +148,7 @@ class Picture:
 
     label: str  # how the summary names it
     source: Path | None  # None: standard input
-    targets: dict[calls.OutputName, Path | None]  # None: standard output
+    targets: dict[str, Path | None]  # output name -> path; None: standard output
 
 
 @dataclass
@@ -179,9 +177,7 @@ def _walk(folder: Path, skip: Path | None) -> list[Path]:
     return found
 
 
-def plan(
-    inputs: list[str], output: str, names: list[calls.OutputName], formats: dict[calls.OutputName, calls.FormatName]
-) -> list[Picture]:
+def plan(inputs: list[str], output: str, names: Sequence[str], formats: Mapping[str, str]) -> list[Picture]:
     """Where every output of every picture goes (usage mistakes raise ValueError).
 
     Files and `-` (standard input) go straight under OUT; a folder's pictures go under OUT at their
@@ -207,7 +203,7 @@ def plan(
         elif path.resolve() not in seen:  # a missing file is kept: it fails as a picture, in plain words
             seen.add(path.resolve())
             found.append((str(path), path, Path(path.name)))
-    suffix = {name: SUFFIXES[formats.get(name, "png")] for name in names}
+    suffix = {name: SUFFIXES[ImageFormat(formats.get(name, ImageFormat.PNG))] for name in names}
     to_stdout = output == STDIO
     single_file = not to_stdout and out.suffix.lower() in FORMAT_OF_SUFFIX
     if (to_stdout or single_file) and len(found) != 1:
@@ -221,7 +217,7 @@ def plan(
     pictures = []
     for label, source, place in found:
         if to_stdout:
-            targets: dict[calls.OutputName, Path | None] = {names[0]: None}
+            targets: dict[str, Path | None] = {names[0]: None}
         elif single_file:
             first, *others = names
             targets = {first: out, **{n: out.with_name(f"{out.stem}.{n}{suffix[n]}") for n in others}}
@@ -265,9 +261,9 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
     if not missing:
         return done  # skipped: every output is there
     options = dict(asked)
-    if "composite" not in missing:
+    if Output.COMPOSITE not in missing:
         options.update(bg_color=None, bg_blur=None, bg_image=None)
-    if "mask" not in missing:
+    if Output.MASK not in missing:
         options["threshold"] = None
     started = time.perf_counter()
     try:
@@ -291,7 +287,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
     round_trip = (time.perf_counter() - started) * 1000
     images = result.images
     for name in missing:
-        _write(picture.targets[name], images[name].data)
+        _write(picture.targets[name], images[Output(name)].data)
         done.written.append(picture.targets[name])
     stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
     where = ", ".join(str(t) if t is not None else "standard output" for t in done.written)
@@ -315,15 +311,15 @@ def default_jobs(ai: AiClient) -> int:
     return 8 if runtime.gpu_available else 3
 
 
-def _names(options: argparse.Namespace) -> list[calls.OutputName]:
+def _names(options: argparse.Namespace) -> list[Output]:
     if options.outputs is not None:
         if options.cutout is not None:
             raise ValueError("give either --outputs or --cutout/--no-cutout")
-        return list(calls.matte_options(outputs=options.outputs).outputs)
-    names: list[calls.OutputName] = ["matte"]
-    names += ["cutout"] if options.cutout in (None, True) else []
-    names += ["composite"] if (options.bg_color or options.bg_blur or options.bg_image) else []
-    names += ["mask"] if options.threshold is not None else []
+        return [Output(name) for name in calls.matte_options(outputs=options.outputs).outputs]
+    names = [Output.MATTE]
+    names += [Output.CUTOUT] if options.cutout in (None, True) else []
+    names += [Output.COMPOSITE] if (options.bg_color or options.bg_blur or options.bg_image) else []
+    names += [Output.MASK] if options.threshold is not None else []
     return names
 
 
@@ -336,7 +332,11 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
         fmt = options.format
         if fmt is None and not to_stdout:
             fmt = FORMAT_OF_SUFFIX.get(Path(options.output).suffix.lower())
-        if fmt == "jpeg" and names[0] != "composite" and Path(options.output).suffix.lower() in (".jpg", ".jpeg"):
+        if (
+            fmt == ImageFormat.JPEG
+            and names[0] != Output.COMPOSITE
+            and Path(options.output).suffix.lower() in (".jpg", ".jpeg")
+        ):
             raise ValueError(f"{options.output} is a JPEG file, which can hold only the composite: --outputs composite")
         bg_image = Path(options.bg_image).read_bytes() if options.bg_image else None
         asked = {
@@ -354,7 +354,7 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
         checked = calls.matte_options(
             outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")}
         )
-        pictures = plan(options.inputs, options.output, names, dict(checked.formats))
+        pictures = plan(options.inputs, options.output, names, checked.formats)
     except (ValueError, OSError) as error:
         print(f"craftai: {error}", file=sys.stderr)
         return 2
@@ -513,7 +513,7 @@ def cmd_segment(options: argparse.Namespace) -> int:
     round_trip = (time.perf_counter() - started) * 1000
     if out.parent != Path(""):
         out.parent.mkdir(parents=True, exist_ok=True)
-    if options.format == "png":
+    if options.format == vocabulary.MaskFormat.PNG:
         objects = result.objects
         stem, suffix = out.stem, out.suffix or ".png"
         for index, masks in enumerate(objects):
@@ -555,7 +555,8 @@ def cmd_segment_all(options: argparse.Namespace) -> int:
     }
     if options.single_mask:
         chosen["multimask_output"] = False
-    formats: list[MaskFormat] = ["rle", "png"] if options.format == "png" else [options.format]
+    png = options.format == vocabulary.MaskFormat.PNG
+    formats: list[MaskFormat] = [vocabulary.MaskFormat.RLE, vocabulary.MaskFormat.PNG] if png else [options.format]
     bar = _Bar("segment-all", options.quiet)
     started = time.perf_counter()
     with _client(options) as ai:
@@ -568,7 +569,7 @@ def cmd_segment_all(options: argparse.Namespace) -> int:
             bar.close()
     round_trip = (time.perf_counter() - started) * 1000
     records = [_record(m, everything=True) for m in result.masks]
-    if options.format == "png":
+    if options.format == vocabulary.MaskFormat.PNG:
         for k, (mask, record) in enumerate(zip(result.masks, records, strict=True)):
             path = out.with_name(f"{out.stem}-{k:03d}.png")
             if out.parent != Path(""):
@@ -621,7 +622,7 @@ def cmd_keys_hash(options: argparse.Namespace) -> int:
 def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
     s.add_argument(
         "--format",
-        choices=["png", "rle", "polygons"],
+        choices=list(vocabulary.MaskFormat),
         default=default,
         help=f"how the masks are written (default {default}); rle: COCO run-length encoding",
     )
@@ -721,7 +722,7 @@ def parser() -> argparse.ArgumentParser:
     )
     s.add_argument(
         "--format",
-        choices=["png", "webp", "jpeg"],
+        choices=list(ImageFormat),
         default=None,
         help="png (default), webp (lossless) or jpeg (the composite only; the others stay PNG); "
         "default from OUT's suffix when OUT is a file",
@@ -766,7 +767,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
     )
-    _format_flags(s, "png")
+    _format_flags(s, vocabulary.MaskFormat.PNG)
     s.add_argument(
         "--like-meta",
         action="store_true",
@@ -794,7 +795,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="one mask per point, Meta's single-mask answer (multimask_output=False); needs --engine torch",
     )
-    _format_flags(s, "rle")
+    _format_flags(s, vocabulary.MaskFormat.RLE)
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=ENGINES)
     s.set_defaults(func=cmd_segment_all)

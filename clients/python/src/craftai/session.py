@@ -32,6 +32,7 @@ from craftai.outputs import (
 from craftai.replicas import ReplicaLostError, replica_of
 from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import Reason
 
 if TYPE_CHECKING:
     from craftai.transport_aio import AsyncTransport
@@ -44,7 +45,7 @@ def forgotten(error: CraftAiError) -> bool:
     replica that kept it is gone or draining): open it again with the picture, then prompt."""
     if isinstance(error, ReplicaLostError):
         return True
-    return error.code == grpc.StatusCode.NOT_FOUND and error.reason == "SESSION_NOT_FOUND"
+    return error.code == grpc.StatusCode.NOT_FOUND and error.reason == Reason.SESSION_NOT_FOUND
 
 
 class SessionState:
