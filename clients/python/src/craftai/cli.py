@@ -31,11 +31,11 @@ from tqdm import tqdm
 from craftai import calls
 from craftai.client import AiClient, MaskFormat, MaskOutput, Point, Prompt
 from craftai.errors import CraftAiError
+from craftai.installation import Notice, Progress, SetupOutput
 from craftai.outputs import SUFFIXES
 from craftai_wire import keys, vocabulary
 from craftai_wire.metadata import APP_ID_PATTERN
-from craftai_wire.v1 import common_pb2, prepare_pb2
-from craftai_wire.vocabulary import ROUTE_STATE_OF, Engine, ImageFormat, Output, Reason
+from craftai_wire.vocabulary import Engine, ImageFormat, Output, Reason
 
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
@@ -79,7 +79,7 @@ def cmd_status(options: argparse.Namespace) -> int:
         gpu = f"GPU: {runtime.gpu_name}" if runtime.gpu_available else "no GPU"
         print(f"infer device: {runtime.device} ({gpu}); engines: {', '.join(runtime.engines)}")
         rows = [
-            (f"{r.route.feature}", r.route.recipe, r.route.engine, ROUTE_STATE_OF.get(r.state, "?"), r.detail)
+            (f"{r.route.feature}", r.route.recipe, r.route.engine, r.state or "?", r.detail)
             for r in ai.status(options.feature or "")
         ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)] if rows else [0] * 4
@@ -90,12 +90,12 @@ def cmd_status(options: argparse.Namespace) -> int:
 
 def cmd_setup(options: argparse.Namespace) -> int:
     bars: dict[str, tqdm] = {}  # type: ignore[type-arg]
-    result: prepare_pb2.SetupResult | None = None
+    result: SetupOutput | None = None
     started = time.perf_counter()
     with _client(options) as ai:
         try:
             for event in ai.setup(options.feature, options.recipe, options.engine):
-                if isinstance(event, common_pb2.Progress):
+                if isinstance(event, Progress):
                     bar = bars.get(event.stage)
                     if bar is None:
                         unit_scale = event.unit == "bytes"
@@ -113,7 +113,7 @@ def cmd_setup(options: argparse.Namespace) -> int:
                         bar.reset(total=event.total)
                     bar.n = event.done
                     bar.set_postfix_str(event.message[-60:], refresh=True)
-                elif isinstance(event, common_pb2.Notice):
+                elif isinstance(event, Notice):
                     tqdm.write(f"note: {event.message}")
                 else:
                     result = event
@@ -436,7 +436,7 @@ class _Bar:
     def __init__(self, desc: str, quiet: bool) -> None:
         self.bar = tqdm(total=None, desc=desc, leave=False, disable=quiet)
 
-    def __call__(self, event: common_pb2.Progress) -> None:
+    def __call__(self, event: Progress) -> None:
         if event.total and self.bar.total != event.total:
             self.bar.reset(total=event.total)
         self.bar.n = event.done

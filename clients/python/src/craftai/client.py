@@ -46,6 +46,26 @@ from typing import Generic, Self, TypeVar
 import grpc
 
 from craftai import calls, methods
+from craftai.installation import (
+    FeatureInfo,
+    FileOutcome,
+    FileState,
+    Limits,
+    LoadedRoute,
+    Notice,
+    PinnedFile,
+    Progress,
+    RecipeInfo,
+    RecipeRoute,
+    ResolvedRoute,
+    Route,
+    RouteStatus,
+    Runtime,
+    SetupEvent,
+    SetupOutput,
+    Source,
+    setup_event,
+)
 from craftai.outputs import (
     EncodedImage,
     EverythingOutput,
@@ -66,13 +86,8 @@ from craftai.policy import Deadlines, Retries, Retrying
 from craftai.session import AsyncSegmentSession, SegmentSession
 from craftai.transport import DEFAULT_ADDRESS, Connection, MiB, ProgressCallback, Transport, new_request_id
 from craftai.transport_aio import AsyncTransport
-from craftai_wire.v1 import (
-    catalogue_pb2_grpc,
-    common_pb2,
-    infer_pb2_grpc,
-    prepare_pb2,
-    prepare_pb2_grpc,
-)
+from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2_grpc, prepare_pb2_grpc
+from craftai_wire.vocabulary import RouteState
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -82,22 +97,40 @@ __all__ = [
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",
+    "FeatureInfo",
+    "FileOutcome",
+    "FileState",
+    "Limits",
+    "LoadedRoute",
     "LowResMask",
     "MaskFormat",
     "MaskInput",
     "MaskOutput",
     "MatteOutput",
     "MiB",
+    "Notice",
     "Picture",
+    "PinnedFile",
     "Point",
     "PointLike",
     "Polygon",
+    "Progress",
     "ProgressCallback",
     "Prompt",
+    "RecipeInfo",
+    "RecipeRoute",
+    "ResolvedRoute",
     "Retries",
     "Rle",
+    "Route",
+    "RouteState",
+    "RouteStatus",
+    "Runtime",
     "SegmentOutput",
     "SegmentSession",
+    "SetupEvent",
+    "SetupOutput",
+    "Source",
 ]
 
 
@@ -213,8 +246,9 @@ class AiClient(_Client[Transport]):
 
     def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
-    ) -> Generator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None, None]:
-        """Download, verify and prepare a route; yields progress and notices, then the result.
+    ) -> Generator[SetupEvent, None, None]:
+        """Download, verify and prepare a route; yields Progress and Notice events, then the
+        SetupOutput.
 
         Leaving the loop early does not stop the preparation on the server: the next call joins it
         (and so does a retry after the connection was lost: progress then starts again).
@@ -224,7 +258,7 @@ class AiClient(_Client[Transport]):
         with contextlib.closing(events):
             for event in events:
                 if not isinstance(event, Retrying):
-                    yield event
+                    yield setup_event(event)
 
     def open_session(
         self,
@@ -276,7 +310,7 @@ class AsyncAiClient(_Client[AsyncTransport]):
 
     async def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
-    ) -> AsyncGenerator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None]:
+    ) -> AsyncGenerator[SetupEvent, None]:
         """AiClient.setup: progress and notices, then the result; leaving early never stops the
         preparation on the server."""
         request = calls.setup_request(feature, recipe, engine)
@@ -284,7 +318,7 @@ class AsyncAiClient(_Client[AsyncTransport]):
         try:
             async for event in events:
                 if not isinstance(event, Retrying):
-                    yield event
+                    yield setup_event(event)
         finally:
             await events.aclose()
 

@@ -21,9 +21,10 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from craftai import calls
+from craftai import calls, installation
 from craftai.calls import Stream, Unary
 from craftai.errors import CraftAiError
+from craftai.installation import FeatureInfo, ResolvedRoute, RouteStatus, Runtime
 from craftai.outputs import MaskFormat, MaskInput, MatteOutput, PointLike, Prompt, SegmentOutput
 from craftai.outputs import matte_output as _matte_output
 from craftai.outputs import segment_output as _segment_output
@@ -240,30 +241,30 @@ def awaiting_on(op: Callable[Concatenate[Any, P], Op[T]]) -> Callable[Concatenat
 # -- the clients' methods -------------------------------------------------------------------
 
 
-def features() -> Op[list[catalogue_pb2.Feature]]:
+def features() -> Op[list[FeatureInfo]]:
     """The features the catalogue offers, with their recipes and routes."""
     answer = yield from unary(calls.LIST_FEATURES, catalogue_pb2.ListFeaturesRequest())
-    return list(answer.features)
+    return [installation.feature_info(f) for f in answer.features]
 
 
-def status(feature: str = "", recipe: str = "") -> Op[list[catalogue_pb2.RouteStatus]]:
+def status(feature: str = "", recipe: str = "") -> Op[list[RouteStatus]]:
     """The state of every route on this installation (missing, downloaded, prepared, ready)."""
     request = catalogue_pb2.GetRouteStatesRequest(feature=feature, recipe=recipe)
     answer = yield from unary(calls.GET_ROUTE_STATES, request)
-    return list(answer.routes)
+    return [installation.route_status(r) for r in answer.routes]
 
 
-def runtime() -> Op[infer_pb2.Runtime]:
+def runtime() -> Op[Runtime]:
     """What the infer service runs on (device, GPU, engines) and its limits."""
-    return (yield from unary(calls.GET_RUNTIME, infer_pb2.GetRuntimeRequest()))
+    answer = yield from unary(calls.GET_RUNTIME, infer_pb2.GetRuntimeRequest())
+    return installation.runtime(answer)
 
 
-def resolve(
-    feature: str, recipe: str | None = None, engine: str | None = None
-) -> Op[catalogue_pb2.ResolveRouteResponse]:
+def resolve(feature: str, recipe: str | None = None, engine: str | None = None) -> Op[ResolvedRoute]:
     """The route the services would use on the infer service's machine (engine advice: the
     catalogue asks the infer service what it runs on; `reason` says what it found)."""
-    return (yield from unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, recipe, engine)))
+    answer = yield from unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, recipe, engine))
+    return installation.resolved_route(answer)
 
 
 def remove_background(
