@@ -315,7 +315,7 @@ def test_the_installations_answers_are_typed_and_keep_their_message() -> None:
         limits=infer_pb2.Limits(max_points=64, session_idle_seconds=600.0),
         replica="r1",
     )
-    runtime = installation.runtime(answer)
+    runtime = installation.runtime_info(answer)
     assert (runtime.device, runtime.gpu_available, runtime.engines, runtime.replica) == (
         "cpu",
         False,

@@ -45,7 +45,8 @@ from typing import Generic, Self, TypeVar
 
 import grpc
 
-from craftai import calls, methods
+import craftai.methods as ops
+from craftai.calls import SETUP, setup_request
 from craftai.installation import (
     FeatureInfo,
     FileOutcome,
@@ -237,12 +238,12 @@ class AiClient(_Client[Transport]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    features = methods.blocking(methods.features)
-    status = methods.blocking(methods.status)
-    runtime = methods.blocking(methods.runtime)
-    resolve = methods.blocking(methods.resolve)
-    remove_background = methods.blocking(methods.remove_background)
-    segment_once = methods.blocking(methods.segment_once)
+    features = ops.blocking(ops.features)
+    status = ops.blocking(ops.status)
+    runtime = ops.blocking(ops.runtime)
+    resolve = ops.blocking(ops.resolve)
+    remove_background = ops.blocking(ops.remove_background)
+    segment_once = ops.blocking(ops.segment_once)
 
     def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
@@ -253,8 +254,8 @@ class AiClient(_Client[Transport]):
         Leaving the loop early does not stop the preparation on the server: the next call joins it
         (and so does a retry after the connection was lost: progress then starts again).
         """
-        request = calls.setup_request(feature, recipe, engine)
-        events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
+        request = setup_request(feature, recipe, engine)
+        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
         with contextlib.closing(events):
             for event in events:
                 if not isinstance(event, Retrying):
@@ -301,20 +302,20 @@ class AsyncAiClient(_Client[AsyncTransport]):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    features = methods.awaiting(methods.features)
-    status = methods.awaiting(methods.status)
-    runtime = methods.awaiting(methods.runtime)
-    resolve = methods.awaiting(methods.resolve)
-    remove_background = methods.awaiting(methods.remove_background)
-    segment_once = methods.awaiting(methods.segment_once)
+    features = ops.awaiting(ops.features)
+    status = ops.awaiting(ops.status)
+    runtime = ops.awaiting(ops.runtime)
+    resolve = ops.awaiting(ops.resolve)
+    remove_background = ops.awaiting(ops.remove_background)
+    segment_once = ops.awaiting(ops.segment_once)
 
     async def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
     ) -> AsyncGenerator[SetupEvent, None]:
         """AiClient.setup: progress and notices, then the result; leaving early never stops the
         preparation on the server."""
-        request = calls.setup_request(feature, recipe, engine)
-        events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
+        request = setup_request(feature, recipe, engine)
+        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
         try:
             async for event in events:
                 if not isinstance(event, Retrying):

@@ -254,7 +254,7 @@ def route_status(status: catalogue_pb2.RouteStatus) -> RouteStatus:
     )
 
 
-def runtime(answer: infer_pb2.Runtime) -> Runtime:
+def runtime_info(answer: infer_pb2.Runtime) -> Runtime:
     m = answer.limits
     limits = Limits(
         m.max_message_bytes,
