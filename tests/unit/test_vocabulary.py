@@ -21,7 +21,7 @@ import pytest
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from craftai import calls, outputs
-from craftai.cli import ENGINES
+from craftai.cli.parser import ENGINES
 from craftai_catalogue import recipes
 from craftai_infer import encodings, loader, masks, matte_options
 from craftai_infer.features import matte, segment
