@@ -133,7 +133,7 @@ class LoadedRoute:
 
 @dataclass(frozen=True)
 class Limits:
-    """The infer service's limits (docs/API.md, "Limits")."""
+    """The infer service's limits, each a CRAFTAI_* setting of it (docs/OPERATIONS.md)."""
 
     max_message_bytes: int
     max_picture_pixels: int
