@@ -17,8 +17,8 @@ import pytest
 from numpy.typing import NDArray
 from PIL import Image
 
-from craftai import AiClient, CraftAiError
-from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai import AiClient, CraftAiError, RouteState, SetupOutput
+from craftai_wire.v1 import common_pb2
 from tests.containers import stack as st
 from tests.support import servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
@@ -35,14 +35,14 @@ def _matte(ai: AiClient, picture: Path | bytes, engine: str = "onnxruntime") -> 
     return np.asarray(Image.open(io.BytesIO(result.matte_png)))
 
 
-def _setup(ai: AiClient, engine: str = "onnxruntime") -> prepare_pb2.SetupResult:
+def _setup(ai: AiClient, engine: str = "onnxruntime") -> SetupOutput:
     events = list(ai.setup("image.matte", "u2netp", engine))
     result = events[-1]
-    assert isinstance(result, prepare_pb2.SetupResult)
+    assert isinstance(result, SetupOutput)
     return result
 
 
-def _state(ai: AiClient, engine: str = "onnxruntime") -> int:
+def _state(ai: AiClient, engine: str = "onnxruntime") -> RouteState | None:
     return next(s.state for s in ai.status("image.matte", "u2netp") if s.route.engine == engine)
 
 
@@ -63,12 +63,12 @@ def test_status_then_setup_through_the_separate_services(services: st.Stack) -> 
         runtime = ai.runtime()
         assert runtime.device == "cpu" and not runtime.gpu_available
         assert {"onnxruntime", "torch"} <= set(runtime.engines)
-        assert _state(ai) == catalogue_pb2.ROUTE_STATE_MISSING
+        assert _state(ai) == RouteState.MISSING
         first = _setup(ai)
         (outcome,) = first.files
         assert outcome.downloaded and outcome.source == f"http://files:{st.FILES_PORT}/good/u2netp.onnx"
         assert (outcome.size, outcome.sha256) == (U2NETP_SIZE, U2NETP_SHA256)
-        assert _state(ai) == catalogue_pb2.ROUTE_STATE_PREPARED
+        assert _state(ai) == RouteState.PREPARED
         again = _setup(ai)
         assert again.already_done and again.files[0].source == "present"
     listing = st.store_listing(services.prepare)
@@ -109,7 +109,7 @@ def test_the_matte_equals_the_embedded_runs(
             mine, reference = _matte(in_containers, photos[name]), _matte(embedded, photos[name])
             assert mine.shape == reference.shape, name
             np.testing.assert_array_equal(mine, reference, err_msg=name)
-        assert _state(in_containers) == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked infer
+        assert _state(in_containers) == RouteState.READY  # the catalogue asked infer
 
 
 def test_two_apps_at_once(set_up: st.Stack, photos: dict[str, Path]) -> None:
@@ -140,10 +140,10 @@ def test_the_torch_route_is_converted_in_the_prepare_container_and_served_by_inf
 ) -> None:
     """The conversion extras of the prepare image (torch, onnx, onnxruntime) and torch in infer."""
     with set_up.client("tests") as ai:
-        assert _state(ai, "torch") == catalogue_pb2.ROUTE_STATE_DOWNLOADED
+        assert _state(ai, "torch") == RouteState.DOWNLOADED
         result = _setup(ai, "torch")
         assert result.prepared_now and result.revision.startswith("u2netp-torch.")
-        assert _state(ai, "torch") == catalogue_pb2.ROUTE_STATE_PREPARED
+        assert _state(ai, "torch") == RouteState.PREPARED
         for name in ("chelsea.png", "rocket.jpg"):
             by_torch, by_onnx = _matte(ai, photos[name], "torch"), _matte(ai, photos[name])
             difference = np.abs(by_torch.astype(int) - by_onnx.astype(int))
@@ -182,5 +182,5 @@ def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_w
                 assert exc.code == grpc.StatusCode.UNAVAILABLE, exc
                 time.sleep(0.5)
         assert result is not None and (result.width, result.height) == (451 * 13, 300 * 13)
-        assert _state(ai) == catalogue_pb2.ROUTE_STATE_READY
+        assert _state(ai) == RouteState.READY
     assert st.store_listing(set_up.prepare) == before  # the store is intact

@@ -10,9 +10,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from craftai import AiClient
+from craftai import AiClient, RouteState
 from craftai_infer.pictures import NOT_A_PICTURE
-from craftai_wire.v1 import catalogue_pb2
 from tests.support import catalogues, servers
 
 
@@ -84,7 +83,7 @@ def test_the_three_services_as_separate_processes(
             result = ai.remove_background(photos["astronaut.png"])
             assert (result.width, result.height) == (512, 512)
             (state,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "onnxruntime"]
-            assert state.state == catalogue_pb2.ROUTE_STATE_READY  # the catalogue asked the infer service
+            assert state.state == RouteState.READY  # the catalogue asked the infer service
     finally:
         codes = {name: p.stop() for name, p in processes.items()}
     assert codes == {"catalogue": 0, "prepare": 0, "infer": 0}

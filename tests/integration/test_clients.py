@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from craftai import CraftAiError, Retries
+from craftai import CraftAiError, Retries, SetupOutput
 from craftai_wire import local_tls
 from craftai_wire.local_tls import loopback_channel
-from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc, prepare_pb2
+from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.support import servers
 from tests.support.clients import KINDS, Kind, LoopThread, both
 from tests.support.segment import SetUpStore, mask_of
@@ -73,7 +73,7 @@ def test_catalogue_and_runtime(matte_ai: Any) -> None:
 
 def test_setup_streams_progress_then_its_result(matte_ai: Any) -> None:
     events = list(matte_ai.setup("image.matte", "u2netp"))
-    assert isinstance(events[-1], prepare_pb2.SetupResult) and events[-1].already_done
+    assert isinstance(events[-1], SetupOutput) and events[-1].already_done
     assert all(isinstance(e, common_pb2.Progress | common_pb2.Notice) for e in events[:-1])
 
 

@@ -14,11 +14,11 @@ import onnx
 import pytest
 from PIL import Image
 
-from craftai import AiClient, CraftAiError
+from craftai import AiClient, CraftAiError, RouteState, RouteStatus, SetupOutput
 from craftai_catalogue import recipes
 from craftai_common.store import FilePin, prepared_key
 from craftai_prepare.conversion import converters
-from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai_wire.v1 import common_pb2
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 
@@ -29,7 +29,7 @@ def _events(ai: AiClient, engine: str = "torch") -> list[object]:
     return list(ai.setup("image.matte", "u2netp", engine))
 
 
-def _state(ai: AiClient, engine: str) -> catalogue_pb2.RouteStatus:
+def _state(ai: AiClient, engine: str) -> RouteStatus:
     return next(s for s in ai.status("image.matte", "u2netp") if s.route.engine == engine)
 
 
@@ -60,10 +60,10 @@ def test_revision_in_code_equals_the_catalogue_and_the_key_follows_it() -> None:
 def test_prepared_once_then_only_checked(torch_server: servers.Process, photos: dict[str, Path]) -> None:
     store = Path(torch_server.log).parent / "store"
     with AiClient(app_id="tests", target=torch_server.address) as ai:
-        assert _state(ai, "torch").state == catalogue_pb2.ROUTE_STATE_MISSING
+        assert _state(ai, "torch").state == RouteState.MISSING
         _events(ai, "onnxruntime")
         downloaded = _state(ai, "torch")
-        assert downloaded.state == catalogue_pb2.ROUTE_STATE_DOWNLOADED and downloaded.needs_preparation
+        assert downloaded.state == RouteState.DOWNLOADED and downloaded.needs_preparation
         with pytest.raises(CraftAiError) as caught:
             ai.remove_background(photos["chelsea.png"], engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP"
@@ -71,7 +71,7 @@ def test_prepared_once_then_only_checked(torch_server: servers.Process, photos: 
 
         first = _events(ai)
         result = first[-1]
-        assert isinstance(result, prepare_pb2.SetupResult) and result.prepared_now and not result.already_done
+        assert isinstance(result, SetupOutput) and result.prepared_now and not result.already_done
         key = prepared_key("u2netp-torch.1", PINS)
         assert result.revision == key == _state(ai, "torch").revision
         steps = [e for e in first if isinstance(e, common_pb2.Progress) and e.stage == "convert"]
@@ -81,11 +81,11 @@ def test_prepared_once_then_only_checked(torch_server: servers.Process, photos: 
         assert manifest["verification"]["max_abs_fused"] <= 1e-4
         weights = store / "prepared" / "u2netp" / key / "u2netp.safetensors"
         assert manifest["outputs"]["u2netp.safetensors"]["sha256"] == sha256_of(weights)
-        assert _state(ai, "torch").state == catalogue_pb2.ROUTE_STATE_PREPARED
+        assert _state(ai, "torch").state == RouteState.PREPARED
 
         second = _events(ai)
         again = second[-1]
-        assert isinstance(again, prepare_pb2.SetupResult) and again.already_done and not again.prepared_now
+        assert isinstance(again, SetupOutput) and again.already_done and not again.prepared_now
         assert not [e for e in second if isinstance(e, common_pb2.Progress) and e.stage == "convert"]
 
 
@@ -112,12 +112,12 @@ def test_a_prepared_folder_of_another_revision_is_not_reused(
         (current,) = prepared.iterdir()
         other = prepared / "u2netp-torch.0-000000000000"
         current.rename(other)  # an older revision's folder: never to be used for this one
-        assert _state(ai, "torch").state == catalogue_pb2.ROUTE_STATE_DOWNLOADED
+        assert _state(ai, "torch").state == RouteState.DOWNLOADED
         with pytest.raises(CraftAiError) as caught:
             ai.remove_background(photos["chelsea.png"], engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP" and "not prepared" in caught.value.message
         result = _events(ai)[-1]
-        assert isinstance(result, prepare_pb2.SetupResult) and result.prepared_now
+        assert isinstance(result, SetupOutput) and result.prepared_now
         assert sorted(p.name for p in prepared.iterdir()) == sorted([current.name, other.name])
 
         # Same name, but its manifest says another key: refused by infer, then prepared again.
@@ -148,7 +148,7 @@ def test_infer_refuses_a_prepared_folder_whose_outputs_do_not_match(
         assert error.code == grpc.StatusCode.FAILED_PRECONDITION
         assert "u2netp.safetensors has SHA-256" in error.message and "where its manifest says" in error.message
         result = _events(ai)[-1]
-        assert isinstance(result, prepare_pb2.SetupResult) and result.prepared_now
+        assert isinstance(result, SetupOutput) and result.prepared_now
 
 
 def test_a_conversion_that_fails_its_check_publishes_nothing(tmp_path: Path, u2netp_file: Path) -> None:
@@ -177,5 +177,5 @@ def test_a_conversion_that_fails_its_check_publishes_nothing(tmp_path: Path, u2n
             assert "coordinate_transformation_mode" in error.message or "Resize" in error.message
             assert not any((tmp_path / "store" / "prepared").rglob("*"))
             assert not [p for p in (tmp_path / "store" / "tmp").iterdir() if p.name.startswith("prepare-")]
-            assert _state(ai, "torch").state == catalogue_pb2.ROUTE_STATE_DOWNLOADED
+            assert _state(ai, "torch").state == RouteState.DOWNLOADED
     shutil.rmtree(tmp_path / "store")

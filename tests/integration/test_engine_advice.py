@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
-from craftai import AiClient, Retries
+from craftai import AiClient, Retries, SetupOutput
 from craftai_common import local_tls
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
@@ -99,7 +99,7 @@ def test_the_catalogue_asks_infer_and_assumes_no_gpu_when_infer_is_down(tmp_path
             assert advice.reason.endswith(f"; the infer service at {infer.address} reports no GPU"), advice.reason
 
             result = list(ai.setup("image.matte", request_id="advice-setup-1"))[-1]
-            assert isinstance(result, prepare_pb2.SetupResult) and result.route.recipe == "u2netp"
+            assert isinstance(result, SetupOutput) and result.route.recipe == "u2netp"
             asked = _runtime_questions(infer)
             assert asked and {e["app_id"] for e in asked} == {"craftai-internal"}  # the SDK never asked
             assert any(e.get("request_id") == "advice-setup-1" for e in asked)  # prepare -> catalogue -> infer
@@ -109,7 +109,7 @@ def test_the_catalogue_asks_infer_and_assumes_no_gpu_when_infer_is_down(tmp_path
             assert down.route.recipe == "u2netp"
             assert f"; the infer service at {infer.address} did not answer (UNAVAILABLE), {NO_GPU}" in down.reason
             again = list(ai.setup("image.matte"))[-1]  # setting up needs no infer service
-            assert isinstance(again, prepare_pb2.SetupResult) and again.already_done
+            assert isinstance(again, SetupOutput) and again.already_done
     finally:
         codes = {name: process.stop() for name, process in processes.items()}
     assert codes == {"catalogue": 0, "prepare": 0, "infer": 0}, codes

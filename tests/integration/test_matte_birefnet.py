@@ -23,10 +23,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from craftai import AiClient, CraftAiError
+from craftai import AiClient, CraftAiError, RouteState
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.matte_spec import Blur, OutputsSpec, Solid
-from craftai_wire.v1 import catalogue_pb2
 from tests.support import catalogues, servers
 from tests.support.birefnet_fixture import Checkpoint, checkpoints, onnx_file
 
@@ -79,8 +78,8 @@ def test_each_engine_sets_up_with_its_own_file_only(served: tuple[servers.Proces
         assert [(f.name, f.downloaded) for f in result.files] == [(WEIGHTS, True)]  # type: ignore[union-attr]
         assert f"/{NETWORK}" not in files.requests
         states = {s.route.engine: s for s in ai.status("image.matte", RECIPE)}
-        assert states["torch"].state == catalogue_pb2.ROUTE_STATE_PREPARED
-        assert states["onnxruntime"].state == catalogue_pb2.ROUTE_STATE_MISSING
+        assert states["torch"].state == RouteState.PREPARED
+        assert states["onnxruntime"].state == RouteState.MISSING
         assert [f.name for f in states["onnxruntime"].files] == [NETWORK]
         result = list(ai.setup("image.matte", RECIPE, "onnxruntime"))[-1]
         assert [(f.name, f.downloaded) for f in result.files] == [(NETWORK, True)]  # type: ignore[union-attr]

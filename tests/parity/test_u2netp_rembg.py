@@ -15,8 +15,7 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
-from craftai import AiClient
-from craftai_wire.v1 import catalogue_pb2, prepare_pb2
+from craftai import AiClient, RouteState, SetupOutput
 from tests.support import servers
 from tests.support.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
@@ -73,7 +72,7 @@ def test_the_openvino_engine_is_within_one_level_of_rembg(
     with AiClient(app_id="tests", target=matte_server.address) as ai:
         assert "openvino" in ai.runtime().engines
         result = list(ai.setup("image.matte", "u2netp", "openvino"))[-1]
-        assert isinstance(result, prepare_pb2.SetupResult) and result.already_done  # the same file, nothing to do
+        assert isinstance(result, SetupOutput) and result.already_done  # the same file, nothing to do
         identical = []
         for name, path in photos.items():
             ours, theirs = _matte(ai, path, "openvino").astype(int), rembg_mattes[name].astype(int)
@@ -84,4 +83,4 @@ def test_the_openvino_engine_is_within_one_level_of_rembg(
             identical.append(np.array_equal(ours, theirs))
         assert not all(identical)
         (state,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "openvino"]
-        assert state.state == catalogue_pb2.ROUTE_STATE_READY and not state.needs_preparation
+        assert state.state == RouteState.READY and not state.needs_preparation

@@ -73,7 +73,7 @@ def test_u2netp_offers_openvino_but_only_when_named(gpu: bool) -> None:
 
 
 def test_only_u2netp_offers_openvino_and_the_cli_knows_every_engine() -> None:
-    from craftai.cli import ENGINES
+    from craftai.cli.parser import ENGINES
 
     assert ENGINES == recipes.ENGINES == ("onnxruntime", "torch", "openvino")
     offering = [r.name for r in DATA.recipes if r.route("openvino") is not None]

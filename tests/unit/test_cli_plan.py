@@ -1,5 +1,5 @@
-"""Where `craftai remove-background` writes each output (craftai.cli.plan): files and folders, the
-same tree under OUT, names that would clash, one file or standard output for one picture."""
+"""Where `craftai remove-background` writes each output (craftai.cli.batch.plan): files and folders,
+the same tree under OUT, names that would clash, one file or standard output for one picture."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from craftai.cli import plan
+from craftai.cli.batch import plan
 
 
 def _tree(root: Path, *names: str) -> None:

@@ -4,18 +4,22 @@ parsing (what an asyncio client will share with the blocking one)."""
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import grpc
 import pytest
+from google.protobuf.message import Message
 
-from craftai import LowResMask, Point, Retries, calls
+from craftai import LowResMask, Point, Progress, Retries, RouteState, SetupOutput, calls, installation, methods
 from craftai.calls import prompt, resolve_request, setup_request
 from craftai.errors import CraftAiError
+from craftai.installation import Route
 from craftai.outputs import matte_output, segment_output
 from craftai.policy import RetryPlan
-from craftai_wire.v1 import common_pb2, infer_pb2
+from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
+from craftai_wire.vocabulary import Feature
 
+T = TypeVar("T")
 LOST = CraftAiError(grpc.StatusCode.UNAVAILABLE, "the service did not answer (UNAVAILABLE): connection reset")
 
 
@@ -280,3 +284,116 @@ def test_a_pillow_image_is_sent_as_the_pixels_it_means() -> None:
     np.testing.assert_array_equal(pictures.decode(read_picture(with_alpha), limits), as_file(with_alpha))
     deep = Image.fromarray(np.full((4, 5), 40000, np.uint16))  # 16-bit grey: 40000 / 257 = 155.6
     np.testing.assert_array_equal(pictures.decode(read_picture(deep), limits), np.full((4, 5, 3), 156, np.uint8))
+
+
+def test_the_installations_answers_are_typed_and_keep_their_message() -> None:
+    """status, runtime, resolve, features and setup answer dataclasses (the vocabulary's words for
+    enums), each keeping the message it was made from as `proto` (what the web gateway forwards)."""
+    ref = common_pb2.RouteRef(feature="image.matte", recipe="u2netp", engine="onnxruntime")
+    states = catalogue_pb2.GetRouteStatesResponse(
+        routes=[
+            catalogue_pb2.RouteStatus(
+                route=ref,
+                state=catalogue_pb2.ROUTE_STATE_PREPARED,
+                files=[catalogue_pb2.FileState(folder="u2netp", name="u2netp.onnx", present=True, verified=True)],
+                detail="loads on first use",
+            ),
+            catalogue_pb2.RouteStatus(
+                route=ref, state=cast(catalogue_pb2.RouteState.ValueType, 42)
+            ),  # a newer server's
+        ]
+    )
+    prepared, unknown = (installation.route_status(r) for r in states.routes)
+    assert prepared.state == RouteState.PREPARED and prepared.route == Route(Feature.MATTE, "u2netp", "onnxruntime")
+    assert prepared.files[0].verified and prepared.detail == "loads on first use" and prepared.proto is states.routes[0]
+    assert unknown.state is None
+
+    answer = infer_pb2.Runtime(
+        device="cpu",
+        engines=["onnxruntime", "torch"],
+        loaded=[infer_pb2.LoadedRoute(route=ref, device="cpu", requests=3, batches=1)],
+        limits=infer_pb2.Limits(max_points=64, session_idle_seconds=600.0),
+        replica="r1",
+    )
+    runtime = installation.runtime_info(answer)
+    assert (runtime.device, runtime.gpu_available, runtime.engines, runtime.replica) == (
+        "cpu",
+        False,
+        ("onnxruntime", "torch"),
+        "r1",
+    )
+    assert runtime.loaded == (installation.LoadedRoute(Route("image.matte", "u2netp", "onnxruntime"), "cpu", 3, 1),)
+    assert (runtime.limits.max_points, runtime.limits.session_idle_seconds) == (64, 600.0)
+    assert runtime.proto is answer
+
+    recipe = catalogue_pb2.Recipe(
+        name="u2netp",
+        feature="image.matte",
+        files=[
+            catalogue_pb2.PinnedFile(
+                folder="u2netp",
+                name="u2netp.onnx",
+                size=4,
+                sha256="ab",
+                engines=["onnxruntime"],
+                sources=[
+                    catalogue_pb2.Source(url="https://example.org/u2netp.onnx"),
+                    catalogue_pb2.Source(wheel_member=catalogue_pb2.WheelMember(requirement="r==1", member="m.onnx")),
+                    catalogue_pb2.Source(archive_member=catalogue_pb2.ArchiveMember(url="https://a/z.zip", member="x")),
+                ],
+            )
+        ],
+        routes=[catalogue_pb2.Route(engine="onnxruntime", quick_on_cpu=True)],
+        available=True,
+    )
+    resolved = installation.resolved_route(
+        catalogue_pb2.ResolveRouteResponse(route=ref, recipe=recipe, chosen=recipe.routes[0], reason="no GPU")
+    )
+    assert resolved.route.recipe == "u2netp" and resolved.chosen.quick_on_cpu and resolved.reason == "no GPU"
+    assert resolved.recipe.files[0].sources == (
+        installation.Source("url", "https://example.org/u2netp.onnx"),
+        installation.Source("wheel", "r==1", "m.onnx"),
+        installation.Source("archive", "https://a/z.zip", "x"),
+    )
+    (feature,) = (
+        installation.feature_info(f)
+        for f in catalogue_pb2.ListFeaturesResponse(
+            features=[catalogue_pb2.Feature(name="image.matte", default_recipe="u2netp", recipes=[recipe])]
+        ).features
+    )
+    assert feature.recipes[0].files[0].engines == ("onnxruntime",) and feature.proto.name == "image.matte"
+
+    progress = common_pb2.Progress(stage="download", done=1, total=4, unit="bytes")
+    result = prepare_pb2.SetupResult(
+        route=ref, files=[prepare_pb2.FileOutcome(name="u2netp.onnx", downloaded=True, source="https://x")]
+    )
+    events = [installation.setup_event(e) for e in (progress, result)]
+    assert events[0] is progress and isinstance(events[0], Progress)
+    done = events[1]
+    assert isinstance(done, SetupOutput) and done.files[0].downloaded and done.proto is result
+    assert done.route.engine == "onnxruntime" and not done.already_done
+
+
+def _answered(op: methods.Op[T], answer: Message) -> T:
+    """An op's value once its one call is answered with `answer` (no transport: the ops are sans-I/O)."""
+    call = next(op)
+    assert isinstance(call, methods.UnaryCall) and isinstance(answer, call.rpc.answer)
+    with pytest.raises(StopIteration) as done:
+        op.send(answer)
+    return cast(T, done.value.value)
+
+
+def test_the_clients_methods_answer_the_typed_outputs() -> None:
+    ref = common_pb2.RouteRef(feature="image.matte", recipe="u2netp", engine="onnxruntime")
+    runtime = _answered(methods.runtime(), infer_pb2.Runtime(device="cpu"))
+    assert isinstance(runtime, installation.Runtime) and runtime.device == "cpu"
+    states = catalogue_pb2.GetRouteStatesResponse(
+        routes=[catalogue_pb2.RouteStatus(route=ref, state=catalogue_pb2.ROUTE_STATE_READY)]
+    )
+    assert [s.state for s in _answered(methods.status(), states)] == [RouteState.READY]
+    resolved = _answered(methods.resolve("image.matte"), catalogue_pb2.ResolveRouteResponse(route=ref))
+    assert isinstance(resolved, installation.ResolvedRoute) and resolved.route.engine == "onnxruntime"
+    listed = catalogue_pb2.ListFeaturesResponse(features=[catalogue_pb2.Feature(name="image.segment")])
+    assert [(type(f), f.name) for f in _answered(methods.features(), listed)] == [
+        (installation.FeatureInfo, "image.segment")
+    ]

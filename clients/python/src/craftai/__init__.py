@@ -6,6 +6,7 @@ from craftai import AsyncAiClient     # asyncio (grpc.aio)
 
 from craftai.client import AiClient, AsyncAiClient
 from craftai.errors import CraftAiError
+from craftai.installation import FeatureInfo, Notice, Progress, ResolvedRoute, RouteStatus, Runtime, SetupOutput
 from craftai.outputs import (
     EncodedImage,
     EverythingOutput,
@@ -20,6 +21,7 @@ from craftai.outputs import (
 )
 from craftai.policy import Deadlines, Retries
 from craftai.session import AsyncSegmentSession, SegmentSession
+from craftai_wire.vocabulary import RouteState
 
 __all__ = [
     "AiClient",
@@ -29,14 +31,22 @@ __all__ = [
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",
+    "FeatureInfo",
     "LowResMask",
     "MaskOutput",
     "MatteOutput",
+    "Notice",
     "Point",
     "Polygon",
+    "Progress",
     "Prompt",
+    "ResolvedRoute",
     "Retries",
     "Rle",
+    "RouteState",
+    "RouteStatus",
+    "Runtime",
     "SegmentOutput",
     "SegmentSession",
+    "SetupOutput",
 ]

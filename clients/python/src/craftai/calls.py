@@ -8,18 +8,19 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, Literal, TypeVar, cast, get_args
+from typing import Generic, Literal, TypeVar
 
 from google.protobuf.message import Message
 
 from craftai.outputs import LowResMask, MaskInput, Point, PointLike, Prompt, format_codes
 from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
+from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_KINDS, Feature, ImageFormat, Output
 
 ServiceName = Literal["catalogue", "prepare", "infer"]
 RequestT = TypeVar("RequestT", bound=Message)
 AnswerT = TypeVar("AnswerT", bound=Message)
-MATTE_FEATURE = "image.matte"
-SEGMENT_FEATURE = "image.segment"
+MATTE_FEATURE = Feature.MATTE
+SEGMENT_FEATURE = Feature.SEGMENT
 
 
 @dataclass(frozen=True)
@@ -186,22 +187,7 @@ def setup_request(feature: str, recipe: str | None = None, engine: str | None = 
     return prepare_pb2.SetupRequest(route=route_ref(feature, recipe, engine))
 
 
-OutputName = Literal["matte", "cutout", "composite", "mask"]
-FormatName = Literal["png", "webp", "jpeg"]
-OUTPUT_NAMES: tuple[OutputName, ...] = get_args(OutputName)
-FORMAT_NAMES: tuple[FormatName, ...] = get_args(FormatName)
 Colour = str | Sequence[int]  # "#rrggbb", "#rrggbbaa", "#rgb", "r,g,b[,a]", or (r, g, b[, a]), 0..255
-_KINDS = {
-    "matte": infer_pb2.MATTE_OUTPUT_KIND_MATTE,
-    "cutout": infer_pb2.MATTE_OUTPUT_KIND_CUTOUT,
-    "composite": infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE,
-    "mask": infer_pb2.MATTE_OUTPUT_KIND_MASK,
-}
-_FORMATS = {
-    "png": infer_pb2.MATTE_FORMAT_PNG,
-    "webp": infer_pb2.MATTE_FORMAT_WEBP,
-    "jpeg": infer_pb2.MATTE_FORMAT_JPEG,
-}
 _HEX = re.compile(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6}|[0-9a-fA-F]{8})$")
 
 
@@ -235,8 +221,8 @@ def colour(value: Colour) -> tuple[int, int, int, int]:
 class MatteOptions:
     """What a remove_background call asks for (built and checked by `matte_options`)."""
 
-    outputs: tuple[OutputName, ...] = ("matte",)
-    formats: Mapping[OutputName, FormatName] = field(default_factory=dict)  # png where not named
+    outputs: tuple[str, ...] = (Output.MATTE,)  # Output's names
+    formats: Mapping[str, str] = field(default_factory=dict)  # output -> ImageFormat's name; png where not named
     naive: bool = False  # cutout and composite: the picture's own colours, no foreground estimation
     bg_color: tuple[int, int, int, int] | None = None
     bg_blur: float | None = None
@@ -246,36 +232,44 @@ class MatteOptions:
     jpeg_quality: int | None = None
 
 
-def _names(outputs: str | Iterable[str]) -> list[OutputName]:
+def _either(names: Iterable[str]) -> str:
+    """ "a, b or c": the names a value may take, for a message."""
+    *first, last = names
+    return f"{', '.join(first)} or {last}" if first else last
+
+
+def _output(name: str) -> Output:
+    try:
+        return Output(name)
+    except ValueError:
+        raise ValueError(f"{name!r} is not an output: the outputs are {', '.join(Output)}") from None
+
+
+def _names(outputs: str | Iterable[str]) -> list[Output]:
     listed = [o.strip().lower() for o in (outputs.split(",") if isinstance(outputs, str) else outputs)]
-    listed = [name for name in listed if name]
-    for name in listed:
-        if name not in OUTPUT_NAMES:
-            raise ValueError(f"{name!r} is not an output: the outputs are {', '.join(OUTPUT_NAMES)}")
-    names = cast(list[OutputName], listed)
+    names = [_output(name) for name in listed if name]
     if not names:
-        raise ValueError(f"ask for at least one output: {', '.join(OUTPUT_NAMES)}")
+        raise ValueError(f"ask for at least one output: {', '.join(Output)}")
     if len(set(names)) != len(names):
         raise ValueError(f"each output once: {', '.join(names)}")
     return names
 
 
-def _formats(
-    names: Sequence[OutputName], format: FormatName | str | Mapping[str, str] | None
-) -> dict[OutputName, FormatName]:
+def _formats(names: Sequence[Output], format: str | Mapping[str, str] | None) -> dict[str, str]:
     """One format for every output ("jpeg" for the composite only, the rest PNG), or one per output."""
     if format is None:
         return {}
     if isinstance(format, str):
-        chosen = format.strip().lower().replace("jpg", "jpeg")
-        if chosen not in FORMAT_NAMES:
-            raise ValueError(f"{format!r} is not a format: png, webp or jpeg")
-        if chosen == "jpeg":
-            if "composite" not in names:
+        try:
+            chosen = ImageFormat(format.strip().lower().replace("jpg", "jpeg"))
+        except ValueError:
+            raise ValueError(f"{format!r} is not a format: {_either(ImageFormat)}") from None
+        if chosen == ImageFormat.JPEG:
+            if Output.COMPOSITE not in names:
                 raise ValueError("JPEG is for the composite (over an opaque background): ask for it, or png or webp")
-            return {"composite": "jpeg"}
-        return dict.fromkeys(names, cast(FormatName, chosen))
-    made: dict[OutputName, FormatName] = {}
+            return {Output.COMPOSITE: ImageFormat.JPEG}
+        return {name: chosen for name in names}
+    made: dict[str, str] = {}
     for name, fmt in format.items():
         (key,) = _names([name])
         (made[key],) = _formats([key], fmt).values()
@@ -291,7 +285,7 @@ def matte_options(
     bg_blur: float | None = None,
     bg_image: bytes | None = None,
     threshold: float | None = None,
-    format: FormatName | str | Mapping[str, str] | None = None,
+    format: str | Mapping[str, str] | None = None,
     png_level: int | None = None,
     jpeg_quality: int | None = None,
 ) -> MatteOptions:
@@ -306,17 +300,17 @@ def matte_options(
     if len(backgrounds) > 1:
         raise ValueError("give one background: a colour, a blur radius or a picture")
     if outputs is None:
-        names: list[OutputName] = ["matte"]
-        names += ["cutout"] if cutout else []
-        names += ["composite"] if backgrounds else []
-        names += ["mask"] if threshold is not None else []
+        names = [Output.MATTE]
+        names += [Output.CUTOUT] if cutout else []
+        names += [Output.COMPOSITE] if backgrounds else []
+        names += [Output.MASK] if threshold is not None else []
     else:
         names = _names(outputs)
-        if cutout and "cutout" not in names:
-            names.append("cutout")
-        if backgrounds and "composite" not in names:
+        if cutout and Output.CUTOUT not in names:
+            names.append(Output.CUTOUT)
+        if backgrounds and Output.COMPOSITE not in names:
             raise ValueError("a background is for the composite: add composite to the outputs")
-        if threshold is not None and "mask" not in names:
+        if threshold is not None and Output.MASK not in names:
             raise ValueError("a threshold is for the mask: add mask to the outputs")
     if threshold is not None and not (math.isfinite(threshold) and 0.0 <= threshold <= 1.0):
         raise ValueError(f"the threshold is {threshold}; it is a share of full alpha, in [0, 1]")
@@ -348,7 +342,10 @@ def matte_request(
     request = infer_pb2.MatteRequest(
         route=route_ref(MATTE_FEATURE, recipe, engine),
         outputs=[
-            infer_pb2.MatteOutputSpec(kind=_KINDS[name], format=_FORMATS[options.formats.get(name, "png")])
+            infer_pb2.MatteOutputSpec(
+                kind=OUTPUT_KINDS[Output(name)],
+                format=IMAGE_FORMATS[ImageFormat(options.formats.get(name, ImageFormat.PNG))],
+            )
             for name in options.outputs
         ],
         naive=options.naive,

@@ -45,7 +45,28 @@ from typing import Generic, Self, TypeVar
 
 import grpc
 
-from craftai import calls, methods
+import craftai.methods as ops
+from craftai.calls import SETUP, setup_request
+from craftai.installation import (
+    FeatureInfo,
+    FileOutcome,
+    FileState,
+    Limits,
+    LoadedRoute,
+    Notice,
+    PinnedFile,
+    Progress,
+    RecipeInfo,
+    RecipeRoute,
+    ResolvedRoute,
+    Route,
+    RouteStatus,
+    Runtime,
+    SetupEvent,
+    SetupOutput,
+    Source,
+    setup_event,
+)
 from craftai.outputs import (
     EncodedImage,
     EverythingOutput,
@@ -66,13 +87,8 @@ from craftai.policy import Deadlines, Retries, Retrying
 from craftai.session import AsyncSegmentSession, SegmentSession
 from craftai.transport import DEFAULT_ADDRESS, Connection, MiB, ProgressCallback, Transport, new_request_id
 from craftai.transport_aio import AsyncTransport
-from craftai_wire.v1 import (
-    catalogue_pb2_grpc,
-    common_pb2,
-    infer_pb2_grpc,
-    prepare_pb2,
-    prepare_pb2_grpc,
-)
+from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2_grpc, prepare_pb2_grpc
+from craftai_wire.vocabulary import RouteState
 
 __all__ = [
     "DEFAULT_ADDRESS",
@@ -82,22 +98,40 @@ __all__ = [
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",
+    "FeatureInfo",
+    "FileOutcome",
+    "FileState",
+    "Limits",
+    "LoadedRoute",
     "LowResMask",
     "MaskFormat",
     "MaskInput",
     "MaskOutput",
     "MatteOutput",
     "MiB",
+    "Notice",
     "Picture",
+    "PinnedFile",
     "Point",
     "PointLike",
     "Polygon",
+    "Progress",
     "ProgressCallback",
     "Prompt",
+    "RecipeInfo",
+    "RecipeRoute",
+    "ResolvedRoute",
     "Retries",
     "Rle",
+    "Route",
+    "RouteState",
+    "RouteStatus",
+    "Runtime",
     "SegmentOutput",
     "SegmentSession",
+    "SetupEvent",
+    "SetupOutput",
+    "Source",
 ]
 
 
@@ -204,27 +238,28 @@ class AiClient(_Client[Transport]):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    features = methods.blocking(methods.features)
-    status = methods.blocking(methods.status)
-    runtime = methods.blocking(methods.runtime)
-    resolve = methods.blocking(methods.resolve)
-    remove_background = methods.blocking(methods.remove_background)
-    segment_once = methods.blocking(methods.segment_once)
+    features = ops.blocking(ops.features)
+    status = ops.blocking(ops.status)
+    runtime = ops.blocking(ops.runtime)
+    resolve = ops.blocking(ops.resolve)
+    remove_background = ops.blocking(ops.remove_background)
+    segment_once = ops.blocking(ops.segment_once)
 
     def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
-    ) -> Generator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None, None]:
-        """Download, verify and prepare a route; yields progress and notices, then the result.
+    ) -> Generator[SetupEvent, None, None]:
+        """Download, verify and prepare a route; yields Progress and Notice events, then the
+        SetupOutput.
 
         Leaving the loop early does not stop the preparation on the server: the next call joins it
         (and so does a retry after the connection was lost: progress then starts again).
         """
-        request = calls.setup_request(feature, recipe, engine)
-        events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
+        request = setup_request(feature, recipe, engine)
+        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
         with contextlib.closing(events):
             for event in events:
                 if not isinstance(event, Retrying):
-                    yield event
+                    yield setup_event(event)
 
     def open_session(
         self,
@@ -267,24 +302,24 @@ class AsyncAiClient(_Client[AsyncTransport]):
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    features = methods.awaiting(methods.features)
-    status = methods.awaiting(methods.status)
-    runtime = methods.awaiting(methods.runtime)
-    resolve = methods.awaiting(methods.resolve)
-    remove_background = methods.awaiting(methods.remove_background)
-    segment_once = methods.awaiting(methods.segment_once)
+    features = ops.awaiting(ops.features)
+    status = ops.awaiting(ops.status)
+    runtime = ops.awaiting(ops.runtime)
+    resolve = ops.awaiting(ops.resolve)
+    remove_background = ops.awaiting(ops.remove_background)
+    segment_once = ops.awaiting(ops.segment_once)
 
     async def setup(
         self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
-    ) -> AsyncGenerator[common_pb2.Progress | common_pb2.Notice | prepare_pb2.SetupResult, None]:
+    ) -> AsyncGenerator[SetupEvent, None]:
         """AiClient.setup: progress and notices, then the result; leaving early never stops the
         preparation on the server."""
-        request = calls.setup_request(feature, recipe, engine)
-        events = self.transport.stream(calls.SETUP, request, request_id or new_request_id(), what="the setup stream")
+        request = setup_request(feature, recipe, engine)
+        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
         try:
             async for event in events:
                 if not isinstance(event, Retrying):
-                    yield event
+                    yield setup_event(event)
         finally:
             await events.aclose()
 

@@ -21,9 +21,34 @@ from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 from google.protobuf.message import Message
 
-from craftai import calls
-from craftai.calls import Stream, Unary
+from craftai.calls import (
+    GET_ROUTE_STATES,
+    GET_RUNTIME,
+    LIST_FEATURES,
+    MATTE,
+    RESOLVE_ROUTE,
+    SEGMENT_ONCE,
+    Colour,
+    Stream,
+    Unary,
+    matte_options,
+    matte_request,
+    resolve_request,
+    segment_once_request,
+)
+from craftai.calls import mask_output as mask_request
+from craftai.calls import prompts as prompt_messages
 from craftai.errors import CraftAiError
+from craftai.installation import (
+    FeatureInfo,
+    ResolvedRoute,
+    RouteStatus,
+    Runtime,
+    feature_info,
+    resolved_route,
+    route_status,
+    runtime_info,
+)
 from craftai.outputs import MaskFormat, MaskInput, MatteOutput, PointLike, Prompt, SegmentOutput
 from craftai.outputs import matte_output as _matte_output
 from craftai.outputs import segment_output as _segment_output
@@ -240,30 +265,30 @@ def awaiting_on(op: Callable[Concatenate[Any, P], Op[T]]) -> Callable[Concatenat
 # -- the clients' methods -------------------------------------------------------------------
 
 
-def features() -> Op[list[catalogue_pb2.Feature]]:
+def features() -> Op[list[FeatureInfo]]:
     """The features the catalogue offers, with their recipes and routes."""
-    answer = yield from unary(calls.LIST_FEATURES, catalogue_pb2.ListFeaturesRequest())
-    return list(answer.features)
+    answer = yield from unary(LIST_FEATURES, catalogue_pb2.ListFeaturesRequest())
+    return [feature_info(f) for f in answer.features]
 
 
-def status(feature: str = "", recipe: str = "") -> Op[list[catalogue_pb2.RouteStatus]]:
+def status(feature: str = "", recipe: str = "") -> Op[list[RouteStatus]]:
     """The state of every route on this installation (missing, downloaded, prepared, ready)."""
     request = catalogue_pb2.GetRouteStatesRequest(feature=feature, recipe=recipe)
-    answer = yield from unary(calls.GET_ROUTE_STATES, request)
-    return list(answer.routes)
+    answer = yield from unary(GET_ROUTE_STATES, request)
+    return [route_status(r) for r in answer.routes]
 
 
-def runtime() -> Op[infer_pb2.Runtime]:
+def runtime() -> Op[Runtime]:
     """What the infer service runs on (device, GPU, engines) and its limits."""
-    return (yield from unary(calls.GET_RUNTIME, infer_pb2.GetRuntimeRequest()))
+    answer = yield from unary(GET_RUNTIME, infer_pb2.GetRuntimeRequest())
+    return runtime_info(answer)
 
 
-def resolve(
-    feature: str, recipe: str | None = None, engine: str | None = None
-) -> Op[catalogue_pb2.ResolveRouteResponse]:
+def resolve(feature: str, recipe: str | None = None, engine: str | None = None) -> Op[ResolvedRoute]:
     """The route the services would use on the infer service's machine (engine advice: the
     catalogue asks the infer service what it runs on; `reason` says what it found)."""
-    return (yield from unary(calls.RESOLVE_ROUTE, calls.resolve_request(feature, recipe, engine)))
+    answer = yield from unary(RESOLVE_ROUTE, resolve_request(feature, recipe, engine))
+    return resolved_route(answer)
 
 
 def remove_background(
@@ -272,7 +297,7 @@ def remove_background(
     cutout: bool = False,
     outputs: str | Iterable[str] | None = None,
     naive: bool = False,
-    bg_color: calls.Colour | None = None,
+    bg_color: Colour | None = None,
     bg_blur: float | None = None,
     bg_image: Picture | None = None,
     threshold: float | None = None,
@@ -299,7 +324,7 @@ def remove_background(
     Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
     `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
     """
-    options = calls.matte_options(
+    options = matte_options(
         outputs=outputs,
         cutout=cutout,
         naive=naive,
@@ -311,10 +336,10 @@ def remove_background(
         png_level=png_level,
         jpeg_quality=jpeg_quality,
     )
-    request = calls.matte_request(read_picture(picture), options, recipe, engine)
+    request = matte_request(read_picture(picture), options, recipe, engine)
     notices: list[str] = []
     request_id = request_id or new_request_id()
-    answer = yield from result(calls.MATTE, request, on_progress, notices, request_id)
+    answer = yield from result(MATTE, request, on_progress, notices, request_id)
     return _matte_output(answer, notices, request_id)
 
 
@@ -338,14 +363,14 @@ def segment_once(
 ) -> Op[SegmentOutput]:
     """Picture and prompt(s) in one call; nothing is kept on the server (the encoder runs each
     time). The prompt and output arguments are SegmentSession.segment's."""
-    request = calls.segment_once_request(
+    request = segment_once_request(
         read_picture(picture),
-        calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
+        prompt_messages(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
         recipe,
         engine,
-        calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),
+        mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),
     )
     notices: list[str] = []
     request_id = request_id or new_request_id()
-    answer = yield from result(calls.SEGMENT_ONCE, request, on_progress, notices, request_id)
+    answer = yield from result(SEGMENT_ONCE, request, on_progress, notices, request_id)
     return _segment_output(answer, notices, request_id=request_id)

@@ -13,26 +13,23 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
+from craftai_wire import vocabulary
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import IMAGE_FORMAT_OF, MASK_FORMATS, ImageFormat, Output
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-MaskFormat = Literal["png", "rle", "polygons"]
-FORMATS: dict[str, infer_pb2.MaskFormat.ValueType] = {
-    "png": infer_pb2.MASK_FORMAT_PNG,
-    "rle": infer_pb2.MASK_FORMAT_RLE,
-    "polygons": infer_pb2.MASK_FORMAT_POLYGONS,
+# A mask format as an app may write it: the name, or the vocabulary's member (the Literal is for
+# type checkers; tests/unit/test_vocabulary.py keeps its names the vocabulary's).
+MaskFormat = Literal["png", "rle", "polygons"] | vocabulary.MaskFormat
+SUFFIXES: dict[ImageFormat, str] = {ImageFormat.PNG: ".png", ImageFormat.WEBP: ".webp", ImageFormat.JPEG: ".jpg"}
+MEDIA_TYPES: dict[ImageFormat, str] = {
+    ImageFormat.PNG: "image/png",
+    ImageFormat.WEBP: "image/webp",
+    ImageFormat.JPEG: "image/jpeg",
 }
-
-FORMAT_NAMES = {
-    infer_pb2.MATTE_FORMAT_PNG: "png",
-    infer_pb2.MATTE_FORMAT_WEBP: "webp",
-    infer_pb2.MATTE_FORMAT_JPEG: "jpeg",
-}
-SUFFIXES = {"png": ".png", "webp": ".webp", "jpeg": ".jpg"}
-MEDIA_TYPES = {"png": "image/png", "webp": "image/webp", "jpeg": "image/jpeg"}
 
 
 @dataclass(frozen=True)
@@ -40,7 +37,7 @@ class EncodedImage:
     """One output of a removed background, encoded at the picture's size."""
 
     data: bytes
-    format: str  # "png", "webp" or "jpeg"
+    format: ImageFormat
     has_alpha: bool = False
 
     @property
@@ -78,16 +75,16 @@ class MatteOutput:
 
     @property
     def matte_png(self) -> bytes:
-        return self.matte.data if self.matte is not None and self.matte.format == "png" else b""
+        return self.matte.data if self.matte is not None and self.matte.format == ImageFormat.PNG else b""
 
     @property
     def cutout_png(self) -> bytes:
-        return self.cutout.data if self.cutout is not None and self.cutout.format == "png" else b""
+        return self.cutout.data if self.cutout is not None and self.cutout.format == ImageFormat.PNG else b""
 
     @property
-    def images(self) -> dict[str, EncodedImage]:
-        """The outputs answered, by name ("matte", "cutout", "composite", "mask")."""
-        found = {"matte": self.matte, "cutout": self.cutout, "composite": self.composite, "mask": self.mask}
+    def images(self) -> dict[Output, EncodedImage]:
+        """The outputs answered, by name (Output: "matte", "cutout", "composite", "mask")."""
+        found = {name: getattr(self, name) for name in Output}
         return {name: image for name, image in found.items() if image is not None}
 
 
@@ -269,20 +266,20 @@ PointLike = Point | tuple[float, float, bool] | tuple[float, float]
 MaskInput = LowResMask | bytes | None
 
 
-def _image(result: infer_pb2.MatteResult, name: str, legacy: bytes, alpha: bool) -> EncodedImage | None:
+def _image(result: infer_pb2.MatteResult, name: Output, legacy: bytes, alpha: bool) -> EncodedImage | None:
     if result.HasField(name):  # type: ignore[arg-type]
         image: infer_pb2.MatteImage = getattr(result, name)
-        return EncodedImage(image.data, FORMAT_NAMES.get(image.format, "png"), image.has_alpha)
-    return EncodedImage(legacy, "png", alpha) if legacy else None  # a server before issue 17
+        return EncodedImage(image.data, IMAGE_FORMAT_OF.get(image.format, ImageFormat.PNG), image.has_alpha)
+    return EncodedImage(legacy, ImageFormat.PNG, alpha) if legacy else None  # a server before the outputs
 
 
 def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: str) -> MatteOutput:
     """A MatteResult as the app sees it (with the notices the stream carried)."""
     return MatteOutput(
-        matte=_image(result, "matte", result.matte_png, False),
-        cutout=_image(result, "cutout", result.cutout_png, True),
-        composite=_image(result, "composite", b"", False),
-        mask=_image(result, "mask", b"", False),
+        matte=_image(result, Output.MATTE, result.matte_png, False),
+        cutout=_image(result, Output.CUTOUT, result.cutout_png, True),
+        composite=_image(result, Output.COMPOSITE, b"", False),
+        mask=_image(result, Output.MASK, b"", False),
         width=result.width,
         height=result.height,
         recipe=result.route.recipe,
@@ -356,7 +353,9 @@ def format_codes(formats: Iterable[str]) -> list[infer_pb2.MaskFormat.ValueType]
     """Format names ("png", "rle", "polygons") as the wire's MaskFormat values; others refused here."""
     codes = []
     for name in formats:
-        if name not in FORMATS:
-            raise ValueError(f"unknown mask format {name!r}; the formats are {', '.join(FORMATS)}")
-        codes.append(FORMATS[name])
+        try:
+            codes.append(MASK_FORMATS[vocabulary.MaskFormat(name)])
+        except ValueError:
+            known = ", ".join(vocabulary.MaskFormat)
+            raise ValueError(f"unknown mask format {name!r}; the formats are {known}") from None
     return codes

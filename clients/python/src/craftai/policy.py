@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import grpc
 
 from craftai.errors import CraftAiError
+from craftai_wire.vocabulary import Reason
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ def unanswered(error: CraftAiError) -> bool:
     """UNAVAILABLE from the channel (connection lost, server down or restarting) or from a server
     that is shutting down: worth another try. An UNAVAILABLE the service answered with a reason
     (e.g. SOURCES_FAILED: every download source failed) is an answer, not retried."""
-    return error.code == grpc.StatusCode.UNAVAILABLE and error.reason in ("", "SHUTTING_DOWN")
+    return error.code == grpc.StatusCode.UNAVAILABLE and error.reason in ("", Reason.SHUTTING_DOWN)
 
 
 @dataclass

@@ -34,6 +34,7 @@ from craftai.errors import CraftAiError
 from craftai.policy import unanswered
 from craftai_wire.targets import parse_target, resolve
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
+from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.replicas")
 
@@ -71,7 +72,7 @@ class ReplicaLostError(CraftAiError):
         return CraftAiError(
             grpc.StatusCode.NOT_FOUND,
             f"session not found: {self.message}",
-            "SESSION_NOT_FOUND",
+            Reason.SESSION_NOT_FOUND,
             request_id=self.request_id,
         )
 

@@ -16,7 +16,18 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import grpc
 from google.protobuf.message import Message
 
-from craftai import calls
+from craftai.calls import (
+    CLOSE_SESSION,
+    OPEN_SESSION,
+    SEGMENT,
+    SEGMENT_EVERYTHING,
+    Stream,
+    everything_request,
+    open_session_request,
+    segment_request,
+)
+from craftai.calls import mask_output as mask_request
+from craftai.calls import prompts as prompt_messages
 from craftai.errors import CraftAiError
 from craftai.methods import Op, awaiting_on, blocking_on, result, unary
 from craftai.outputs import (
@@ -32,6 +43,7 @@ from craftai.outputs import (
 from craftai.replicas import ReplicaLostError, replica_of
 from craftai.transport import ProgressCallback, Transport, new_request_id
 from craftai_wire.v1 import infer_pb2
+from craftai_wire.vocabulary import Reason
 
 if TYPE_CHECKING:
     from craftai.transport_aio import AsyncTransport
@@ -44,7 +56,7 @@ def forgotten(error: CraftAiError) -> bool:
     replica that kept it is gone or draining): open it again with the picture, then prompt."""
     if isinstance(error, ReplicaLostError):
         return True
-    return error.code == grpc.StatusCode.NOT_FOUND and error.reason == "SESSION_NOT_FOUND"
+    return error.code == grpc.StatusCode.NOT_FOUND and error.reason == Reason.SESSION_NOT_FOUND
 
 
 class SessionState:
@@ -80,7 +92,7 @@ class SessionState:
     def _open_request(self) -> infer_pb2.OpenSessionRequest:
         if self._picture is None:
             raise ValueError("this session was resumed by its id without its picture: it cannot be opened again")
-        return calls.open_session_request(self._picture, self._recipe, self._engine)
+        return open_session_request(self._picture, self._recipe, self._engine)
 
     def _opened(self, result: infer_pb2.OpenSessionResult) -> None:
         """Keep what the server answered, its route first (a re-opening asks for the same one)."""
@@ -98,16 +110,14 @@ def open_op(
     """(Re)open on the server with the kept picture bytes; the route answered first is kept."""
     session.notices = []
     request = session._open_request()
-    answer = yield from result(
-        calls.OPEN_SESSION, request, on_progress, session.notices, request_id or new_request_id()
-    )
+    answer = yield from result(OPEN_SESSION, request, on_progress, session.notices, request_id or new_request_id())
     session._opened(answer)
 
 
 def _on_session(
     session: SessionState,
     /,
-    rpc: calls.Stream[Any, AnswerT],
+    rpc: Stream[Any, AnswerT],
     request: Callable[[], Any],
     on_progress: ProgressCallback | None,
     request_id: str,
@@ -165,13 +175,13 @@ def segment_op(
 
     A session the server no longer has (evicted, idle too long, or the server restarted: the
     SDK waits for it to come back) is opened again with the kept picture, then prompted."""
-    asked = calls.prompts(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta)
-    output = calls.mask_output(formats, polygon_tolerance, max_hole_area, max_sprinkle_area)
+    asked = prompt_messages(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta)
+    output = mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area)
     request_id = request_id or new_request_id()
     answer, notices, reopened = yield from _on_session(
         session,
-        calls.SEGMENT,
-        lambda: calls.segment_request(session.session_id, asked, output),
+        SEGMENT,
+        lambda: segment_request(session.session_id, asked, output),
         on_progress,
         request_id,
     )
@@ -194,12 +204,12 @@ def segment_everything_op(
     stability_score_offset=1.0, mask_threshold=0.0, box_nms_thresh=0.7,
     min_mask_region_area=0). Masks as RLE unless `formats` says otherwise; progress ("points")
     after each batch of the decoder."""
-    output = calls.mask_output(formats, polygon_tolerance)
+    output = mask_request(formats, polygon_tolerance)
     request_id = request_id or new_request_id()
     answer, notices, _ = yield from _on_session(
         session,
-        calls.SEGMENT_EVERYTHING,
-        lambda: calls.everything_request(session.session_id, options, output),
+        SEGMENT_EVERYTHING,
+        lambda: everything_request(session.session_id, options, output),
         on_progress,
         request_id,
     )
@@ -214,7 +224,7 @@ def close_op(session: SessionState, /) -> Op[None]:
         replica = session.replica
         session.session_id = ""
         with contextlib.suppress(ReplicaLostError):  # the replica went away with the session
-            yield from unary(calls.CLOSE_SESSION, request, replica=replica)
+            yield from unary(CLOSE_SESSION, request, replica=replica)
 
 
 class SegmentSession(SessionState):

@@ -42,6 +42,7 @@ from craftai_wire.channels import client_options, target_options
 from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
+from craftai_wire.vocabulary import Reason
 
 DEFAULT_ADDRESS = "127.0.0.1:50051"
 MiB = 1 << 20
@@ -164,7 +165,7 @@ class Connection:
 
     def explain(self, error: CraftAiError, address: str, security: Security) -> CraftAiError:
         """`error`, with what the client did with the local key when that is what went wrong."""
-        if error.reason == "MISSING_APP_KEY" and security.app_key is None and self.callers_key is None:
+        if error.reason == Reason.MISSING_APP_KEY and security.app_key is None and self.callers_key is None:
             if security.pinned is None:
                 why = (
                     f"no local server's certificate at {local_tls.certificate_file()} (no local `craftai serve` "

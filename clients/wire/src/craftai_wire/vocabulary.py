@@ -2,12 +2,27 @@
 command line, the web gateway and (through the gateway) the page.
 
 `Reason` is the machine-readable contract of every error (google.rpc.ErrorInfo.reason); docs/API.md
-lists them with what a caller does about each.
+lists them with what a caller does about each. `NoticeCode` names the notices a stream carries.
+`Feature` and `Engine` are the names a `RouteRef` carries as strings. `Output`, `ImageFormat` and
+`MaskFormat` are the names apps use (the SDK's arguments, the command line, HTTP) for what the
+wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS` and `MASK_FORMATS` are the one mapping
+between the two, and `ROUTE_STATES` the same for a route's state. They are Python enums of
+strings rather than proto enums because most of them travel as strings (feature, engine, reason,
+notice) and the rest are what people type; each member is its own string (`Engine.TORCH ==
+"torch"`), so a value read from the wire compares equal to its member.
+
+tests/unit/test_vocabulary.py fails when a reason is spelled as a literal outside this package,
+and when a table that must stay spelled elsewhere (a typing `Literal`, the recipe data, the proto
+enums) disagrees with these.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
+
+from craftai_wire.v1 import catalogue_pb2, infer_pb2
 
 
 class Reason(StrEnum):
@@ -48,3 +63,101 @@ class Reason(StrEnum):
     CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
     LIMIT_REACHED = "LIMIT_REACHED"
     INTERNAL = "INTERNAL"
+
+
+class NoticeCode(StrEnum):
+    """Notice.code: something a caller should know that is not an error (docs/API.md, "Streams")."""
+
+    SOURCE_FAILED = "SOURCE_FAILED"  # a download source failed; the next one is tried
+    FILE_MISMATCH = "FILE_MISMATCH"  # a file in the store was not the pinned one and is replaced
+    PREPARED_REFUSED = "PREPARED_REFUSED"  # a prepared folder did not match its manifest: prepared again
+    FELL_BACK_TO_CPU = "FELL_BACK_TO_CPU"  # the GPU failed; answered on the CPU, which the route keeps
+
+
+class Feature(StrEnum):
+    """RouteRef.feature: what a caller asks for."""
+
+    MATTE = "image.matte"
+    SEGMENT = "image.segment"
+
+
+class Engine(StrEnum):
+    """RouteRef.engine: what runs a route. Each is named after the Python package that provides it,
+    which is how an infer service finds it installed (GetRuntime's `engines`)."""
+
+    ONNXRUNTIME = "onnxruntime"
+    TORCH = "torch"
+    OPENVINO = "openvino"
+
+
+class Output(StrEnum):
+    """An output of image.matte (MatteOutputSpec.kind); docs/API.md defines each."""
+
+    MATTE = "matte"
+    CUTOUT = "cutout"
+    COMPOSITE = "composite"
+    MASK = "mask"
+
+
+class ImageFormat(StrEnum):
+    """How an image.matte output is encoded (MatteOutputSpec.format)."""
+
+    PNG = "png"
+    WEBP = "webp"
+    JPEG = "jpeg"  # the composite only, over an opaque background
+
+
+class MaskFormat(StrEnum):
+    """How an image.segment mask is answered (MaskOutput.formats)."""
+
+    PNG = "png"
+    RLE = "rle"  # COCO run-length encoding
+    POLYGONS = "polygons"
+
+
+class RouteState(StrEnum):
+    """RouteStatus.state, in words (the order a route goes through, UNAVAILABLE aside)."""
+
+    UNAVAILABLE = "unavailable"  # the recipe's files are not pinned
+    MISSING = "missing"  # a pinned file is absent or not verified
+    DOWNLOADED = "downloaded"  # files verified; the route still needs its preparation
+    PREPARED = "prepared"  # everything on disk; loads on first use
+    READY = "ready"  # prepared and loaded warm in the infer service
+
+
+OUTPUT_KINDS: Mapping[Output, infer_pb2.MatteOutputKind.ValueType] = MappingProxyType(
+    {
+        Output.MATTE: infer_pb2.MATTE_OUTPUT_KIND_MATTE,
+        Output.CUTOUT: infer_pb2.MATTE_OUTPUT_KIND_CUTOUT,
+        Output.COMPOSITE: infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE,
+        Output.MASK: infer_pb2.MATTE_OUTPUT_KIND_MASK,
+    }
+)
+IMAGE_FORMATS: Mapping[ImageFormat, infer_pb2.MatteFormat.ValueType] = MappingProxyType(
+    {
+        ImageFormat.PNG: infer_pb2.MATTE_FORMAT_PNG,
+        ImageFormat.WEBP: infer_pb2.MATTE_FORMAT_WEBP,
+        ImageFormat.JPEG: infer_pb2.MATTE_FORMAT_JPEG,
+    }
+)
+MASK_FORMATS: Mapping[MaskFormat, infer_pb2.MaskFormat.ValueType] = MappingProxyType(
+    {
+        MaskFormat.PNG: infer_pb2.MASK_FORMAT_PNG,
+        MaskFormat.RLE: infer_pb2.MASK_FORMAT_RLE,
+        MaskFormat.POLYGONS: infer_pb2.MASK_FORMAT_POLYGONS,
+    }
+)
+ROUTE_STATES: Mapping[RouteState, catalogue_pb2.RouteState.ValueType] = MappingProxyType(
+    {
+        RouteState.UNAVAILABLE: catalogue_pb2.ROUTE_STATE_UNAVAILABLE,
+        RouteState.MISSING: catalogue_pb2.ROUTE_STATE_MISSING,
+        RouteState.DOWNLOADED: catalogue_pb2.ROUTE_STATE_DOWNLOADED,
+        RouteState.PREPARED: catalogue_pb2.ROUTE_STATE_PREPARED,
+        RouteState.READY: catalogue_pb2.ROUTE_STATE_READY,
+    }
+)
+# The same tables read from the wire's side (an enum value -> its name; UNSPECIFIED is in none).
+OUTPUT_OF: Mapping[int, Output] = MappingProxyType({code: name for name, code in OUTPUT_KINDS.items()})
+IMAGE_FORMAT_OF: Mapping[int, ImageFormat] = MappingProxyType({code: name for name, code in IMAGE_FORMATS.items()})
+MASK_FORMAT_OF: Mapping[int, MaskFormat] = MappingProxyType({code: name for name, code in MASK_FORMATS.items()})
+ROUTE_STATE_OF: Mapping[int, RouteState] = MappingProxyType({code: name for name, code in ROUTE_STATES.items()})

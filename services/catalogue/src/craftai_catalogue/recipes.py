@@ -10,18 +10,18 @@ import re
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Literal, Self, get_args
+from typing import Annotated, Self
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from craftai_wire.v1 import catalogue_pb2
+from craftai_wire.vocabulary import Engine
 
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
 # onnxruntime and torch (DESIGN.md section 1); openvino runs a published .onnx file on the CPU, opt-in
 # (u2netp: named by the caller, never advised: its matte is within 1/255 of rembg's, not identical).
-Engine = Literal["onnxruntime", "torch", "openvino"]
-ENGINES: tuple[Engine, ...] = get_args(Engine)
+ENGINES: tuple[Engine, ...] = tuple(Engine)
 NAME = r"^[a-z0-9][a-z0-9._-]*$"
 SHA256 = r"^[0-9a-f]{64}$"
 
@@ -31,7 +31,8 @@ class CatalogueDataError(ValueError):
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # An engine is checked against the vocabulary's names and kept as its plain string.
+    model_config = ConfigDict(extra="forbid", frozen=True, use_enum_values=True)
 
 
 class UrlSource(_Model):

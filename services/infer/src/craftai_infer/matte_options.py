@@ -14,31 +14,21 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer.encodings import WEBP_MAX_SIDE, Encoding, Format
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.pipelines.picture import Picture
 from craftai_wire.v1 import infer_pb2
-from craftai_wire.vocabulary import Reason
+from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_OF, Reason
 
-KIND_OF: dict[int, Kind] = {  # the wire's enum -> the pipeline's name
-    infer_pb2.MATTE_OUTPUT_KIND_MATTE: "matte",
-    infer_pb2.MATTE_OUTPUT_KIND_CUTOUT: "cutout",
-    infer_pb2.MATTE_OUTPUT_KIND_COMPOSITE: "composite",
-    infer_pb2.MATTE_OUTPUT_KIND_MASK: "mask",
-}
-FORMAT_OF: dict[int, Format] = {
-    infer_pb2.MATTE_FORMAT_UNSPECIFIED: "png",
-    infer_pb2.MATTE_FORMAT_PNG: "png",
-    infer_pb2.MATTE_FORMAT_WEBP: "webp",
-    infer_pb2.MATTE_FORMAT_JPEG: "jpeg",
-}
+# The wire's enums -> the pipeline's names (the vocabulary's tables; the pipeline types them as Literals).
+KIND_OF: dict[int, Kind] = {code: cast(Kind, str(name)) for code, name in OUTPUT_OF.items()}
 FORMAT_VALUES: dict[Format, infer_pb2.MatteFormat.ValueType] = {
-    "png": infer_pb2.MATTE_FORMAT_PNG,
-    "webp": infer_pb2.MATTE_FORMAT_WEBP,
-    "jpeg": infer_pb2.MATTE_FORMAT_JPEG,
+    cast(Format, str(name)): code for name, code in IMAGE_FORMATS.items()
 }
+FORMAT_OF: dict[int, Format] = {infer_pb2.MATTE_FORMAT_UNSPECIFIED: "png", **{c: f for f, c in FORMAT_VALUES.items()}}
 MAX_BLUR_RADIUS = 500.0
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_JPEG_QUALITY = 90

@@ -29,7 +29,7 @@ from craftai_infer.loader import Batching, RouteLoader
 from craftai_infer.sessions import SessionStore
 from craftai_infer.settings import InferSettings
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
-from craftai_wire.vocabulary import Reason
+from craftai_wire.vocabulary import Engine, Reason
 
 log = logging.getLogger("craftai.infer")
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -72,7 +72,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
 
     @handle_errors
     async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
-        engines = [name for name in ("onnxruntime", "torch", "openvino") if find_spec(name)]  # each engine's package
+        engines = [str(name) for name in Engine if find_spec(name)]  # each engine is named after its package
         s = self.settings
         return infer_pb2.Runtime(
             device=self.device.preferred,

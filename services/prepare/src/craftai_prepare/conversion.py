@@ -35,7 +35,7 @@ from craftai_prepare.converters import ConversionError, Converter
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import catalogue_pb2
-from craftai_wire.vocabulary import Reason
+from craftai_wire.vocabulary import NoticeCode, Reason
 
 
 def converters() -> dict[str, Converter]:
@@ -62,7 +62,9 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
     if problem is None:
         return None
     if target.exists():
-        reporter.notice("PREPARED_REFUSED", f"refused the prepared folder {target.name}: {problem}; preparing again")
+        reporter.notice(
+            NoticeCode.PREPARED_REFUSED, f"refused the prepared folder {target.name}: {problem}; preparing again"
+        )
         _remove(target, store)
     converter = converters().get(resolved.chosen.revision)
     if converter is None:

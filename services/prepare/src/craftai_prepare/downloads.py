@@ -38,7 +38,7 @@ from craftai_prepare.full_disk import no_space
 from craftai_prepare.locks import store_lock, unsafe_path
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, SourceError, Timeouts
-from craftai_wire.vocabulary import Reason
+from craftai_wire.vocabulary import NoticeCode, Reason
 
 DEFAULT_TIMEOUTS = Timeouts()
 
@@ -86,7 +86,7 @@ def ensure_file(  # noqa: PLR0917 - the job's inputs
             _write_record(store, pin)
             return FetchOutcome(pin, downloaded=False, source="present")
         reporter.notice(
-            "FILE_MISMATCH",
+            NoticeCode.FILE_MISMATCH,
             f"refused the file in the store: {mismatch_message(pin, size, digest)}; fetching the pinned file",
         )
     failures: list[str] = []
@@ -94,7 +94,7 @@ def ensure_file(  # noqa: PLR0917 - the job's inputs
     partial.parent.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if failures:
-            reporter.notice("SOURCE_FAILED", f"{failures[-1]}; trying the next source")
+            reporter.notice(NoticeCode.SOURCE_FAILED, f"{failures[-1]}; trying the next source")
         try:
             if isinstance(source, ArchiveMemberSource):
                 outcome = _from_archive(source, store, pin, partial, reporter, timeouts, stopping)
@@ -273,7 +273,8 @@ def _ensure_archive(source: ArchiveMemberSource, store: Store, reporter: Reporte
             return path
         path.unlink()
         reporter.notice(
-            "FILE_MISMATCH", f"refused the kept archive: {mismatch_message(archive, size, digest)}; fetching it again"
+            NoticeCode.FILE_MISMATCH,
+            f"refused the kept archive: {mismatch_message(archive, size, digest)}; fetching it again",
         )
     partial = store.partial_path(archive)
     partial.parent.mkdir(parents=True, exist_ok=True)

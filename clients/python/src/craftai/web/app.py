@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException
 
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
+from craftai.installation import SetupEvent, SetupOutput
 from craftai.outputs import EverythingOutput, LowResMask, MaskOutput, MatteOutput, Point, Prompt, SegmentOutput
 from craftai.policy import Retries
 from craftai.web.errors import bad_request, error_body, error_response
@@ -383,11 +384,11 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             except CraftAiError as exc:
                 advice[feature.name] = {"error": exc.message}
                 continue
-            advice[feature.name] = _message(resolved)
+            advice[feature.name] = _message(resolved.proto)
         return {
-            "runtime": _message(runtime),
-            "features": [_message(f) for f in features],
-            "routes": [_message(r) for r in routes],
+            "runtime": _message(runtime.proto),
+            "features": [_message(f.proto) for f in features],
+            "routes": [_message(r.proto) for r in routes],
             "resolved": advice,
         }
 
@@ -413,10 +414,11 @@ def build(settings: WebSettings | None = None) -> FastAPI:
 
         async def sent() -> AsyncGenerator[str, None]:
             try:
-                event: Message | None = first
+                event: SetupEvent | None = first
                 while event is not None:
-                    name = {"Progress": "progress", "Notice": "notice"}.get(event.DESCRIPTOR.name, "result")
-                    yield _sse(name, _event(event))
+                    wire = event.proto if isinstance(event, SetupOutput) else event
+                    name = {"Progress": "progress", "Notice": "notice"}.get(wire.DESCRIPTOR.name, "result")
+                    yield _sse(name, _event(wire))
                     event = await anext(events, None)
             except CraftAiError as exc:
                 yield _sse("error", error_body(exc)["error"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from craftai_common.errors import failed_precondition
 from craftai_infer.routes import Factory, Route, RouteFiles
-from craftai_wire.vocabulary import Reason
+from craftai_wire.vocabulary import Engine, Reason
 
 # (recipe, engine) -> the route's module (under craftai_infer.routes) and class.
 ROUTES: dict[tuple[str, str], str] = {
@@ -31,7 +31,7 @@ ROUTES: dict[tuple[str, str], str] = {
 }
 # An engine's package -> the extra of craftai-infer that installs it (a route may need another
 # engine's package for its pipeline: birefnet's onnxruntime route post-processes on torch).
-EXTRAS = {"onnxruntime": "onnx-cpu", "torch": "torch", "openvino": "openvino"}
+EXTRAS: dict[str, str] = {Engine.ONNXRUNTIME: "onnx-cpu", Engine.TORCH: "torch", Engine.OPENVINO: "openvino"}
 
 
 @dataclass(frozen=True)

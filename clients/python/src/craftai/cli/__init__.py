@@ -1,0 +1,34 @@
+"""The `craftai` command: serve, status, setup, remove-background, segment, keys.
+
+craftai serve                                  # all three services on 127.0.0.1:50051
+craftai setup image.matte --recipe u2netp      # download and verify (progress bars)
+craftai remove-background a.jpg photos/ -o out/ --outputs cutout,composite --bg-color '#2a6df4'   # files, folders, -
+craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
+craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
+craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
+craftai keys add my-editor                     # a new key for an app: its hash into the keys file
+craftai serve --web                            # the services, and the page and HTTP API on 127.0.0.1:8080
+craftai web --address 10.0.0.7:50051           # the page and HTTP API in front of services elsewhere
+
+One module a command family (serve, status, setup, remove_background, segment, keys); the batch
+planner of remove-background (batch), the parser (parser) and the client a command talks through
+(connection) apart.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from craftai.cli.parser import parser
+from craftai.errors import CraftAiError
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parser().parse_args(argv)
+    try:
+        return int(options.func(options))
+    except CraftAiError as exc:
+        print(f"craftai: {exc.message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,213 @@
+"""The `craftai` command's arguments: the global options, and each command's with its function."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from craftai.cli.keys import cmd_keys_add, cmd_keys_hash
+from craftai.cli.remove_background import cmd_remove_background
+from craftai.cli.segment import EVERYTHING_FLAGS, box_arg, cmd_segment, cmd_segment_all, point_arg
+from craftai.cli.serve import cmd_serve, cmd_web
+from craftai.cli.setup import cmd_setup
+from craftai.cli.status import cmd_status
+from craftai_wire import vocabulary
+from craftai_wire.vocabulary import Engine, ImageFormat
+
+# --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
+# answer UNKNOWN_ENGINE for one it does not).
+ENGINES = tuple(Engine)
+
+
+def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
+    s.add_argument(
+        "--format",
+        choices=list(vocabulary.MaskFormat),
+        default=default,
+        help=f"how the masks are written (default {default}); rle: COCO run-length encoding",
+    )
+    s.add_argument(
+        "--polygon-tolerance", type=float, default=None, metavar="PIXELS", help="polygons: simplification (default 1)"
+    )
+
+
+def _web_flags(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--web-host", default=None, help="the gateway's address (default CRAFTAI_WEB_HOST or 127.0.0.1)")
+    s.add_argument("--web-port", type=int, default=None, help="its port (default CRAFTAI_WEB_PORT or 8080)")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="craftai", description="craft-ai services: local AI image features")
+    p.add_argument(
+        "--address",
+        default=os.environ.get("CRAFTAI_ADDRESS"),
+        help="server address (default: CRAFTAI_ADDRESS or 127.0.0.1:50051)",
+    )
+    p.add_argument(
+        "--app-id",
+        default=os.environ.get("CRAFTAI_APP_ID", "craftai-cli"),
+        help="the app id sent with every request (default: CRAFTAI_APP_ID or craftai-cli)",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="run the three services on one port (the embedded default)")
+    s.add_argument("--host", default=None, help="address to listen on (default CRAFTAI_HOST or 127.0.0.1)")
+    s.add_argument("--port", type=int, default=None, help="port (default CRAFTAI_PORT or 50051)")
+    s.add_argument("--store", type=Path, default=None, help="model store folder (default CRAFTAI_STORE)")
+    s.add_argument("--web", action="store_true", help="also serve the HTTP API and the page (craftai[web])")
+    _web_flags(s)
+    s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("web", help="the HTTP API and the page, in front of the services at --address")
+    _web_flags(s)
+    s.set_defaults(func=cmd_web)
+
+    s = sub.add_parser("status", help="the infer device and the state of every route")
+    s.add_argument("feature", nargs="?", default="")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("setup", help="download, verify and prepare a feature's route")
+    s.add_argument("feature", help="image.matte or image.segment")
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=ENGINES)
+    s.set_defaults(func=cmd_setup)
+
+    s = sub.add_parser(
+        "remove-background",
+        help="write the matte, cutout, composite and/or mask of pictures (files, folders, -)",
+        description="Remove the background of pictures: files, folders (recursively, the same tree under OUT) "
+        "and - (standard input). Pictures whose outputs exist are skipped unless --overwrite; a failed picture "
+        "never stops the others, and the exit code is 1 when any failed.",
+    )
+    s.add_argument(
+        "inputs", nargs="+", metavar="IN", help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -"
+    )
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="a folder; or a file (.png, .webp, .jpg) for one picture: the first output there, the others beside it; "
+        "or - (standard output) for one picture and one output",
+    )
+    s.add_argument(
+        "--outputs",
+        default=None,
+        metavar="LIST",
+        help="any of matte,cutout,composite,mask (default: matte,cutout, plus composite with a background "
+        "and mask with a threshold)",
+    )
+    s.add_argument(
+        "--cutout",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with the default outputs: the cutout too (default: yes)",
+    )
+    s.add_argument(
+        "--naive",
+        action="store_true",
+        help="cutout and composite keep the picture's own colours (no foreground colour estimation)",
+    )
+    bg = s.add_mutually_exclusive_group()
+    bg.add_argument(
+        "--bg-color", default=None, metavar="COLOR", help="composite over a colour: #rrggbb[aa] or r,g,b[,a]"
+    )
+    bg.add_argument(
+        "--bg-blur", type=float, default=None, metavar="RADIUS", help="composite over the picture blurred (pixels)"
+    )
+    bg.add_argument("--bg-image", default=None, metavar="FILE", help="composite over another picture (scaled to cover)")
+    s.add_argument(
+        "--threshold", type=float, default=None, metavar="T", help="the mask: alpha > T, in [0, 1] (default 0.5)"
+    )
+    s.add_argument(
+        "--format",
+        choices=list(ImageFormat),
+        default=None,
+        help="png (default), webp (lossless) or jpeg (the composite only; the others stay PNG); "
+        "default from OUT's suffix when OUT is a file",
+    )
+    s.add_argument(
+        "--png-level", type=int, default=None, metavar="0-9", help="zlib level of PNGs (server default: 1, fast)"
+    )
+    s.add_argument("--jpeg-quality", type=int, default=None, metavar="1-100", help="JPEG quality (default 90)")
+    s.add_argument("--overwrite", action="store_true", help="redo pictures whose outputs exist")
+    s.add_argument(
+        "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"
+    )
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=ENGINES)
+    s.set_defaults(func=cmd_remove_background)
+
+    s = sub.add_parser("segment", help="write the mask(s) selected by clicks and/or boxes (image.segment)")
+    s.add_argument("input", metavar="IN", help="a PNG, JPEG or WebP picture")
+    s.add_argument(
+        "--point",
+        action="append",
+        type=point_arg,
+        default=[],
+        metavar="X,Y[:fg|:bg]",
+        help="a click in picture pixels (origin top-left); foreground unless :bg; repeat for more",
+    )
+    s.add_argument(
+        "--box",
+        action="append",
+        type=box_arg,
+        default=[],
+        metavar="X0,Y0,X1,Y1",
+        help="a box: top-left, bottom-right; repeat for several objects (one call, one mask each)",
+    )
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT",
+        help="png: the mask PNG (1-bit grayscale; OUT-1.png, ... for several); rle, polygons: a JSON file",
+    )
+    s.add_argument(
+        "--all-masks", action="store_true", help="write the three candidates, best first: OUT-0.png, OUT-1.png, ..."
+    )
+    _format_flags(s, vocabulary.MaskFormat.PNG)
+    s.add_argument(
+        "--like-meta",
+        action="store_true",
+        help="the one mask Meta's predictor answers (multimask_output=False); needs --engine torch",
+    )
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=ENGINES)
+    s.set_defaults(func=cmd_segment)
+
+    s = sub.add_parser(
+        "segment-all", help="every object of a picture as COCO annotations (Meta's automatic mask generator)"
+    )
+    s.add_argument("input", metavar="IN", help="a PNG, JPEG or WebP picture")
+    s.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="OUT.json",
+        help="the masks as JSON ({image, annotations}: COCO RLE, area, bbox, predicted_iou, ...)",
+    )
+    for name, kind in EVERYTHING_FLAGS:
+        s.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None, help="Meta's parameter (docs/API.md)")
+    s.add_argument(
+        "--single-mask",
+        action="store_true",
+        help="one mask per point, Meta's single-mask answer (multimask_output=False); needs --engine torch",
+    )
+    _format_flags(s, vocabulary.MaskFormat.RLE)
+    s.add_argument("--recipe", default=None)
+    s.add_argument("--engine", default=None, choices=ENGINES)
+    s.set_defaults(func=cmd_segment_all)
+
+    k = sub.add_parser("keys", help="app keys (only their hashes are kept by the servers)")
+    ksub = k.add_subparsers(dest="keys_command", required=True)
+    s = ksub.add_parser("add", help="make a key for an app, add its hash to the keys file, print the key once")
+    s.add_argument("app", help="the app id ('*' for any app id without a key of its own)")
+    s.add_argument("--keys-file", default=None, help="default: CRAFTAI_KEYS_FILE or ~/.config/craftai/keys")
+    s.set_defaults(func=cmd_keys_add)
+    s = ksub.add_parser("hash", help="print the keys-file line for a key given on standard input")
+    s.add_argument("app", help="the app id the key is for")
+    s.set_defaults(func=cmd_keys_hash)
+    return p

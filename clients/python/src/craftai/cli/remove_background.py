@@ -1,0 +1,204 @@
+"""`craftai remove-background IN... -o OUT`: pictures at once (sized to the server), each picture's
+missing outputs in one request, a failed picture never stopping the others; a failure no picture
+can escape (the server, the route, the key) stops the run. Where outputs go: craftai.cli.batch."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+from tqdm import tqdm
+
+from craftai.calls import matte_options
+from craftai.cli.batch import FORMAT_OF_SUFFIX, STDIO, Picture, plan, write_output
+from craftai.cli.connection import connect
+from craftai.client import AiClient
+from craftai.errors import CraftAiError
+from craftai_wire.vocabulary import ImageFormat, Output, Reason
+
+# The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
+TOO_MANY_REQUESTS_TRIES = 20
+BUSY_REASONS = (Reason.TOO_MANY_REQUESTS, Reason.MEMORY_BUDGET)
+
+
+@dataclass
+class Done:
+    picture: Picture
+    written: list[Path | None] = field(default_factory=list)
+    line: str = ""
+    notices: list[str] = field(default_factory=list)
+    error: str = ""
+
+
+class RunError(Exception):
+    """A failure no other picture can escape (the server, the route, the app's key): the run stops."""
+
+
+def _run_error(error: CraftAiError) -> bool:
+    """Errors that no other picture would escape: stop the run rather than fail every picture."""
+    if error.code == grpc.StatusCode.INVALID_ARGUMENT:
+        return any(f.startswith("background") for f, _ in error.violations)
+    return error.code not in (
+        grpc.StatusCode.RESOURCE_EXHAUSTED,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.INTERNAL,
+    )
+
+
+def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, overwrite: bool) -> Done:
+    """One picture: the outputs not written yet asked in one request, then written."""
+    done = Done(picture)
+    missing = [n for n, t in picture.targets.items() if overwrite or t is None or not t.exists()]
+    if not missing:
+        return done  # skipped: every output is there
+    options = dict(asked)
+    if Output.COMPOSITE not in missing:
+        options.update(bg_color=None, bg_blur=None, bg_image=None)
+    if Output.MASK not in missing:
+        options["threshold"] = None
+    started = time.perf_counter()
+    try:
+        data = stdin if picture.source is None else picture.source.read_bytes()
+        for attempt in range(TOO_MANY_REQUESTS_TRIES):
+            try:
+                result = ai.remove_background(data, outputs=missing, **options)
+                break
+            except CraftAiError as error:
+                if error.reason not in BUSY_REASONS or attempt == TOO_MANY_REQUESTS_TRIES - 1:
+                    raise
+                time.sleep(error.retry_after or 1.0)
+    except OSError as error:
+        done.error = f"cannot read it ({error.strerror or error})"
+        return done
+    except CraftAiError as error:
+        if _run_error(error):
+            raise RunError(error.message) from error
+        done.error = error.message
+        return done
+    round_trip = (time.perf_counter() - started) * 1000
+    images = result.images
+    for name in missing:
+        write_output(picture.targets[name], images[Output(name)].data)
+        done.written.append(picture.targets[name])
+    stages = ", ".join(f"{k} {v:.0f}" for k, v in result.timing_ms.items())
+    where = ", ".join(str(t) if t is not None else "standard output" for t in done.written)
+    done.line = (
+        f"{picture.source.name if picture.source else 'standard input'}: {result.width}x{result.height} "
+        f"{result.recipe}/{result.engine} on {result.device}: {round_trip:.0f} ms round trip "
+        f"(server {result.server_ms:.0f} ms: {stages}) -> {where}"
+    )
+    done.notices = result.notices
+    return done
+
+
+def default_jobs(ai: AiClient) -> int:
+    """Pictures in flight at once, sized to the server: a GPU batches up to 8 pictures per forward
+    (CRAFTAI_MAX_BATCH) while the CPU pool decodes and encodes others; on a CPU the matte routes run
+    two at a time, and one more picture is decoded or encoded meanwhile."""
+    try:
+        runtime = ai.runtime()
+    except CraftAiError:
+        return 2
+    return 8 if runtime.gpu_available else 3
+
+
+def _names(options: argparse.Namespace) -> list[Output]:
+    if options.outputs is not None:
+        if options.cutout is not None:
+            raise ValueError("give either --outputs or --cutout/--no-cutout")
+        return [Output(name) for name in matte_options(outputs=options.outputs).outputs]
+    names = [Output.MATTE]
+    names += [Output.CUTOUT] if options.cutout in (None, True) else []
+    names += [Output.COMPOSITE] if (options.bg_color or options.bg_blur or options.bg_image) else []
+    names += [Output.MASK] if options.threshold is not None else []
+    return names
+
+
+def cmd_remove_background(options: argparse.Namespace) -> int:
+    started = time.perf_counter()
+    to_stdout = options.output == STDIO
+    say = sys.stderr if to_stdout else sys.stdout
+    try:
+        names = _names(options)
+        fmt = options.format
+        if fmt is None and not to_stdout:
+            fmt = FORMAT_OF_SUFFIX.get(Path(options.output).suffix.lower())
+        if (
+            fmt == ImageFormat.JPEG
+            and names[0] != Output.COMPOSITE
+            and Path(options.output).suffix.lower() in (".jpg", ".jpeg")
+        ):
+            raise ValueError(f"{options.output} is a JPEG file, which can hold only the composite: --outputs composite")
+        bg_image = Path(options.bg_image).read_bytes() if options.bg_image else None
+        asked = {
+            "naive": options.naive,
+            "bg_color": options.bg_color,
+            "bg_blur": options.bg_blur,
+            "bg_image": bg_image,
+            "threshold": options.threshold,
+            "format": fmt,
+            "png_level": options.png_level,
+            "jpeg_quality": options.jpeg_quality,
+            "recipe": options.recipe,
+            "engine": options.engine,
+        }
+        checked = matte_options(outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")})
+        pictures = plan(options.inputs, options.output, names, checked.formats)
+    except (ValueError, OSError) as error:
+        print(f"craftai: {error}", file=sys.stderr)
+        return 2
+    stdin = sys.stdin.buffer.read() if any(p.source is None for p in pictures) else b""
+    results: list[Done] = []
+    stopped = ""
+    with connect(options) as ai:
+        jobs = max(1, min(options.jobs or default_jobs(ai), len(pictures) or 1))
+        bar = tqdm(
+            total=len(pictures), desc="pictures", unit="pic", disable=options.quiet or len(pictures) < 2, leave=False
+        )
+        with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="picture") as pool:
+            running = {pool.submit(_one, ai, p, asked, stdin, options.overwrite): p for p in pictures}
+            try:
+                for future in as_completed(running):
+                    try:
+                        done = future.result()
+                    except RunError as error:
+                        stopped = str(error)
+                        for other in running:
+                            other.cancel()
+                        break
+                    results.append(done)
+                    bar.update(1)
+                    if done.line:
+                        tqdm.write(done.line, file=say)
+                    for notice in done.notices:
+                        tqdm.write(f"  note: {notice}", file=say)
+            except KeyboardInterrupt:
+                for other in running:
+                    other.cancel()
+                raise
+            finally:
+                bar.close()
+    order = {p.label: i for i, p in enumerate(pictures)}
+    failed = sorted((d for d in results if d.error), key=lambda d: order[d.picture.label])
+    written = sum(1 for d in results if d.written)
+    skipped = sum(1 for d in results if not d.written and not d.error)
+    elapsed = time.perf_counter() - started
+    print(
+        f"{len(pictures)} picture(s) in {elapsed:.2f} s: {written} done, {skipped} skipped "
+        f"(their outputs exist; --overwrite to redo them), {len(failed)} failed",
+        file=say,
+    )
+    for d in failed:
+        print(
+            f"craftai: {d.error}" if len(pictures) == 1 else f"craftai: {d.picture.label}: {d.error}", file=sys.stderr
+        )
+    if stopped:
+        left = len(pictures) - len(results)
+        print(f"craftai: {stopped} (stopped with {left} picture(s) not done)", file=sys.stderr)
+    return 1 if failed or stopped else 0
