@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from craftai_infer.scheduling import CpuPool, WorkClass, WorkQueue, Workers, classified, submitted, work_class_var
+from craftai_infer.scheduling import CpuPool, WorkClass, Workers, WorkQueue, classified, submitted, work_class_var
 
 BULK, INTERACTIVE = WorkClass.BULK, WorkClass.INTERACTIVE
 
@@ -73,7 +73,7 @@ async def until(condition: Callable[[], bool]) -> None:
 async def busy_with(queue: WorkQueue[int, int], model: Model, item: int = 0, **kwargs: Any) -> asyncio.Future[int]:
     """`item` submitted and taken by a worker (which holds it until `model.release`)."""
     first = job(queue, item, **kwargs)
-    await until(lambda: model.started.is_set())
+    await until(model.started.is_set)
     return first
 
 
