@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from craftai_dev.refinement import refined_one_tile_at_a_time, ring_picture
 from craftai_infer.pipelines import matte_inspyrenet as pipeline
 from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, edge_tiles, refine_radius, tile_count
-from tests.support.refinement import refined_one_tile_at_a_time, ring_picture
 
 pytestmark = pytest.mark.gpu
 

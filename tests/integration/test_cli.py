@@ -11,9 +11,9 @@ import numpy as np
 from PIL import Image
 
 from craftai import AiClient
+from craftai_dev import catalogues, servers
 from craftai_infer.pictures import NOT_A_PICTURE
 from craftai_wire.v1 import catalogue_pb2
-from tests.support import catalogues, servers
 
 
 def _craftai(address: str, *args: str) -> subprocess.CompletedProcess[str]:

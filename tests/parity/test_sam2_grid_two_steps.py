@@ -13,12 +13,12 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.files import sample_photo
 from craftai_infer.pipelines import mask_generator, mask_generator_torch
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
 from craftai_infer.pipelines.segment_sam import grid_point_feeds
 from craftai_infer.routes.sam2_torch import SamTorchRunner, TorchSamEmbedding
 from craftai_models.sam2.contract import LOW_RES
-from tests.support.files import sample_photo
 
 pytestmark = pytest.mark.slow
 SIDE = 5  # 25 points

@@ -1,4 +1,4 @@
-"""Any-size matte with InSPyReNet Swin-B (DESIGN.md section 5; the definitions are in docs/MATTE.md).
+"""Any-size matte with InSPyReNet Swin-B (the definitions are in docs/MATTE.md).
 
 - long side <= 1280 px: the network sees the picture at full resolution, reflect-padded on the
   right/bottom to a multiple of 32; the matte is cropped back.
@@ -73,7 +73,7 @@ def refine_radius(scale: float) -> int:
 
     The enlarged matte's edges are spread over a few low-resolution pixels, i.e. a few times 1/scale
     full-resolution pixels; a window must see both sides of such an edge. 3/scale (10 px for a
-    4000 px picture) gave the lowest edge error in tools/matte_refine_study.py (docs/MATTE.md).
+    4000 px picture) gave the lowest edge error in the refinement study of docs/MATTE.md.
     """
     return max(2, math.ceil(3.0 / scale))
 

@@ -22,8 +22,8 @@ import numpy.typing as npt
 from PIL import Image
 
 from craftai_common.hashing import sha256_file
-from tests.support import catalogues, servers
-from tests.support.sam_fixture import Sam21Fixture
+from craftai_dev import catalogues, servers
+from craftai_dev.sam_fixture import Sam21Fixture
 
 RECIPE = "sam2-hiera-tiny"  # from plain URLs
 DEFAULT = "sam2.1-hiera-tiny"  # image.segment's default, from the archive

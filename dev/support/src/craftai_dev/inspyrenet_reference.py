@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.support import calibration
-from tests.support.bare_import import bare_package
+from craftai_dev import calibration
+from craftai_dev.bare_import import bare_package
 
 
 def _package_path(name: str, wheel: Path | None) -> list[str]:
@@ -146,5 +146,5 @@ def randomised_state_dict(reference: nn.Module, seed: int = 0) -> dict[str, torc
 
 def calibrate_batchnorm(model: nn.Module, x: torch.Tensor, seed: int = 0) -> dict[str, torch.Tensor]:
     """Every BatchNorm's running statistics set to those of one forward pass of `x`, then the state
-    dict (with `num_batches_tracked` randomised again; tests/support/calibration.py says why)."""
+    dict (with `num_batches_tracked` randomised again; craftai_dev.calibration says why)."""
     return calibration.calibrate_batchnorm(model, lambda: model.forward_inspyre(x), seed=seed)  # type: ignore[operator]

@@ -1,6 +1,6 @@
 """A synthetic matting case with a known answer: a foreground, a background and an alpha with
 hair-like strands, composited as a camera would record them (8-bit). For foreground estimation:
-tests/parity/test_foreground_pymatting.py and tools/foreground_study.py."""
+tests/parity/test_foreground_pymatting.py and tools/bench/matte_outputs.py."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ module itself needs torch, transformers' Swin, huggingface_hub's mixin and `torc
 .deform_conv2d`. So a bare parent package is registered (same directory, no code run), and, only
 while the network module is imported, two stand-ins are put in `sys.modules` and taken out again:
 
-- `torchvision.ops` with tests/support/deform_conv_reference.py's `deform_conv2d` (independent,
+- `torchvision.ops` with craftai_dev.deform_conv_reference's `deform_conv2d` (independent,
   slow, straight from the DCNv2 formula) where torchvision does not import (the CPU torch here);
   where it does (the GPU machine), the real one is used;
 - `nobg.birefnet.image_processing_birefnet` where transformers' torchvision backend does not
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.support import deform_conv_reference
-from tests.support.bare_import import bare_package
+from craftai_dev import deform_conv_reference
+from craftai_dev.bare_import import bare_package
 
 LITE = {"embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "window_size": 7, "num_layers": 4}
 

@@ -1,6 +1,6 @@
 """Run rembg's own code on pictures (a separate process: rembg is a test-only reference).
 
-    NUMBA_DISABLE_JIT=1 U2NET_HOME=DIR python -m tests.support.rembg_peer OUT PICTURE...
+    NUMBA_DISABLE_JIT=1 U2NET_HOME=DIR python -m craftai_dev.rembg_peer OUT PICTURE...
 
 Writes OUT/<stem>.png, the mask rembg's `remove(only_mask=True)` gives with its u2netp session.
 NUMBA_DISABLE_JIT=1 only skips compiling pymatting (alpha matting, imported by rembg but never

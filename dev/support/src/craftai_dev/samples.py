@@ -1,6 +1,6 @@
 """Public-domain sample photos, taken from the scikit-image wheel on PyPI (fetched with pip).
 
-    python tools/samples.py OUT_DIR     # copies astronaut.png, chelsea.png, coffee.png, rocket.jpg
+    python -m craftai_dev.samples OUT_DIR     # copies astronaut.png, chelsea.png, coffee.png, rocket.jpg
 
 astronaut and rocket are NASA photos (public domain); chelsea and coffee are CC0 photos by the
 scikit-image authors. The wheel is fetched once into <repo>/.cache/ and reused.
@@ -15,10 +15,11 @@ import sys
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from craftai_dev.cache import CACHE as CHECKOUT_CACHE
+
 WHEEL = "scikit-image==0.26.0"
 PHOTOS = ("astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg")
-CACHE = REPO / ".cache" / "photos"
+CACHE = CHECKOUT_CACHE / "photos"
 
 
 def photos() -> dict[str, Path]:
@@ -35,7 +36,7 @@ def photos() -> dict[str, Path]:
 
 
 def _extract() -> None:
-    wheels = REPO / ".cache" / "wheels"
+    wheels = CHECKOUT_CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     found = sorted(wheels.glob("scikit_image-0.26.0-*.whl"))
     if not found:

@@ -10,9 +10,10 @@ import torch
 from safetensors.torch import save_file
 
 from craftai_common.store import FilePin
+from craftai_dev.cache import CACHE, exclusive
+from craftai_dev.files import sha256_of
+from craftai_dev.inspyrenet_reference import randomised_state_dict
 from craftai_models.inspyrenet import inspyrenet_swin_b
-from tests.support.files import CACHE, exclusive, sha256_of
-from tests.support.inspyrenet_reference import randomised_state_dict
 
 SEED = 7
 
@@ -62,7 +63,7 @@ CALIBRATION_PHOTO = "astronaut.png"
 
 
 def calibrated(side: int = 384, device: str = "cpu") -> Checkpoint:
-    """The random checkpoint calibrated on a real photo (tests/support/calibration.py), so that its
+    """The random checkpoint calibrated on a real photo (craftai_dev.calibration), so that its
     matte has a subject, a background and edges between them: the refinement then filters a real
     share of a large picture's tiles. Calibrated with the photo at `side`² (the bench uses 1280², the
     network's input for a large picture, on the GPU; CI a small side on the CPU); cached per side."""
@@ -83,12 +84,12 @@ def calibrated_state(side: int, device: str = "cpu") -> dict[str, torch.Tensor]:
     import numpy as np
     from PIL import Image
 
+    from craftai_dev import calibration
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
     from craftai_infer.pipelines import matte_u2netp
     from craftai_infer.pipelines.matte_inspyrenet import network_input
     from craftai_models.onnx_sessions import open_session
-    from tests.support import calibration
-    from tests.support.files import u2netp_onnx
-    from tools.samples import photos
 
     if side % 32 or side > 1280:
         raise ValueError("the calibration side is a multiple of 32, at most 1280 (the network's largest input)")
