@@ -71,7 +71,8 @@ def _broken_links(pages: list[Path], root: Path = REPO) -> list[str]:
 
 
 def test_nothing_points_outside_the_repository() -> None:
-    found = {str(p.relative_to(REPO)): hits for p in _tracked() if (hits := _outside(p))}
+    checked = [p for p in _tracked() if p != Path(__file__).resolve()]  # this file names what it looks for
+    found = {str(p.relative_to(REPO)): hits for p in checked if (hits := _outside(p))}
     assert found == {}
 
 
