@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Load test: concurrent clients mixing image.segment sessions, clicks and mattes against one
-`craftai serve`, bounded in time, on loopback only (docs/PERFORMANCE.md, "Load").
+`craftai serve`, bounded in time, on loopback only (docs/PERFORMANCE.md, "Serving").
 
 Each client is a thread with its own AiClient; clients are spread over `--apps` app ids. A client
 repeats, until the time is up: a session (OpenSession, `--clicks` prompts each feeding the last
