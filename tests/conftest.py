@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.support import catalogues, servers
-from tests.support.files import U2NETP_SHA256, sample_photo, u2netp_onnx
+from craftai_dev import catalogues, servers
+from craftai_dev.files import U2NETP_SHA256, sample_photo, u2netp_onnx
 
 # OpenMP threads (torch's CPU ops, in this process, the servers and tools/bench, which inherit it)
 # sleep as soon as they wait instead of spinning first: on a 2-core machine with more runnable
@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     import onnx
     import torch
 
-    from tests.support.sam_fixture import Sam21Fixture
-    from tests.support.segment import SetUpStore
+    from craftai_dev.sam_fixture import Sam21Fixture
+    from craftai_dev.segment import SetUpStore
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -139,8 +139,8 @@ def matte_server(local_catalogue: Path, tmp_path_factory: pytest.TempPathFactory
 @pytest.fixture(scope="session")
 def sam21_files() -> Sam21Fixture:
     """SAM 2.1 tiny with random weights: encoder.onnx, decoder.onnx and weights.safetensors, exported
-    once and cached under .cache/fixtures/ by a key of the generator's inputs (tools/fixtures/sam21.py)."""
-    from tests.support import sam_fixture  # imports torch: only for the suites that use SAM
+    once and cached under .cache/fixtures/ by a key of the generator's inputs (craftai_dev.sam21)."""
+    from craftai_dev import sam_fixture  # imports torch: only for the suites that use SAM
 
     return sam_fixture.fixture()
 
@@ -149,7 +149,7 @@ def sam21_files() -> Sam21Fixture:
 def sam_store(sam21_files: Sam21Fixture, tmp_path_factory: pytest.TempPathFactory) -> SetUpStore:
     """A store where the real prepare service set up sam2-hiera-tiny (the fixture, pinned by a test
     catalogue, downloaded from a loopback HTTP server); each segment suite serves it its own way."""
-    from tests.support import segment
+    from craftai_dev import segment
 
     return segment.set_up_store(tmp_path_factory.mktemp("sam-store"), sam21_files)
 

@@ -42,6 +42,8 @@ if [ "$dev" = 1 ]; then
     fi
     echo "== installing the test tools"
     quiet "${pip[@]}" -r requirements-dev.txt
+    # What the tests and the tools share (fixtures, references, sample files): docs/ARCHITECTURE.md.
+    quiet "${pip[@]}" -e dev/support
     echo "== installing the test-only reference implementations"
     quiet bash tools/install_references.sh
 fi

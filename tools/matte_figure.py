@@ -1,7 +1,7 @@
 """The before/after picture of docs/API.md and the README, made from a public-domain sample photo
-(tools/samples.py) by the u2netp route and the outputs pipeline as the service runs them (CPU).
+(craftai_dev.samples) by the u2netp route and the outputs pipeline as the service runs them (CPU).
 
-    .venv/bin/python tools/matte_figure.py [--photo chelsea.png] [--out docs/images/matte-outputs.jpg]
+    .venv/bin/python -m tools.matte_figure [--photo chelsea.png] [--out docs/images/matte-outputs.jpg]
 
 Top row: the photo, the matte, the naive cutout and the cutout with foreground colour estimation,
 both over the same blue, and a composite over the photo blurred. Bottom row: one window of the
@@ -14,21 +14,17 @@ own colour.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-REPO = Path(__file__).resolve().parents[1]
-for src in ("services/infer/src", "services/models/src", "services/common/src", "clients/wire/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from craftai_infer.pipelines.matte_outputs import render
+from craftai_infer.pipelines.matte_spec import Blur, OutputsSpec, Solid
+from craftai_infer.routes import RouteFiles
+from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 
-from craftai_infer.pipelines.matte_outputs import render  # noqa: E402
-from craftai_infer.pipelines.matte_spec import Blur, OutputsSpec, Solid  # noqa: E402
-from craftai_infer.routes import RouteFiles  # noqa: E402
-from craftai_infer.routes.u2netp_onnx import U2netpOnnx  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 BLUE = (38, 92, 200, 255)
 TILE = 200  # height of each picture of the top row
@@ -111,8 +107,8 @@ def main() -> int:
     parser.add_argument("--photo", default="chelsea.png")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "images" / "matte-outputs.jpg")
     options = parser.parse_args()
-    from tests.support.files import u2netp_onnx
-    from tools.samples import photos
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
 
     made = figure(photos()[options.photo], u2netp_onnx())
     options.out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,7 @@ out=out/quickstart
 mkdir -p "$out"
 
 echo "== sample photos (public domain, from the scikit-image wheel)"
-.venv/bin/python tools/samples.py "$out/photos" >/dev/null
+PYTHONPATH=dev/support/src .venv/bin/python -m craftai_dev.samples "$out/photos" >/dev/null
 ls "$out/photos"
 
 echo "== starting the services (craftai serve; store: ${CRAFTAI_STORE:-~/.cache/craftai})"

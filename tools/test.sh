@@ -72,8 +72,8 @@ wait_for_images() {
 echo "== lint and types"
 checks_started=$(date +%s)
 .venv/bin/ruff check .
-.venv/bin/ruff format --check services clients tools tests
-.venv/bin/mypy services clients/python/src clients/wire/src tools tests
+.venv/bin/ruff format --check services clients dev tools tests
+.venv/bin/mypy services clients/python/src clients/wire/src dev/support/src tools tests
 timings+=("lint and types $(since "$checks_started") s")
 
 echo "== tests"

@@ -7,7 +7,7 @@ removed), and, where image.segment is set up, a selection made by a click.
 Alone it starts `craftai serve --web` on a fresh store, sets u2netp up there (the real file, from
 the catalogue's sources) and writes docs/web-before.png and docs/web-after.png; with --url it uses
 that page (and writes docs/web-select.png when its segment route is ready). The browser is
-Debian's chromium (tools/browser.py).
+Debian's chromium (craftai_dev.browser).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tools.browser import launch
-from tools.samples import photos
+from craftai_dev.browser import launch
+from craftai_dev.samples import photos
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,17 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_the_picture_input_bench_runs_at_a_tiny_size(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "tools/bench/picture_input.py", "--sizes", "64x48", "--rounds", "2", "--out", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "tools.bench.picture_input",
+            "--sizes",
+            "64x48",
+            "--rounds",
+            "2",
+            "--out",
+            str(tmp_path),
+        ],
         cwd=REPO,
         capture_output=True,
         text=True,

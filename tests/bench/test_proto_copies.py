@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_messages_written_in_place_are_the_same_bytes(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "tools/bench/proto_copies.py", "--tiny", "--out", str(tmp_path)],
+        [sys.executable, "-m", "tools.bench.proto_copies", "--tiny", "--out", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

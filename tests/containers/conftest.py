@@ -18,8 +18,8 @@ import pytest
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
+from craftai_dev import catalogues
 from tests.containers import stack as st
-from tests.support import catalogues
 from tools.docker.dockercli import engine_answers
 
 # Ryuk (testcontainers' reaper) is an image from a registry, and none is reachable: the fixtures

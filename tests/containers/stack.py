@@ -28,8 +28,8 @@ from testcontainers.core.network import Network
 from testcontainers.core.wait_strategies import HealthcheckWaitStrategy, LogMessageWaitStrategy
 
 from craftai import AiClient
+from craftai_dev.servers import free_port
 from craftai_wire.keys import key_line, new_key
-from tests.support.servers import free_port
 
 PORT = 50051
 FILES_PORT = 8080

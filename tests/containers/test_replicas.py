@@ -36,11 +36,11 @@ from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
 from craftai import AiClient
+from craftai_dev import catalogues, segment
+from craftai_dev.sam_fixture import Sam21Fixture
+from craftai_dev.servers import free_port
 from craftai_wire.v1 import common_pb2
 from tests.containers import stack as st
-from tests.support import catalogues, segment
-from tests.support.sam_fixture import Sam21Fixture
-from tests.support.servers import free_port
 
 pytestmark = pytest.mark.containers
 

@@ -18,10 +18,10 @@ from numpy.typing import NDArray
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, RouteState, SetupOutput
+from craftai_dev import servers
+from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE
 from craftai_wire.v1 import common_pb2
 from tests.containers import stack as st
-from tests.support import servers
-from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
 from tools.docker.dockercli import docker_json
 
 pytestmark = pytest.mark.containers

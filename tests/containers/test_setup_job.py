@@ -14,9 +14,9 @@ import pytest
 from testcontainers.core.container import DockerContainer
 from testcontainers.core.network import Network
 
+from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE
 from tests.containers import stack as st
 from tests.containers.conftest import recipes_with
-from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
 
 pytestmark = pytest.mark.containers
 

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 import pytest
 
 from craftai import AiClient
-from tests.support import catalogues, servers
-from tests.support.inspyrenet_fixture import checkpoints
+from craftai_dev import catalogues, servers
+from craftai_dev.inspyrenet_fixture import checkpoints
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,11 @@ import torch
 from PIL import Image
 from torch import Tensor
 
+from craftai_dev import birefnet_reference
+from craftai_dev.birefnet_fixture import checkpoints, photo_input
 from craftai_infer.routes import RouteFiles
 from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
 from craftai_models.deform_conv import deform_conv2d
-from tests.support import birefnet_reference
-from tests.support.birefnet_fixture import checkpoints, photo_input
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 FP32_RTOL = 1e-3

@@ -22,15 +22,15 @@ import torch
 from PIL import Image
 
 from craftai import AiClient, Prompt
+from craftai_dev import segment, servers
+from craftai_dev.inspyrenet_fixture import checkpoints
+from craftai_dev.masks import iou as _iou
+from craftai_dev.masks import iou_matrix
+from craftai_dev.sam_fixture import Sam21Fixture
 from craftai_infer.pipelines import mask_formats
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
 from tests.gpu.test_gpu_jpeg import jpeg
-from tests.support import segment, servers
-from tests.support.inspyrenet_fixture import checkpoints
-from tests.support.masks import iou as _iou
-from tests.support.masks import iou_matrix
-from tests.support.sam_fixture import Sam21Fixture
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 SAM = "sam2-hiera-tiny"

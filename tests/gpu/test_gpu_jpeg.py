@@ -15,11 +15,11 @@ import torch
 from PIL import Image
 
 from craftai_common.errors import ServiceError
+from craftai_dev import segment
 from craftai_infer import pictures
 from craftai_infer.engines import nvjpeg
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pipelines.picture import device_pixels
-from tests.support import segment
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 LIMITS = pictures.Limits(50_000_000, 16_384)

@@ -1,4 +1,4 @@
-"""image.matte's outputs made on the GPU (DESIGN.md 5: on the device that ran the matte) against the
+"""image.matte's outputs made on the GPU (docs/MATTE.md: on the device that ran the matte) against the
 same pipeline on the CPU, and through the service from the two kinds of routes: u2netp on torch
 (its matte is a host array, uploaded for the outputs) and InSPyReNet (its matte stays on the GPU).
 
@@ -20,12 +20,12 @@ import torch
 from PIL import Image
 
 from craftai import AiClient
+from craftai_dev import servers
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.matte_spec import Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
-from tests.support import servers
 
 pytestmark = [pytest.mark.gpu]
 FG_MEAN = 0.05  # mean |F_gpu - F_cpu| over the visible pixels, 8-bit levels

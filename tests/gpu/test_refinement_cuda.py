@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from craftai_dev.refinement import refined_one_tile_at_a_time, ring_picture
 from craftai_infer.pipelines import matte_refine as pipeline
 from craftai_infer.pipelines.matte_inspyrenet import MatteSettings, tile_count
 from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius
-from tests.support.refinement import refined_one_tile_at_a_time, ring_picture
 
 pytestmark = pytest.mark.gpu
 

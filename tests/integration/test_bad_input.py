@@ -18,10 +18,10 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries, SegmentSession
+from craftai_dev import servers
+from craftai_dev.segment import SetUpStore, mask_of
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
-from tests.support.segment import SetUpStore, mask_of
 
 MiB = 1 << 20
 NO_RETRY = Retries(attempts=0)
@@ -49,7 +49,7 @@ def _png_declaring(width: int, height: int) -> bytes:
 
 
 def _photo() -> Image.Image:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     return Image.open(photos()["chelsea.png"]).convert("RGB")
 

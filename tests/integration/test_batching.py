@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image
 
 from craftai import AiClient
-from tests.support import servers
+from craftai_dev import servers
 
 
 def test_concurrent_mattes_on_the_torch_route_are_batched(

@@ -11,8 +11,8 @@ import numpy as np
 from PIL import Image
 
 from craftai import AiClient, RouteState
+from craftai_dev import catalogues, servers
 from craftai_infer.pictures import NOT_A_PICTURE
-from tests.support import catalogues, servers
 
 
 def _craftai(address: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from tests.support import servers
+from craftai_dev import servers
 
 
 def _craftai(address: str, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:

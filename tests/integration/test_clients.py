@@ -2,7 +2,7 @@
 errors, keys, retries after a restart, sessions opened again when the server forgot them.
 
 Each case runs once per client (`kind`); the asyncio client is driven on an event loop thread of
-its own (tests/support/clients.py), so the assertions are the same lines for both.
+its own (craftai_dev.clients), so the assertions are the same lines for both.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import pytest
 from PIL import Image
 
 from craftai import CraftAiError, Retries, SetupOutput
+from craftai_dev import servers
+from craftai_dev.clients import KINDS, Kind, LoopThread, both
+from craftai_dev.segment import SetUpStore, mask_of
 from craftai_wire import local_tls
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
-from tests.support.clients import KINDS, Kind, LoopThread, both
-from tests.support.segment import SetUpStore, mask_of
 
 
 @pytest.fixture(scope="module")

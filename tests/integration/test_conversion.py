@@ -17,10 +17,10 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, RouteState, RouteStatus, SetupOutput
 from craftai_catalogue import recipes
 from craftai_common.store import FilePin, prepared_key
+from craftai_dev import catalogues, servers
+from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 from craftai_prepare.conversion import converters
 from craftai_wire.v1 import common_pb2
-from tests.support import catalogues, servers
-from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 
 PINS = [FilePin("u2netp", "u2netp.onnx", U2NETP_SIZE, U2NETP_SHA256)]
 

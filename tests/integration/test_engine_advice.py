@@ -22,6 +22,7 @@ import pytest
 
 from craftai import AiClient, Retries, SetupOutput
 from craftai_common import local_tls
+from craftai_dev import servers
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
     catalogue_pb2,
@@ -30,7 +31,6 @@ from craftai_wire.v1 import (
     prepare_pb2,
     prepare_pb2_grpc,
 )
-from tests.support import servers
 
 pytestmark = pytest.mark.slow
 MATTE = common_pb2.RouteRef(feature="image.matte")

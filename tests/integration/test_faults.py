@@ -20,10 +20,10 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries
+from craftai_dev import servers
+from craftai_dev.segment import SetUpStore, mask_of
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
-from tests.support.segment import SetUpStore, mask_of
 
 pytestmark = pytest.mark.slow
 SLOW = {"CRAFTAI_FAULT_INJECTION": "slow-model"}

@@ -12,7 +12,7 @@ from pathlib import Path
 from PIL import Image
 
 from craftai import AiClient
-from tests.support import segment, servers
+from craftai_dev import segment, servers
 
 INJECT = {"CRAFTAI_FAULT_INJECTION": "gpu-oom-once"}
 

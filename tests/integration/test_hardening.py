@@ -26,6 +26,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Retries
+from craftai_dev import certs, servers
+from craftai_dev.files import U2NETP_SHA256
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.local_tls import loopback_channel
@@ -33,8 +35,6 @@ from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.integration.test_bad_input import damaged_jpegs
 from tests.integration.test_cli_remove_background import _craftai
 from tests.integration.test_limits import Flood, timed
-from tests.support import certs, servers
-from tests.support.files import U2NETP_SHA256
 
 pytestmark = pytest.mark.slow
 MiB = 1 << 20

@@ -19,7 +19,7 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, Retries
-from tests.support import servers
+from craftai_dev import servers
 
 pytestmark = pytest.mark.slow
 LIMIT = 2

@@ -13,8 +13,8 @@ from numpy.typing import NDArray
 from PIL import Image, ImageOps
 
 from craftai import AiClient, CraftAiError
-from tests.support import servers
-from tests.support.masks import iou as _iou
+from craftai_dev import servers
+from craftai_dev.masks import iou as _iou
 
 
 def rembg_reference(path: Path, model: Path) -> NDArray[np.uint8]:

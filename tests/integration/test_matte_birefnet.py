@@ -24,10 +24,10 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, RouteState
+from craftai_dev import catalogues, servers
+from craftai_dev.birefnet_fixture import Checkpoint, checkpoints, onnx_file
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.matte_spec import Blur, OutputsSpec, Solid
-from tests.support import catalogues, servers
-from tests.support.birefnet_fixture import Checkpoint, checkpoints, onnx_file
 
 pytestmark = pytest.mark.slow
 RECIPE = "birefnet-lite"

@@ -15,10 +15,10 @@ import torch
 from PIL import Image
 
 from craftai import AiClient, CraftAiError
+from craftai_dev import catalogues, servers
+from craftai_dev.inspyrenet_fixture import Checkpoint, checkpoints
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.matte_spec import Blur
-from tests.support import catalogues, servers
-from tests.support.inspyrenet_fixture import Checkpoint, checkpoints
 
 pytestmark = pytest.mark.slow
 STORE_FILE = Path("models/inspyrenet-swinb/inspyrenet.safetensors")

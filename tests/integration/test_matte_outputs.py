@@ -18,11 +18,11 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, calls
 from craftai.calls import MatteOptions
 from craftai.policy import Retries
+from craftai_dev import servers
 from craftai_infer.pipelines import matte_outputs
 from craftai_infer.pipelines.matte_spec import Blur, Cover, OutputsSpec
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
 
 ALL = "matte,cutout,composite,mask"
 MATTE = infer_pb2.MATTE_OUTPUT_KIND_MATTE

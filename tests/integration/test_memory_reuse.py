@@ -13,7 +13,7 @@ import statistics
 from pathlib import Path
 
 from craftai import AiClient
-from tests.support import servers
+from craftai_dev import servers
 
 CALLS = 9
 MOST_FAULTS_PER_CALL = 400  # medians measured: ~140 once warm; 600-2,200 with any one of the three undone

@@ -16,9 +16,9 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError
+from craftai_dev import servers
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
-from tests.support import servers
 
 
 def _metrics(process: servers.Process) -> dict[str, float]:

@@ -9,9 +9,9 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, RouteState, SetupOutput
+from craftai_dev import catalogues, servers
+from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 from craftai_wire.v1 import common_pb2
-from tests.support import catalogues, servers
-from tests.support.files import U2NETP_SHA256, U2NETP_SIZE, sha256_of
 
 U2NETP = Path("models/u2netp/u2netp.onnx")
 

@@ -5,7 +5,7 @@ bad archives refused in plain words naming the member, the next source then trie
 
 Small random members (incompressible, like model weights) keep every case to milliseconds; the
 real-size case, SAM 2.1 tiny from an archive laid out like the publisher's, is the sam_store
-fixture (tests/support/segment.py) and test_segment.py's `craftai setup image.segment`.
+fixture (craftai_dev.segment) and test_segment.py's `craftai setup image.segment`.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ from filelock import FileLock
 from craftai import AiClient, SetupOutput
 from craftai_common.errors import ServiceError
 from craftai_common.store import FilePin, Store
+from craftai_dev import catalogues, servers
+from craftai_dev.stops import stopped_while_waiting
 from craftai_prepare.downloads import ensure_file
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.sources import ArchiveMemberSource, HttpSource, Source, archive_pin
 from craftai_wire.v1 import common_pb2, prepare_pb2
-from tests.support import catalogues, servers
-from tests.support.stops import stopped_while_waiting
 
 RECIPE = "sam2.1-hiera-tiny"
 WHEN = (2026, 2, 21, 12, 0, 0)

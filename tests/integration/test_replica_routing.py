@@ -28,9 +28,9 @@ import pytest
 
 from craftai import AiClient, AsyncAiClient, AsyncSegmentSession, CraftAiError
 from craftai.replicas import replica_of
-from tests.support import servers, web
-from tests.support.clients import LoopThread
-from tests.support.segment import SetUpStore
+from craftai_dev import servers, web
+from craftai_dev.clients import LoopThread
+from craftai_dev.segment import SetUpStore
 
 APP = "replica-tests"
 NAMES = ("infer", "infer-2")  # the replicas' CRAFTAI_REPLICA (servers.separate)

@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
+from craftai_dev import servers
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
     catalogue_pb2,
@@ -21,7 +22,6 @@ from craftai_wire.v1 import (
     prepare_pb2,
     prepare_pb2_grpc,
 )
-from tests.support import servers
 
 APP = servers.app_metadata("tests")
 MATTE = common_pb2.RouteRef(feature="image.matte")

@@ -14,9 +14,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from craftai import AiClient, CraftAiError, Retries, RouteState
+from craftai_dev import certs, servers
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.v1 import catalogue_pb2, catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc
-from tests.support import certs, servers
 
 EDITOR_KEY, BATCH_KEY, SERVICE_KEY = new_key(), new_key(), new_key()
 NO_RETRY = Retries(attempts=0)

@@ -25,13 +25,13 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, LowResMask, Point, SegmentOutput, SegmentSession
+from craftai_dev import catalogues, servers
+from craftai_dev.sam_fixture import Sam21Fixture
+from craftai_dev.segment import SetUpStore, mask_of, png
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import catalogues, servers
-from tests.support.sam_fixture import Sam21Fixture
-from tests.support.segment import SetUpStore, mask_of, png
 
 pytestmark = pytest.mark.slow
 APP = servers.app_metadata("tests")

@@ -25,6 +25,9 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Prompt, SegmentSession
+from craftai_dev import servers
+from craftai_dev.sam_fixture import Sam21Fixture
+from craftai_dev.segment import SetUpStore, mask_of
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_cleanup import Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
@@ -32,9 +35,6 @@ from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
-from tests.support import servers
-from tests.support.sam_fixture import Sam21Fixture
-from tests.support.segment import SetUpStore, mask_of
 
 pytestmark = [
     pytest.mark.slow,

@@ -16,12 +16,12 @@ import grpc
 import pytest
 
 from craftai import AiClient, CraftAiError, SegmentSession
+from craftai_dev import servers
+from craftai_dev.segment import SetUpStore
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
-from tests.support import servers
-from tests.support.segment import SetUpStore
 
 pytestmark = pytest.mark.slow
 EMBEDDING_BYTES = 4 * (32 * 256 * 256 + 64 * 128 * 128 + 256 * 64 * 64)  # SAM 2 tiny: 16 MiB per picture

@@ -1,6 +1,6 @@
 """`craftai setup image.segment` on a fresh store sets up the default recipe, SAM 2.1 tiny, from its
 archive source: the SAM 2.1 fixture's encoder and decoder in a zip laid out like the publisher's,
-served on loopback (tests/support/segment.py), the archive fetched once, each member found by its
+served on loopback (craftai_dev.segment), the archive fetched once, each member found by its
 pin, progress for the archive and each member, nothing left under tmp/.
 
 About 5 s on 2 cores (126 MB unpacked and hashed; the archive itself is cached by the fixture's key).
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import segment, servers
-from tests.support.sam_fixture import Sam21Fixture
+from craftai_dev import segment, servers
+from craftai_dev.sam_fixture import Sam21Fixture
 
 pytestmark = pytest.mark.slow
 

@@ -15,10 +15,10 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, SetupOutput
+from craftai_dev import segment, servers
+from craftai_dev.files import sample_photo
+from craftai_dev.masks import iou as _iou
 from craftai_wire.v1 import common_pb2
-from tests.support import segment, servers
-from tests.support.files import sample_photo
-from tests.support.masks import iou as _iou
 
 pytestmark = pytest.mark.slow
 PROMPTS = [

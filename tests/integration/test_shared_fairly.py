@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from craftai import AiClient
+from craftai_dev import servers
+from craftai_dev.segment import SetUpStore
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
-from tests.support import servers
-from tests.support.segment import SetUpStore
 
 pytestmark = pytest.mark.slow
 CLICK = [(200.0, 150.0, True)]

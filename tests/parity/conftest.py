@@ -11,7 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from tests.support import sam_fixture
+from craftai_dev import sam_fixture
 
 if TYPE_CHECKING:
     import torch

@@ -1,10 +1,10 @@
 """BiRefNet_lite: this project's network against nobg 0.3.1's, stage by stage, on the CPU.
 
 Both read the same file: the calibrated random checkpoint in the original key layout
-(tests/support/birefnet_fixture.py), nobg through its own `from_origin` (which remaps the layout
+(craftai_dev.birefnet_fixture), nobg through its own `from_origin` (which remaps the layout
 and loads with strict=False: the first test proves every tensor was used), ours through the
 service's strict loader. nobg's deformable convolution is torchvision's, which does not import
-beside the CPU torch here: it is stood in for by tests/support/deform_conv_reference.py (the DCNv2
+beside the CPU torch here: it is stood in for by craftai_dev.deform_conv_reference (the DCNv2
 formula, one picture and one tap at a time); tests/gpu compares with torchvision's own.
 
 Input: a real photo squashed to 512² — the smallest size at which nobg's backbone is the original
@@ -29,10 +29,10 @@ import torch
 from safetensors.torch import load_file
 from torch import Tensor
 
+from craftai_dev import birefnet_reference
+from craftai_dev.birefnet_fixture import Checkpoint, checkpoints, photo_input
 from craftai_models.birefnet import BiRefNet, PatchOrder, Stages, load_birefnet
 from craftai_models.swin import relative_position_index
-from tests.support import birefnet_reference
-from tests.support.birefnet_fixture import Checkpoint, checkpoints, photo_input
 
 pytestmark = pytest.mark.slow
 

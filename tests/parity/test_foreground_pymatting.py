@@ -2,7 +2,7 @@
 `estimate_foreground_ml`, the reference implementation of the same method (test-only dependency).
 
 On a synthetic composite with a known foreground, background and hair-like alpha
-(tests/support/hair.py), the error of each estimate against the true foreground is measured where
+(craftai_dev.hair), the error of each estimate against the true foreground is measured where
 it shows (mean |α (F̂ − F)| over the partial pixels, in 8-bit levels): ours is pymatting's within
 ERROR_MARGIN, and far below the naive cutout's (the picture's own colours). On a real photo with
 u2netp's real matte, ours equals pymatting's within the stated tolerances: the two sweep the
@@ -21,10 +21,10 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev import hair
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
-from tests.support import hair
 
 ERROR_MARGIN = 0.25  # 8-bit levels of |α (F̂ − F)| above pymatting's
 NAIVE_SHARE = 0.7  # at most this share of the naive cutout's error

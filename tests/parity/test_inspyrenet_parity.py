@@ -2,7 +2,7 @@
 
 Both networks get the same state dict in which every parameter and buffer is random (attention
 gammas, BN statistics, SICA thresholds and the relative position indices included; BN statistics
-are then measured on the test input so that no stage saturates, see tests/support).
+are then measured on the test input so that no stage saturates, see craftai_dev.inspyrenet_reference).
 
 Input 64×64 with base_size (64, 64): at that size SICA's fixed stage sizes (base_size / 2^stage)
 equal the feature sizes, as they do for the published 1024² configuration at 1024², and the whole
@@ -30,6 +30,7 @@ from safetensors.torch import save_file
 from torch import Tensor, nn
 
 from craftai_common.store import FilePin
+from craftai_dev.inspyrenet_reference import build_reference, calibrate_batchnorm, randomised_state_dict
 from craftai_models.checkpoints import expected_tensors, read_state_dict
 from craftai_models.inspyrenet import (
     InSPyReNet,
@@ -40,13 +41,12 @@ from craftai_models.inspyrenet import (
     normalise_per_image,
 )
 from craftai_models.swin import relative_position_index
-from tests.support.inspyrenet_reference import build_reference, calibrate_batchnorm, randomised_state_dict
 
 pytestmark = pytest.mark.slow
 
 BASE = (64, 64)
 RTOL = 2e-4
-# The published key list (a copy of the project's research/matte_inspyrenet_state_dict.tsv, kept in
+# The published key list (docs/research/weights.md says how it was made; kept in
 # the checkout so that a fresh clone, CI's included, runs the check).
 KEYS_TSV = Path(__file__).resolve().parents[1] / "data" / "matte_inspyrenet_state_dict.tsv"
 
@@ -182,7 +182,7 @@ def test_published_names_load_strict_into_both(pair: Pair, tmp_path: Path) -> No
 
 
 def test_key_list_is_the_published_one(pair: Pair) -> None:
-    """The 1,625 names, shapes and dtypes of research/matte_inspyrenet_state_dict.tsv (tests/data)."""
+    """The 1,625 names, shapes and dtypes of tests/data/matte_inspyrenet_state_dict.tsv."""
     published: dict[str, tuple[tuple[int, ...], str]] = {}
     for line in KEYS_TSV.read_text().splitlines()[1:]:
         key, shape, dtype, _kind = line.split("\t")

@@ -1,4 +1,4 @@
-"""The SAM 2.1 converter on the random-weight fixture (tools/fixtures/sam21.py).
+"""The SAM 2.1 converter on the random-weight fixture (craftai_dev.sam21).
 
 The fixture is Meta's network with every tensor randomised, exported to the samexporter contract
 with the legacy exporter, plus the random state_dict it was exported from. The converter must give
@@ -35,11 +35,11 @@ GENERATOR_ENV = "CRAFTAI_SAM21_FIXTURE_GENERATOR"
 
 def _fixture_folder() -> Path:
     try:
-        generator = importlib.import_module("tools.fixtures.sam21")
+        generator = importlib.import_module("craftai_dev.sam21")
     except ModuleNotFoundError:
         script = os.environ.get(GENERATOR_ENV)
         if not script:
-            pytest.skip(f"tools/fixtures/sam21.py is not in this checkout and {GENERATOR_ENV} is not set")
+            pytest.skip(f"craftai_dev.sam21 is not in this checkout and {GENERATOR_ENV} is not set")
         done = subprocess.run(
             [sys.executable, script, "--cache-dir", str(CACHE), "--json"], check=True, capture_output=True, text=True
         )

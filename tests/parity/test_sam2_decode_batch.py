@@ -8,10 +8,10 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.files import sample_photo
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2.model import build_sam21_tiny
-from tests.support.files import sample_photo
 
 
 @pytest.mark.slow

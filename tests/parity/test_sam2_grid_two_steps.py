@@ -13,13 +13,13 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.files import sample_photo
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_generator import Candidates, Everything, torch_steps
 from craftai_infer.pipelines.segment_sam import grid_point_feeds
 from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
 from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2.contract import LOW_RES
-from tests.support.files import sample_photo
 
 pytestmark = pytest.mark.slow
 SIDE = 5  # 25 points

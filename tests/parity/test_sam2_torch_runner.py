@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from craftai_dev import sam_fixture
+from craftai_dev.files import sample_photo
+from craftai_dev.masks import iou as _iou
 from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
 from craftai_infer.routes.sam2_onnx import SamOnnxRunner
 from craftai_infer.routes.sam2_torch import SamTorchRunner
-from tests.support import sam_fixture
-from tests.support.files import sample_photo
-from tests.support.masks import iou as _iou
 
 PROMPTS = {
     "click": SamPrompt(points=[(220, 150)], labels=[1]),

@@ -1,6 +1,6 @@
 """SAM 2.1 on onnxruntime (our pipeline + the samexporter-contract files) against Meta's SAM2ImagePredictor.
 
-Both sides hold the same random weights (tools/fixtures/sam21.py). On real photos, one of them larger
+Both sides hold the same random weights (craftai_dev.sam21). On real photos, one of them larger
 than the encoder input so that the antialiased shrink is exercised, and random prompts (points,
 a box, box + points, and a previous low-res answer fed back), every one of the three masks must
 match the reference with IoU >= 0.99 and every predicted IoU within 1e-3.
@@ -18,12 +18,12 @@ import onnx
 import pytest
 from PIL import Image
 
+from craftai_dev import sam_fixture
+from craftai_dev.files import sample_photo
+from craftai_dev.masks import iou as _iou
 from craftai_infer.pipelines import segment_sam
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
-from tests.support import sam_fixture
-from tests.support.files import sample_photo
-from tests.support.masks import iou as _iou
 
 pytestmark = [
     pytest.mark.slow,

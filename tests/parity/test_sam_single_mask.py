@@ -26,12 +26,12 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.files import sample_photo
+from craftai_dev.masks import iou as _iou
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
 from craftai_infer.routes.sam2_torch import SamTorchRunner
 from craftai_models.sam2 import mask_decoder
-from tests.support.files import sample_photo
-from tests.support.masks import iou as _iou
 
 pytestmark = [
     pytest.mark.slow,

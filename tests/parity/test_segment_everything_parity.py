@@ -4,7 +4,7 @@ random weights and picture, with the same parameters: every one of Meta's masks 
 
 Meta's generator runs as published but for what cannot run beside this machine's CPU torch:
 torchvision's NMS and Meta's CUDA connected-components kernel, stood in for by the obviously
-correct versions of tests/support/amg_reference.py. Its `set_image` (Meta's encoder, about 10 s
+correct versions of craftai_dev.amg_reference. Its `set_image` (Meta's encoder, about 10 s
 on this machine) runs once; the generator's later calls reuse those features (its `set_image` and
 `reset_predictor` made no-ops), which changes nothing else it computes.
 
@@ -27,9 +27,9 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, EverythingOutput
-from tests.support import amg_reference, servers
-from tests.support.masks import iou_matrix
-from tests.support.segment import SetUpStore
+from craftai_dev import amg_reference, servers
+from craftai_dev.masks import iou_matrix
+from craftai_dev.segment import SetUpStore
 
 pytestmark = [
     pytest.mark.slow,

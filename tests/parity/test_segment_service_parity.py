@@ -20,9 +20,9 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, Point, SegmentOutput
-from tests.support import sam_fixture, servers
-from tests.support.masks import iou as _iou
-from tests.support.segment import SetUpStore
+from craftai_dev import sam_fixture, servers
+from craftai_dev.masks import iou as _iou
+from craftai_dev.segment import SetUpStore
 
 pytestmark = [
     pytest.mark.slow,

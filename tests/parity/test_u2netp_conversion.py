@@ -13,10 +13,10 @@ import torch
 from onnx import helper, numpy_helper
 from PIL import Image
 
+from craftai_dev.files import sample_photo
+from craftai_dev.samples import PHOTOS as SAMPLE_PHOTOS
 from craftai_models.u2netp import INPUT_SIZE
 from craftai_prepare.converters import u2netp as converter
-from tests.support.files import sample_photo
-from tools.samples import PHOTOS as SAMPLE_PHOTOS
 
 MIN_MASK_IOU = 0.999
 

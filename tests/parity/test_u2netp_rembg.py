@@ -16,8 +16,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, RouteState, SetupOutput
-from tests.support import servers
-from tests.support.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
+from craftai_dev import servers
+from craftai_dev.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -33,7 +33,7 @@ def rembg_mattes(
     shutil.copyfile(u2netp_file, home / "u2netp.onnx")  # rembg checks its MD5 and downloads nothing
     env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
     subprocess.run(
-        [sys.executable, "-m", "tests.support.rembg_peer", str(work / "out"), *map(str, photos.values())],
+        [sys.executable, "-m", "craftai_dev.rembg_peer", str(work / "out"), *map(str, photos.values())],
         env=env,
         cwd=REPO,
         check=True,

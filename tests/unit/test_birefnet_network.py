@@ -10,6 +10,9 @@ import torch
 from safetensors.torch import save
 from torch import Tensor
 
+from craftai_dev.birefnet_fixture import METADATA, random_network
+from craftai_dev.birefnet_reference import get_patches_batch
+from craftai_dev.deform_conv_reference import deform_conv2d as deform_conv2d_formula
 from craftai_models.birefnet import (
     TRAINED_ORDER,
     PatchOrder,
@@ -19,11 +22,8 @@ from craftai_models.birefnet import (
 )
 from craftai_models.checkpoints import expected_tensors
 from craftai_models.deform_conv import deform_conv2d
-from tests.support.birefnet_fixture import METADATA, random_network
-from tests.support.birefnet_reference import get_patches_batch
-from tests.support.deform_conv_reference import deform_conv2d as deform_conv2d_formula
 
-PINNED_SIZE = 177_634_392  # model.safetensors of ZhengPeng7/BiRefNet_lite (PINS.md)
+PINNED_SIZE = 177_634_392  # model.safetensors of ZhengPeng7/BiRefNet_lite (recipes.toml)
 
 
 @pytest.mark.parametrize(

@@ -1,11 +1,11 @@
-"""The random-weight calibration helpers (tests/support/calibration.py) do what the fixtures rely on."""
+"""The random-weight calibration helpers (craftai_dev.calibration) do what the fixtures rely on."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from tests.support.calibration import calibrate_batchnorm, fit_readout, readout_input
+from craftai_dev.calibration import calibrate_batchnorm, fit_readout, readout_input
 
 
 def test_batchnorm_calibration_brings_every_layer_to_unit_scale() -> None:

@@ -10,8 +10,8 @@ import pytest
 import tomli_w
 
 from craftai_catalogue import recipes
-from tests.support import catalogues
-from tests.support.servers import BIN
+from craftai_dev import catalogues
+from craftai_dev.servers import BIN
 
 
 def test_real_data_validates_with_the_pins_of_pins_md() -> None:

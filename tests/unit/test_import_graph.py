@@ -1,4 +1,4 @@
-"""The import graph of the project's packages: who may import whom, and no cycle anywhere.
+"""The import graph of the project's packages, tools and tests: who may import whom, and no cycle anywhere.
 
 Read from the source with `ast` (every import: at the top, inside functions, under TYPE_CHECKING),
 so a lazy import cannot hide a dependency; a name taken from a package (`from a import b`) depends
@@ -6,7 +6,9 @@ on the package's `__init__` too, which runs first and is read. The rules are doc
 the wire imports nothing of ours; the SDK and the services' common code import the wire and not each
 other; the networks (craftai_models) import nothing of ours; prepare and infer share the networks
 and never import each other; the catalogue needs neither; infer's pipelines import only pipelines
-and networks.
+and networks. Around them: the services and the SDK never import the development code; craftai_dev
+(what the tests and the tools share) imports neither the tests nor the tools; the tools never import
+the tests.
 """
 
 from __future__ import annotations
@@ -26,7 +28,12 @@ SOURCES = {
     "craftai_catalogue": REPO / "services/catalogue/src/craftai_catalogue",
     "craftai_prepare": REPO / "services/prepare/src/craftai_prepare",
     "craftai_infer": REPO / "services/infer/src/craftai_infer",
+    "craftai_dev": REPO / "dev/support/src/craftai_dev",
+    "tools": REPO / "tools",
+    "tests": REPO / "tests",
 }
+SHIPPED = {"craftai_wire", "craftai", "craftai_common", "craftai_models", "craftai_catalogue", "craftai_prepare"}
+SHIPPED |= {"craftai_infer"}
 # package -> the project packages it may import (besides itself)
 ALLOWED = {
     "craftai_wire": set(),
@@ -36,6 +43,9 @@ ALLOWED = {
     "craftai_catalogue": {"craftai_common", "craftai_wire"},
     "craftai_prepare": {"craftai_common", "craftai_models", "craftai_wire"},
     "craftai_infer": {"craftai_common", "craftai_models", "craftai_wire"},
+    "craftai_dev": SHIPPED,
+    "tools": SHIPPED | {"craftai_dev"},
+    "tests": SHIPPED | {"craftai_dev", "tools"},
 }
 # `craftai serve` starts the three services in one process: the SDK's command imports them there.
 ALLOWED_MODULES = {"craftai.serve": {"craftai_catalogue", "craftai_prepare", "craftai_infer", "craftai_common"}}
@@ -138,6 +148,22 @@ def test_the_pipeline_fence_finds_a_pipeline_importing_the_decoder() -> None:
         "craftai_infer.pictures": {f"{PIPELINES}.picture_convert"},
     }
     assert _outside_pipelines(graph) == {f"{PIPELINES}.matte_outputs": {"craftai_infer.pictures"}}
+
+
+def test_tools_and_tests_find_the_packages_in_the_environment() -> None:
+    """No module of tools/ or tests/ puts the checkout on sys.path: the packages and craftai_dev are
+    installed (tools/bootstrap.sh --dev), and a tool runs as `python -m tools.…` from the root."""
+
+    def changes_sys_path(path: Path) -> bool:
+        return any(
+            isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+            for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        )
+
+    assert [m for m, path in MODULES.items() if _top(m) in {"tools", "tests"} and changes_sys_path(path)] == []
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:

@@ -13,8 +13,8 @@ import grpc.aio
 import pytest
 
 from craftai_catalogue.infer_peer import InferPeer
+from craftai_dev import servers
 from craftai_wire.v1 import infer_pb2
-from tests.support import servers
 
 INFER = infer_pb2.DESCRIPTOR.services_by_name["InferService"].full_name
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from craftai_dev.inspyrenet_reference import randomised_state_dict
 from craftai_models.inspyrenet import ConvBn, fold_batchnorm, inspyrenet_swin_b
-from tests.support.inspyrenet_reference import randomised_state_dict
 
 
 def test_folded_network_equals_the_loaded_one() -> None:

@@ -1,6 +1,6 @@
 """Meta's mask clean-up and the automatic mask generator's steps, piece by piece, against Meta's
 own functions (the `sam2` reference; torchvision's NMS and Meta's CUDA connected-components kernel
-stood in for by tests/support/amg_reference.py), and the torch route's steps against the numpy
+stood in for by craftai_dev.amg_reference), and the torch route's steps against the numpy
 route's, on synthetic low-res logits (no network: cheap)."""
 
 from __future__ import annotations
@@ -10,12 +10,12 @@ import pytest
 import torch
 from scipy import ndimage  # type: ignore[import-untyped]
 
+from craftai_dev import amg_reference
 from craftai_infer.pipelines import mask_generator, segment_sam_torch
 from craftai_infer.pipelines.mask_cleanup import Cleanup, clean_logits, small_regions
 from craftai_infer.pipelines.mask_formats import rle_counts
 from craftai_infer.pipelines.mask_generator import amg, torch_steps
 from craftai_infer.pipelines.segment_sam import upscale_logits
-from tests.support import amg_reference
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 HEIGHT, WIDTH = 75, 113

@@ -1,4 +1,4 @@
-"""The any-size InSPyReNet matte pipeline (DESIGN.md section 5, docs/MATTE.md).
+"""The any-size InSPyReNet matte pipeline (docs/MATTE.md).
 
 Stand-in networks (plain functions) are used where the network is not the subject; the real
 InSPyReNet Swin-B (random weights, published configuration) runs once on a small picture.
@@ -13,6 +13,7 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.refinement import refined_one_tile_at_a_time
 from craftai_infer.pipelines import matte_refine as refinement
 from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_inspyrenet import (
@@ -27,7 +28,6 @@ from craftai_infer.pipelines.matte_spec import OutputsSpec
 from craftai_infer.pipelines.picture_convert import to_rgb_uint8
 from craftai_models.imagenet import MEAN as IMAGENET_MEAN
 from craftai_models.imagenet import STD as IMAGENET_STD
-from tests.support.refinement import refined_one_tile_at_a_time
 
 
 def cutout(picture: np.ndarray, matte: np.ndarray) -> np.ndarray:

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
+from craftai_dev.files import u2netp_onnx
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 from craftai_infer.settings import InferSettings
 from craftai_models.onnx_sessions import open_session
-from tests.support.files import u2netp_onnx
 
 
 def _spinning(session: Any) -> str:

@@ -12,13 +12,13 @@ import pytest
 from PIL import Image
 
 from craftai_common.errors import ServiceError
+from craftai_dev.files import sample_photo, u2netp_onnx
+from craftai_dev.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.registry import factories
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 from craftai_infer.settings import InferSettings
 from craftai_wire.vocabulary import Reason
-from tests.support.files import sample_photo, u2netp_onnx
-from tests.support.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
 # the engine's modules import the package itself: skipped, not an error, where it is not installed
 pytest.importorskip("openvino", reason="the openvino engine's package (tools/bootstrap.sh --dev installs it)")

@@ -143,7 +143,7 @@ JPEG_KINDS = {
 @pytest.mark.parametrize("kind", sorted(JPEG_KINDS))
 @pytest.mark.parametrize("photo", ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"])
 def test_plain_jpegs_decode_by_simplejpeg_to_pillows_pixels(photo: str, kind: str) -> None:
-    from tests.support.files import sample_photo
+    from craftai_dev.files import sample_photo
 
     data = _encode(Image.open(sample_photo(photo)).convert("RGB"), "JPEG", **JPEG_KINDS[kind])
     assert pictures._plain_jpeg(pictures._opened(data, LIMITS), data)  # the simplejpeg path is taken

@@ -7,8 +7,8 @@ import pytest
 import torch
 from PIL import Image
 
+from craftai_dev.files import sample_photo
 from craftai_infer.pipelines.resample import lanczos_matrix, reflect_indices, reflect_pad, resize_lanczos
-from tests.support.files import sample_photo
 
 
 def test_rows_sum_to_one_and_shrinking_spreads_the_filter() -> None:

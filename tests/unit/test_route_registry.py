@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.files import sample_photo, u2netp_onnx
+from craftai_dev.files import sample_photo, u2netp_onnx
 
 WITHOUT_TORCH = r"""
 import json, sys

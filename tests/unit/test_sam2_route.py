@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from craftai_dev.sam_fixture import Sam21Fixture
 from craftai_infer.routes import ModelRefusedError, RouteFiles
 from craftai_infer.routes.registry import factories
 from craftai_infer.routes.sam2_onnx import Sam2Onnx
-from tests.support.sam_fixture import Sam21Fixture
 
 
 def _files(encoder: Path, decoder: Path) -> RouteFiles:

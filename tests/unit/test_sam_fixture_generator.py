@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tools.fixtures import sam21
+from craftai_dev import sam21
 
 
 def test_every_parameter_and_buffer_is_replaced_deterministically() -> None:
@@ -17,7 +17,7 @@ def test_every_parameter_and_buffer_is_replaced_deterministically() -> None:
     before = {k: v.clone() for k, v in built.state_dict().items()}
     count = sam21.randomise(built, seed=5)
     after = built.state_dict()
-    assert count == len(after) == 471  # research/sam21.md 3.2
+    assert count == len(after) == 471  # docs/research/sam21.md
     unchanged = [k for k in after if torch.equal(after[k], before[k])]
     assert not unchanged
     # No two tensors of the same shape are equal, so the exporter never merges initializers.

@@ -12,14 +12,14 @@ import pytest
 
 from craftai_common.errors import ServiceError
 from craftai_common.store import FilePin, Store
+from craftai_dev import servers
+from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE
+from craftai_dev.stops import stopped_while_waiting
 from craftai_prepare.downloads import ensure_file
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.service import run_setup
 from craftai_prepare.sources import HttpSource, Timeouts
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
-from tests.support import servers
-from tests.support.files import U2NETP_SHA256, U2NETP_SIZE
-from tests.support.stops import stopped_while_waiting
 
 PIN = FilePin("u2netp", "u2netp.onnx", U2NETP_SIZE, U2NETP_SHA256)
 SOMEONE_ELSES = b"a file the store has no business writing\n"

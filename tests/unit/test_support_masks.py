@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tests.support.masks import iou, iou_matrix
+from craftai_dev.masks import iou, iou_matrix
 
 
 def test_iou_matrix_equals_each_pair() -> None:

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from craftai import AiClient
-from tests.support import servers, web
-from tests.support.segment import SetUpStore
+from craftai_dev import servers, web
+from craftai_dev.segment import SetUpStore
 
 API_APP = "api-tests"  # the API tests' app id (the page uses the gateway's default, craftai-web)
 

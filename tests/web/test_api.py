@@ -25,8 +25,8 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, LowResMask, Prompt
 from craftai.web.app import build
 from craftai.web.settings import WebSettings
-from tests.support import servers, web
-from tests.support.segment import mask_of
+from craftai_dev import servers, web
+from craftai_dev.segment import mask_of
 
 CLICK = {"x": 200, "y": 150, "foreground": True}
 MiB = 1 << 20

@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, CraftAiError, Point, SegmentSession
-from tests.support import servers, web
+from craftai_dev import servers, web
 
 if TYPE_CHECKING:
     from playwright.sync_api import BrowserContext, Page

@@ -2,12 +2,12 @@
 serve` on loopback) against Meta's SAM2AutomaticMaskGenerator in-process, same weights, picture
 and parameters, one run each after a warm-up.
 
-    python tools/bench/amg_gpu.py [--out DIR] [--size 1024x768] [--side 32]
+    python -m tools.bench.amg_gpu [--out DIR] [--size 1024x768] [--side 32]
 
-Weights: the random-weight SAM 2.1 tiny fixture (tools/fixtures/sam21.py); Meta's model loads
+Weights: the random-weight SAM 2.1 tiny fixture (craftai_dev.sam21); Meta's model loads
 its state_dict, ours is prepared from its ONNX pair by the prepare service. Meta's generator
 runs as published (output_mode "binary_mask", its default), with torchvision's NMS where
-torchvision imports (else tests/support/amg_reference.py's stand-in, said in the output).
+torchvision imports (else craftai_dev.amg_reference's stand-in, said in the output).
 
 Parameter sets: Meta's defaults (on random weights no mask passes pred_iou_thresh 0.8, so this
 times the decoder and the filters, and ours never upscales a mask: its grid's second step only
@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import functools
 import io
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,13 +46,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/wire/src", "clients/python/src", "services/common/src", "services/models/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
-
-from craftai import AiClient  # noqa: E402
-from tools.bench import harness  # noqa: E402
+from craftai import AiClient
+from tools.bench import harness
 
 if TYPE_CHECKING:
     from craftai_infer.routes import Precision
@@ -69,7 +63,7 @@ CASES: dict[str, dict[str, Any]] = {
 
 
 def picture(size: tuple[int, int]) -> np.ndarray:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     image = Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC)
     return np.asarray(image)
@@ -84,7 +78,7 @@ def png(pixels: np.ndarray) -> bytes:
 def parity(ours: list[np.ndarray], theirs: list[np.ndarray]) -> dict[str, Any]:
     import torch
 
-    from tests.support.masks import iou_matrix
+    from craftai_dev.masks import iou_matrix
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     best = iou_matrix(theirs, ours, device).max(axis=1, initial=0.0)
@@ -94,12 +88,12 @@ def parity(ours: list[np.ndarray], theirs: list[np.ndarray]) -> dict[str, Any]:
 def meta_runs(weights: Path, pixels: np.ndarray, side: int) -> dict[str, Any]:
     import torch
 
-    from tests.support import amg_reference, sam_fixture
+    from craftai_dev import amg_reference, sam_fixture
 
     amg_reference.install_standins()
     from torchvision.ops import boxes
 
-    nms_source = "torchvision" if hasattr(boxes, "__file__") else "tests/support/amg_reference.py stand-in"
+    nms_source = "torchvision" if hasattr(boxes, "__file__") else "craftai_dev.amg_reference stand-in"
     from sam2.automatic_mask_generator import SAM2AutomaticMaskGenerator
 
     model = sam_fixture.reference_model(weights).to("cuda")
@@ -218,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--side", type=int, default=32)
     options = parser.parse_args(argv)
     options.out.mkdir(parents=True, exist_ok=True)
-    from tools.fixtures import sam21
+    from craftai_dev import sam21
 
     fixture = sam21.ensure_fixture()
     width, height = (int(v) for v in options.size.split("x"))

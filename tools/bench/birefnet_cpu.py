@@ -1,14 +1,14 @@
 """BiRefNet_lite on the CPU: seconds per picture and peak memory of both routes at 512² and 1024²,
 one run (on a shared machine only the ratios mean something).
 
-    .venv/bin/python tools/bench/birefnet_cpu.py [--sizes 512,1024] [--reps 3] [--threads 0]
+    .venv/bin/python -m tools.bench.birefnet_cpu [--sizes 512,1024] [--reps 3] [--threads 0]
 
 Each (route, size) runs in a process of its own, so that its peak RSS (ru_maxrss) is its own, and
 reports wall seconds and CPU seconds (all threads) per picture: on a shared machine the CPU time
 is the fairer measure of the work, the wall time depends on what else runs. The
 route as the service builds it (torch: `BirefnetTorch`, the network as loaded, fp32; onnxruntime:
 `BirefnetOnnx` on the calibrated fixture exported with the published contract at that size,
-tests/support/birefnet_fixture.py), then one picture (astronaut, 1024x1024 PNG decoded) through the
+craftai_dev.birefnet_fixture), then one picture (astronaut, 1024x1024 PNG decoded) through the
 whole pipeline: one warm-up call, then the median of --reps calls. The torch route's network side
 is the recipe's 1024; at 512 the same route runs with the pipeline's side set to 512.
 `--onnx FILE` times that graph instead of the fixture's export (the published one, once at hand:
@@ -36,10 +36,10 @@ def measure(route: str, size: int, reps: int, threads: int, onnx: str = "") -> d
     import torch
     from PIL import Image
 
+    from craftai_dev.birefnet_fixture import checkpoints, onnx_file
+    from craftai_dev.samples import photos
     from craftai_infer.pipelines.matte_birefnet import BirefnetSettings
     from craftai_infer.routes import RouteFiles
-    from tests.support.birefnet_fixture import checkpoints, onnx_file
-    from tools.samples import photos
 
     if threads:
         torch.set_num_threads(threads)

@@ -1,7 +1,7 @@
 """The engines that could run u2netp on the CPU, timed against each other on this machine.
 
-    .venv/bin/python tools/bench/cpu_engines.py                 # every engine installed, the sample photos
-    .venv/bin/python tools/bench/cpu_engines.py --tiny          # one photo, one round (CI: tests/bench)
+    .venv/bin/python -m tools.bench.cpu_engines                 # every engine installed, the sample photos
+    .venv/bin/python -m tools.bench.cpu_engines --tiny          # one photo, one round (CI: tests/bench)
 
 Each engine runs the real u2netp network on the rembg-compatible input of each photo
 (pipelines/matte_u2netp.py), its matte made by the same post-processing; the matte is compared with
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,12 +30,9 @@ from typing import Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-for src in ("services/common/src", "services/models/src", "services/prepare/src", "services/infer/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from tools.bench import harness
 
-from tools.bench import harness  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 Forward = Callable[[np.ndarray], np.ndarray]  # f32[1,3,320,320] -> the fused map f32[1,1,320,320]
 
@@ -127,9 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     options.out.mkdir(parents=True, exist_ok=True)
     from PIL import Image
 
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
     from craftai_infer.pipelines import matte_u2netp
-    from tests.support.files import u2netp_onnx
-    from tools.samples import photos
 
     model = u2netp_onnx()
     names = ["chelsea.png"] if options.tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]

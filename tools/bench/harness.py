@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import io
 import json
 import os
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
+from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -137,6 +139,17 @@ def serve_u2netp_cpu(work: Path, model: Path, env: dict[str, str] | None = None)
         recipes = pinned_catalogue(work / "recipes.toml", {"u2netp": {"network": {**pin, "url": f"{url}/u2netp.onnx"}}})
         with serve(work, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu", **(env or {})}) as address:
             yield address
+
+
+def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
+    """The astronaut photo resized to `size` as a JPEG: the picture the benchmarks send."""
+    from craftai_dev.samples import photos
+
+    out = io.BytesIO()
+    Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC).save(
+        out, format="JPEG", quality=quality
+    )
+    return out.getvalue()
 
 
 def percentiles(samples: list[float]) -> dict[str, float]:

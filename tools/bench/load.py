@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Load test: concurrent clients mixing image.segment sessions, clicks and mattes against one
-`craftai serve`, bounded in time, on loopback only (docs/PERFORMANCE.md, "Load").
+`craftai serve`, bounded in time, on loopback only (docs/PERFORMANCE.md, "Serving").
 
 Each client is a thread with its own AiClient; clients are spread over `--apps` app ids. A client
 repeats, until the time is up: a session (OpenSession, `--clicks` prompts each feeding the last
@@ -13,13 +13,13 @@ and the server's resident memory sampled every half second against a bound: the 
 warm-up (both routes loaded) + the session budget + a stated margin (in-flight pictures, answers,
 allocator slack).
 
-    .venv/bin/python tools/bench/load.py                        # 32 clients, 60 s, starts its own server
-    .venv/bin/python tools/bench/load.py --seconds 10 --clients 8
-    .venv/bin/python tools/bench/load.py --address 127.0.0.1:50051 --server-pid 1234   # a running server
+    .venv/bin/python -m tools.bench.load                        # 32 clients, 60 s, starts its own server
+    .venv/bin/python -m tools.bench.load --seconds 10 --clients 8
+    .venv/bin/python -m tools.bench.load --address 127.0.0.1:50051 --server-pid 1234   # a running server
 
 Without --address it makes a temporary store and serves the SAM 2.1 random-weight fixture
-(tools/fixtures/sam21.py, the published architecture: the same work per picture) and the real
-u2netp (tests/support/files.py) from a loopback HTTP server, pins both in a temporary catalogue,
+(craftai_dev.sam21, the published architecture: the same work per picture) and the real
+u2netp (craftai_dev.files) from a loopback HTTP server, pins both in a temporary catalogue,
 starts `craftai serve` (CRAFTAI_DEVICE=cpu) and sets both routes up through the prepare service.
 """
 
@@ -45,13 +45,11 @@ from typing import Any
 
 import grpc
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from craftai import AiClient, CraftAiError, Retries
+from craftai_common.hashing import sha256_file
+from tools.bench import harness
 
-from craftai import AiClient, CraftAiError, Retries  # noqa: E402
-from craftai_common.hashing import sha256_file  # noqa: E402
-from tools.bench import harness  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 MiB = 1 << 20
 SAM = "sam2.1-hiera-tiny"  # the default of image.segment: its sessions open without naming it
@@ -66,8 +64,8 @@ DEFAULT_MARGIN_MIB = 384
 @contextlib.contextmanager
 def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
     """`craftai serve` on a new store with SAM (fixture) and u2netp set up; stopped at the end."""
-    from tests.support.files import u2netp_onnx
-    from tools.fixtures import sam21
+    from craftai_dev import sam21
+    from craftai_dev.files import u2netp_onnx
 
     fixture = sam21.ensure_fixture()
     files = workdir / "files"
@@ -312,7 +310,7 @@ def print_report(report: Report) -> None:
 
 
 def default_pictures() -> list[bytes]:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     return [photos()[name].read_bytes() for name in ("chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg")]
 

@@ -1,13 +1,16 @@
 """InSPyReNet Swin-B on the GPU: this project's network and pipeline against transparent-background's
 network, same random weights, same GPU, one run.
 
-    python tools/bench/matte_gpu.py [--device cuda] [--reps 20] [--out DIR]
+    python -m tools.bench.matte_gpu [--device cuda] [--reps 20] [--out DIR]
 
 Network alone (median ms of the forward, device synchronised, after warm-up) at 1024² and 1280²:
 the reference in fp32 and fp16 autocast; ours as loaded (fp32, fp16), and as the GPU route runs it
 (BatchNorm folded, channels-last, autocast, CUDA graph). Then the whole pipeline (host uint8 picture
 in, host uint8 matte out) through the GPU route: 1280x960 (full resolution path) and 4000x3000
-(reduce to 1280², enlarge, refine, fringe shrink). Writes matte_gpu.json and matte_gpu.md.
+(reduce to 1280², enlarge, refine, fringe shrink), and beside it the peer's whole pipeline,
+transparent-background's `Remover.process()` (type "map", and "rgba", which adds pymatting's
+foreground estimation) on the same pictures with the same weights, where its package imports.
+Writes matte_gpu.json and matte_gpu.md.
 With --calibrated SIDE (run.py passes 1280) the optimised networks load the calibrated random
 checkpoint, whose matte has edges for the refinement to filter (the network timings do not depend
 on the weights).
@@ -22,7 +25,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,23 +33,13 @@ import numpy as np
 import torch
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/infer/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from craftai_dev.inspyrenet_reference import build_reference, randomised_state_dict
+from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet
+from craftai_models.inspyrenet import fold_batchnorm, inspyrenet_swin_b
+from tools.bench.harness import timed_on
 
-from craftai_infer.engines.cuda_graphs import GraphCache  # noqa: E402
-from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet  # noqa: E402
-from craftai_models.inspyrenet import fold_batchnorm, inspyrenet_swin_b  # noqa: E402
-from tests.support.inspyrenet_reference import build_reference, randomised_state_dict  # noqa: E402
-from tools.bench.harness import timed_on  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 DTYPES = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -79,6 +71,36 @@ class Optimised:
         return self.graphs.run(tuple(x.shape), [x])[0]
 
 
+def peer_pipeline(
+    pictures: dict[str, np.ndarray], state: dict[str, torch.Tensor], device: torch.device, reps: int, warmup: int
+) -> dict[str, Any]:
+    """transparent-background's own whole pipeline, `Remover.process()` in its `base` mode without
+    TorchScript, on each picture with `state` (saved in its .pth layout): ms by picture and output
+    type; {"unavailable": why} where its package does not import or run (it imports wget, gdown and
+    albumentations at its top, which the dev environment does not install)."""
+    import tempfile
+
+    try:
+        from transparent_background import Remover
+    except Exception as exc:
+        return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+    with tempfile.TemporaryDirectory(prefix="bench-peer-") as folder:
+        weights = Path(folder) / "inspyrenet.pth"
+        torch.save(state, weights)
+        try:
+            them = Remover(mode="base", jit=False, device=str(device), ckpt=str(weights))
+            found: dict[str, Any] = {}
+            for label, rgb in pictures.items():
+                picture = Image.fromarray(rgb)
+                found[label] = {
+                    kind: timed_on(functools.partial(them.process, picture, type=kind), reps, warmup, device)
+                    for kind in ("map", "rgba")
+                }
+            return found
+        except Exception as exc:
+            return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
@@ -91,8 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         "--calibrated",
         type=int,
         default=0,
-        help="the pipeline's networks with the checkpoint calibrated at this side (tests/support/"
-        "inspyrenet_fixture.py: its matte has edges, so the refinement works); 0: the random weights",
+        help="the pipeline's networks with the checkpoint calibrated at this side (craftai_dev."
+        "inspyrenet_fixture: its matte has edges, so the refinement works); 0: the random weights",
     )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench")
     options = parser.parse_args(argv)
@@ -130,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     if options.calibrated:
         from safetensors.torch import load_file
 
-        from tests.support.inspyrenet_fixture import calibrated
+        from craftai_dev.inspyrenet_fixture import calibrated
 
         state = load_file(str(calibrated(options.calibrated, str(device)).path))
     optimised = {}
@@ -146,24 +168,27 @@ def main(argv: list[str] | None = None) -> int:
                     run_net, options.reps, options.warmup, device
                 )
         print(name, rows[f"ours route {name} (folded, channels-last, graph)"], flush=True)
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     photo = Image.open(photos()["astronaut.png"]).convert("RGB")
     pipeline: dict[str, float] = {}
+    pictures: dict[str, np.ndarray] = {}
     for label in options.pictures.split(","):
         w, h = (int(v) for v in label.split("x"))
-        rgb = np.asarray(photo.resize((w, h), Image.Resampling.BICUBIC))
+        rgb = pictures[label] = np.asarray(photo.resize((w, h), Image.Resampling.BICUBIC))
         for name in pipeline_dtypes:
             route = optimised[name]
             with torch.inference_mode():
                 run = functools.partial(matte_inspyrenet, rgb, route, device=device, autocast=DTYPES[name])
                 pipeline[f"{label} {name}"] = timed_on(run, options.reps, min(2, options.warmup), device)
         print(label, pipeline, flush=True)
+    peer = peer_pipeline(pictures, state, device, options.reps, min(2, options.warmup))
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "network_ms": rows,
         "pipeline_ms": pipeline,
+        "peer_pipeline_ms": peer,
     }
     (options.out / "matte_gpu.json").write_text(json.dumps(result, indent=2))
     lines = [
@@ -175,6 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     lines += [f"| {k} | " + " | ".join(f"{v[str(s)]:.1f}" for s in sizes) + " |" for k, v in rows.items()]
     lines += ["", "| whole pipeline (host uint8 in, uint8 matte out) | ms |", "|---|---|"]
     lines += [f"| {k} | {v:.1f} |" for k, v in pipeline.items()]
+    if "unavailable" in peer:
+        lines += ["", f"peer, transparent-background `Remover.process()`: not measured ({peer['unavailable']})"]
+    else:
+        lines += ["", "| peer: transparent-background `Remover.process()` | type | ms |", "|---|---|---|"]
+        lines += [f"| {label} | {kind} | {ms:.1f} |" for label, kinds in peer.items() for kind, ms in kinds.items()]
     (options.out / "matte_gpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

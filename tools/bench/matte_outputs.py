@@ -1,11 +1,11 @@
 """What each image.matte output costs over the plain matte (docs/PERFORMANCE.md quotes the runs).
 
-    python tools/bench/matte_outputs.py --device cuda --out DIR   # the GPU machine (run.py's section matte_outputs)
-    python tools/bench/matte_outputs.py --cpu-ratios              # a CPU: u2netp through craftai serve, ratios
+    python -m tools.bench.matte_outputs --device cuda --out DIR   # the GPU machine (run.py's section matte_outputs)
+    python -m tools.bench.matte_outputs --cpu-ratios              # a CPU: u2netp through craftai serve, ratios
 
 GPU (`--device cuda`), 4000x3000, device synchronised, median of --reps after a warm-up:
 - foreground estimation alone: ours with every level on the GPU, ours with the coarse levels on the
-  CPU (the service's choice), blur fusion (tools/foreground_study.py), and the peer: pymatting's
+  CPU (the service's choice), blur fusion (`blur_fusion` below), and the peer: pymatting's
   `estimate_foreground_ml` on the CPU, which transparent-background's `process(type="rgba")` runs
   (a subprocess, numba compiled first);
 - each output made by `render` from a host picture and a matte on the GPU (the upload included);
@@ -29,26 +29,17 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/catalogue/src",
-    "services/prepare/src",
-    "services/infer/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from craftai import AiClient
+from tools.bench import harness
 
-from craftai import AiClient  # noqa: E402
-from tools.bench import harness  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
+
+if TYPE_CHECKING:
+    import torch
 
 # name -> remove_background options; "matte" is the reference every other set is divided by
 SETS: dict[str, dict[str, Any]] = {
@@ -67,6 +58,25 @@ SETS: dict[str, dict[str, Any]] = {
 TINY_SETS = ("matte", "all four")
 
 
+def blur_fusion(image: torch.Tensor, alpha: torch.Tensor, first: int = 90, second: int = 6) -> torch.Tensor:
+    """Forte and Pitié's foreground estimate ("Approximate Fast Foreground Colour Estimation", ICIP
+    2021), written from the paper for comparison (it is not served): two passes, boxes of width
+    `first` then `second` (their values), F = F̄ + α (I − α F̄ − (1 − α) B̄) with F̄ = blur(F α) / blur(α)
+    and B̄ = blur(B (1 − α)) / blur(1 − α); the first pass from F = B = I, the second from the first's
+    F and B̄. (1, 3, H, W), (1, 1, H, W)."""
+    from craftai_infer.pipelines.guided_filter import box_mean
+
+    def one(fg: torch.Tensor, bg: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+        r = width // 2
+        blurred_alpha = box_mean(alpha, r)
+        f_bar = box_mean(fg * alpha, r) / (blurred_alpha + 1e-5)
+        b_bar = box_mean(bg * (1 - alpha), r) / ((1 - blurred_alpha) + 1e-5)
+        return (f_bar + alpha * (image - alpha * f_bar - (1 - alpha) * b_bar)).clamp(0, 1), b_bar
+
+    fg, bg = one(image, image, first)
+    return one(fg, bg, second)[0]
+
+
 def _options(name: str, background: bytes) -> dict[str, Any]:
     options = dict(SETS[name])
     if options.get("bg_image") == "coffee":
@@ -75,13 +85,11 @@ def _options(name: str, background: bytes) -> dict[str, Any]:
 
 
 def _picture(width: int, height: int) -> bytes:
-    from tools.bench.run import jpeg
-
-    return jpeg((width, height))
+    return harness.jpeg((width, height))
 
 
 def _background() -> bytes:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     return photos()["coffee.png"].read_bytes()
 
@@ -146,13 +154,12 @@ def in_process(device: str, tiny: bool, reps: int) -> dict[str, Any]:
     import torch
     from PIL import Image
 
+    from craftai_dev import hair
+    from craftai_dev.samples import photos
     from craftai_infer import encodings
     from craftai_infer.pipelines.foreground import estimate_foreground
     from craftai_infer.pipelines.matte_outputs import render
     from craftai_infer.pipelines.matte_spec import Blur, Cover, OutputsSpec, Solid
-    from tests.support import hair
-    from tools.foreground_study import blur_fusion
-    from tools.samples import photos
 
     width, height = (61, 41) if tiny else (4000, 3000)
     on = torch.device(device)
@@ -241,7 +248,7 @@ def _pillow_png(pixels: np.ndarray) -> bytes:
 
 
 def grpc_inspyrenet(device: str, reps: int) -> dict[str, Any]:
-    from tests.support.inspyrenet_fixture import checkpoints
+    from craftai_dev.inspyrenet_fixture import checkpoints
 
     made = checkpoints()["random"]  # the test suite's randomised checkpoint, made once and cached
     with harness.scratch("bench-outputs-") as work:
@@ -259,7 +266,7 @@ def grpc_inspyrenet(device: str, reps: int) -> dict[str, Any]:
 
 def cpu_ratios(width: int, height: int, reps: int, names: tuple[str, ...] = tuple(SETS)) -> dict[str, Any]:
     """u2netp (the real file) through craftai serve on the CPU: each set against the matte alone."""
-    from tests.support.files import u2netp_onnx
+    from craftai_dev.files import u2netp_onnx
 
     with harness.scratch("bench-outputs-cpu-") as work:
         with harness.serve_u2netp_cpu(work, u2netp_onnx()) as address, AiClient(app_id="bench", target=address) as ai:

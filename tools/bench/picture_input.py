@@ -1,7 +1,7 @@
 """What a picture costs on its way in: the app's encoding of its pixels and the server's decode,
 for each way of sending them (craftai.pictures, craftai_infer.pictures), on this machine.
 
-    .venv/bin/python tools/bench/picture_input.py [--sizes 1024x768,2048x1536] [--rounds 7]
+    .venv/bin/python -m tools.bench.picture_input [--sizes 1024x768,2048x1536] [--rounds 7]
 
 The picture is the astronaut photo enlarged to each size. Ways: a PNG as Pillow writes it by
 default (level 6: what an app that saved the picture sends), a PNG at level 1, a JPEG at quality
@@ -16,18 +16,12 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-
-REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/wire/src", "clients/python/src", "services/common/src", "services/infer/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
 
 
 def _pillow(fmt: str, **options: int) -> Callable[[npt.NDArray[np.uint8]], bytes]:
@@ -45,9 +39,9 @@ def main(argv: list[str] | None = None) -> int:
     from PIL import Image
 
     from craftai.pictures import read_picture
+    from craftai_dev.samples import photos
     from craftai_infer import pictures
     from tools.bench import harness
-    from tools.samples import photos
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1024x768,2048x1536")

@@ -1,6 +1,6 @@
 """PNG encoding of a large matte and cutout: zlib against ISA-L (craftai_infer.encodings), on this machine.
 
-    .venv/bin/python tools/bench/png_encode.py [--size 4000x3000] [--rounds 7] [--tiny]
+    .venv/bin/python -m tools.bench.png_encode [--size 4000x3000] [--rounds 7] [--tiny]
 
 The matte is the real u2netp's matte of the astronaut photo enlarged to --size (smooth, as real
 mattes are), the cutout the photo with it as alpha. Each encoder runs once per round, in turn (the
@@ -14,29 +14,22 @@ from __future__ import annotations
 import argparse
 import io
 import statistics
-import sys
 import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
-
-REPO = Path(__file__).resolve().parents[2]
-for src in ("services/common/src", "services/models/src", "services/infer/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
 
 
 def pictures(size: tuple[int, int]) -> dict[str, npt.NDArray[np.uint8]]:
     from PIL import Image
 
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
     from craftai_infer.pipelines import matte_u2netp
     from craftai_models.onnx_sessions import open_session
-    from tests.support.files import u2netp_onnx
-    from tools.samples import photos
 
     photo = np.asarray(Image.open(photos()["astronaut.png"]).convert("RGB"))
     session = open_session(u2netp_onnx(), "cpu")

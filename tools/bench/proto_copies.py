@@ -1,6 +1,6 @@
 """What putting a message into another costs with protobuf's upb runtime, against writing it in place.
 
-    .venv/bin/python tools/bench/proto_copies.py [--out DIR] [--tiny]
+    .venv/bin/python -m tools.bench.proto_copies [--out DIR] [--tiny]
 
 upb copies a message given to a constructor, to CopyFrom or to a repeated field's extend by
 serialising and parsing it again; a bytes field set in place is not copied. Three messages of the
@@ -21,31 +21,18 @@ Writes proto_copies.json and proto_copies.md into --out; prints the table.
 from __future__ import annotations
 
 import argparse
-import sys
 import timeit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/infer/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from craftai import calls  # noqa: E402
-from craftai_infer import masks as answers  # noqa: E402
-from craftai_infer import memory, prompts  # noqa: E402
-from craftai_wire.v1 import common_pb2, infer_pb2  # noqa: E402
-from tools.bench import harness  # noqa: E402
+from craftai import calls
+from craftai_infer import masks as answers
+from craftai_infer import memory, prompts
+from craftai_wire.v1 import common_pb2, infer_pb2
+from tools.bench import harness
 
 Build = Callable[[], Any]
 FULL = ((1024, 768), 10_000_000, 1024, 20)  # the picture's size, the cutout's bytes, the masks' side, calls timed

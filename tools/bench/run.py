@@ -1,8 +1,8 @@
 """The benchmark anyone can rerun: this project against the peers, same machine, same weights, one run.
 
-    python tools/bench/run.py                       # everything, on the GPU when one answers
-    python tools/bench/run.py --tiny --device cpu   # a quick check that every section runs (CI)
-    python tools/bench/run.py --sections sam_grpc,u2netp_cpu --out out/bench
+    python -m tools.bench.run                       # everything, on the GPU when one answers
+    python -m tools.bench.run --tiny --device cpu   # a quick check that every section runs (CI)
+    python -m tools.bench.run --sections sam_grpc,u2netp_cpu --out out/bench
 
 Sections (each writes into --out; bench.json and bench.md gather them):
 - sam_inprocess: SAM 2.1 tiny, this project's torch route in-process against Meta's
@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -43,37 +42,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/catalogue/src",
-    "services/prepare/src",
-    "services/infer/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from craftai import AiClient
+from tools.bench import harness
 
-from craftai import AiClient  # noqa: E402
-from tools.bench import harness  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 if TYPE_CHECKING:
     from craftai_infer.routes import Precision
 
 SECTIONS = ("sam_inprocess", "sam_grpc", "matte_inprocess", "matte_grpc", "matte_outputs", "u2netp_cpu")
-
-
-def jpeg(size: tuple[int, int], quality: int = 92) -> bytes:
-    from tools.samples import photos
-
-    out = io.BytesIO()
-    Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC).save(
-        out, format="JPEG", quality=quality
-    )
-    return out.getvalue()
 
 
 def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, seconds: float) -> float:
@@ -102,7 +79,7 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
 def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
     """`craftai serve` with the SAM 2.1 fixture pinned as sam2-hiera-tiny (downloaded from
     loopback by its prepare service) and its torch route set up; `env` added to the server's."""
-    from tools.fixtures import sam21
+    from craftai_dev import sam21
 
     fixture = sam21.ensure_fixture()
     with harness.scratch("bench-sam-") as work, harness.files_on_loopback(fixture.folder) as url:
@@ -143,7 +120,7 @@ def sam_torch_route(
 
 def sam_grpc(out: Path, device: str, tiny: bool) -> dict[str, Any]:
     size = (256, 192) if tiny else (2048, 1536)
-    picture = jpeg(size)
+    picture = harness.jpeg(size)
     with sam_served(device) as served, AiClient(app_id="bench", target=served.address) as ai:
         address = served.address
         session = ai.open_session(picture, "sam2-hiera-tiny", "torch")  # loads and warms the route
@@ -194,9 +171,9 @@ def _open_and_close(clients: list[AiClient], picture: bytes, i: int) -> Callable
 
 def inspyrenet_checkpoint(folder: Path, made: Any = None) -> dict[str, Any]:
     """A random-weight checkpoint with the published key names, linked into `folder`: `made` (a
-    tests.support.inspyrenet_fixture Checkpoint, e.g. the calibrated one), else the tests' own (seed
-    7, made once and cached under .cache/fixtures by tests/support/inspyrenet_fixture.py)."""
-    from tests.support.inspyrenet_fixture import checkpoints
+    craftai_dev.inspyrenet_fixture Checkpoint, e.g. the calibrated one), else the tests' own (seed
+    7, made once and cached under .cache/fixtures by craftai_dev.inspyrenet_fixture)."""
+    from craftai_dev.inspyrenet_fixture import checkpoints
 
     made = made or checkpoints()["random"]
     path = folder / "inspyrenet.safetensors"
@@ -211,8 +188,8 @@ def inspyrenet_checkpoint(folder: Path, made: Any = None) -> dict[str, Any]:
 
 
 def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> dict[str, Any]:
-    """InSPyReNet through `craftai serve`: `checkpoint` (tools/gpu/speed_check.py passes the
-    calibrated one, whose matte the refinement works on), else the uncalibrated random file."""
+    """InSPyReNet through `craftai serve`: `checkpoint` (main passes the calibrated one, whose matte
+    the refinement works on), else the uncalibrated random file."""
     with harness.scratch("bench-matte-") as work:
         files = work / "files"
         files.mkdir()
@@ -228,7 +205,7 @@ def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> di
             ):
                 list(ai.setup("image.matte", "inspyrenet-swinb"))
                 for size in sizes:
-                    picture = jpeg(size)
+                    picture = harness.jpeg(size)
                     matte = functools.partial(ai.remove_background, picture, recipe="inspyrenet-swinb")
                     samples = harness.timed_ms(matte, *((1, 0) if tiny else (20, 2)))
                     server = ai.remove_background(picture, recipe="inspyrenet-swinb")
@@ -253,8 +230,8 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
     import shutil
     from importlib.util import find_spec
 
-    from tests.support.files import u2netp_onnx
-    from tools.samples import photos
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
 
     names = ["chelsea.png"] if tiny else ["astronaut.png", "chelsea.png", "coffee.png", "rocket.jpg"]
     pictures = [photos()[n].read_bytes() for n in names]
@@ -546,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         elif section == "matte_grpc":
             checkpoint = None
             if not options.tiny:
-                from tests.support.inspyrenet_fixture import calibrated
+                from craftai_dev.inspyrenet_fixture import calibrated
 
                 checkpoint = calibrated(1280, torch_device)
             results[section] = matte_grpc(options.out, options.device, options.tiny, checkpoint)

@@ -1,8 +1,8 @@
 """SAM 2.1 tiny: this project's torch route against Meta's SAM2ImagePredictor, same weights, same GPU.
 
-    python tools/bench/sam_gpu.py [--device cuda] [--reps 50] [--out DIR]
+    python -m tools.bench.sam_gpu [--device cuda] [--reps 50] [--out DIR]
 
-Weights: the random-weight fixture (tools/fixtures/sam21.py): Meta's model loads its state_dict;
+Weights: the random-weight fixture (craftai_dev.sam21): Meta's model loads its state_dict;
 this project's network gets its weights by converting the fixture's encoder.onnx/decoder.onnx, as
 the prepare step does. Parity first (per mask IoU of the picture-size masks and predicted-IoU
 differences, fp32 and the reduced-precision variants), then median wall-clock times (device
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -29,25 +28,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-REPO = Path(__file__).resolve().parents[2]
-for src in (
-    "clients/wire/src",
-    "clients/python/src",
-    "services/common/src",
-    "services/models/src",
-    "services/infer/src",
-    "services/prepare/src",
-    ".",
-):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+from craftai_dev import sam_fixture
+from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.routes.sam2_torch import SamTorchRunner
+from craftai_models.sam2.model import build_sam21_tiny
+from craftai_prepare.converters import sam21
+from tools.bench.harness import timed_on
 
-from craftai_infer.pipelines.segment_sam import SamPrompt  # noqa: E402
-from craftai_infer.routes.sam2_torch import SamTorchRunner  # noqa: E402
-from craftai_models.sam2.model import build_sam21_tiny  # noqa: E402
-from craftai_prepare.converters import sam21  # noqa: E402
-from tests.support import sam_fixture  # noqa: E402
-from tools.bench.harness import timed_on  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 WIDTH, HEIGHT = 2048, 1536
 CLICK = SamPrompt(points=[(1020, 700)], labels=[1])  # on the 2048x1536 picture; scaled for others
@@ -74,7 +62,7 @@ VARIANTS: dict[str, tuple[torch.dtype | None, bool, bool]] = {
 
 
 def picture(width: int = WIDTH, height: int = HEIGHT) -> np.ndarray:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     image = Image.open(photos()["astronaut.png"]).convert("RGB").resize((width, height), Image.Resampling.BICUBIC)
     return np.asarray(image)

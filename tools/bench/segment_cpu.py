@@ -8,12 +8,12 @@ decoder. Each repetition opens a new session on each picture and times the first
 `--prompts` more prompts (a click moved each time, fg/bg and a box); the route is loaded and warmed
 by one untimed request first, so model loading is not counted. Prints a table and writes JSON.
 
-    .venv/bin/python tools/bench/segment_cpu.py                       # starts craftai serve with the fixture
-    .venv/bin/python tools/bench/segment_cpu.py --repeats 5 --prompts 10 --json out/bench/segment_cpu.json
-    .venv/bin/python tools/bench/segment_cpu.py --address 127.0.0.1:50051 --recipe sam2-hiera-tiny
+    .venv/bin/python -m tools.bench.segment_cpu                       # starts craftai serve with the fixture
+    .venv/bin/python -m tools.bench.segment_cpu --repeats 5 --prompts 10 --json out/bench/segment_cpu.json
+    .venv/bin/python -m tools.bench.segment_cpu --address 127.0.0.1:50051 --recipe sam2-hiera-tiny
 
 Without --address it makes a temporary store, serves the SAM 2.1 random-weight fixture
-(tools/fixtures/sam21.py; needs the dev install: torch and sam2) from a loopback HTTP server, pins
+(craftai_dev.sam21; needs the dev install: torch and sam2) from a loopback HTTP server, pins
 it in a temporary catalogue as sam2-hiera-tiny, starts `craftai serve` (CRAFTAI_DEVICE=cpu unless
 --device auto), sets the route up through the prepare service, and stops everything at the end.
 The fixture has the published files' architecture and sizes, so its timings are the real model's.
@@ -38,11 +38,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from craftai import AiClient, Point
 
-from craftai import AiClient, Point  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 RECIPE = "sam2-hiera-tiny"
 FEATURE = "image.segment"
@@ -74,8 +72,8 @@ class Repetition:
 @contextlib.contextmanager
 def _serve_fixture(workdir: Path, device: str) -> Iterator[str]:
     """`craftai serve` on a new store with the fixture set up; yields its address."""
+    from craftai_dev import sam21
     from tools.bench import harness
-    from tools.fixtures import sam21
 
     print("== the SAM 2.1 fixture (generated once into .cache/fixtures/)", flush=True)
     fixture = sam21.ensure_fixture()
@@ -188,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.pictures:
         pictures = list(args.pictures)
     else:
-        from tools.samples import photos
+        from craftai_dev.samples import photos
 
         pictures = [photos()[name] for name in ("chelsea.png", "astronaut.png")]
     machine = _machine()

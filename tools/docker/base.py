@@ -47,6 +47,7 @@ def ensure_base(tag: str = BASE_TAG, *, force: bool = False) -> str:
     if override:
         return override
     if image_exists(tag) and not force:
+        print(f"== base image {tag}: {int(docker_json(['image', 'inspect', tag])[0]['Size']) / 1e6:.0f} MB", flush=True)
         return tag
     if os.geteuid() != 0:
         raise SystemExit(f"building {tag} needs root (mmdebstrap mounts /proc and /dev in the new tree)")

@@ -139,9 +139,17 @@ def _stamp_ok(folder: Path, digest: str) -> bool:
     return stamp.is_file() and stamp.read_text().strip() == digest
 
 
+def _summary() -> str:
+    """The third-party wheels' count and size: printed on every run, so that the build's log (CI's
+    included) has the figures docs/DEPLOY.md does not keep."""
+    wheels = list(DEPS.glob("*.whl"))
+    return f"{len(wheels)} wheels, {sum(p.stat().st_size for p in wheels) / 1e6:.0f} MB"
+
+
 def ensure_deps(*, force: bool = False) -> Path:
     digest = deps_digest()
     if _stamp_ok(DEPS, digest) and not force:
+        print(f"== wheelhouse: {_summary()} (up to date)", flush=True)
         return DEPS
     started = time.monotonic()
     print(f"== wheelhouse: third-party wheels into {DEPS.relative_to(REPO)}", flush=True)
@@ -173,9 +181,7 @@ def ensure_deps(*, force: bool = False) -> Path:
     (fresh / ".inputs").write_text(digest + "\n")
     shutil.rmtree(DEPS, ignore_errors=True)
     fresh.rename(DEPS)
-    size = sum(p.stat().st_size for p in DEPS.glob("*.whl"))
-    count = len(list(DEPS.glob("*.whl")))
-    print(f"== wheelhouse: {count} wheels, {size / 1e6:.0f} MB in {time.monotonic() - started:.0f} s", flush=True)
+    print(f"== wheelhouse: {_summary()} in {time.monotonic() - started:.0f} s", flush=True)
     return DEPS
 
 

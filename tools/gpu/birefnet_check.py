@@ -1,13 +1,13 @@
 """BiRefNet_lite on the GPU machine: this project's network against nobg's, same weights, one run;
 then the whole pipeline in-process and through gRPC. Prints a table, writes birefnet_check.json.
 
-    python3 tools/gpu/birefnet_check.py [--out DIR] [--reps 20]     # from the repository root
-    python3 tools/gpu/birefnet_check.py --device cpu --size 256 --reps 1 --quick --no-grpc   # CPU smoke run
+    python3 -m tools.gpu.birefnet_check [--out DIR] [--reps 20]     # from the repository root
+    python3 -m tools.gpu.birefnet_check --device cpu --size 256 --reps 1 --quick --no-grpc   # CPU smoke run
     (below 512² nobg's backbone is not the original Swin: its accuracy rows mean little there)
 
-Weights: the calibrated random checkpoint of tests/support/birefnet_fixture.py (made on first use,
+Weights: the calibrated random checkpoint of craftai_dev.birefnet_fixture (made on first use,
 cached under .cache/fixtures/; the published file cannot be had here). nobg 0.3.1 is imported as
-tests/support/birefnet_reference.py does, with torchvision's real deform_conv2d where it imports
+craftai_dev.birefnet_reference does, with torchvision's real deform_conv2d where it imports
 (the GPU machine has torchvision; carry the nobg wheel in .whl/: pip download nobg==0.3.1 --no-deps).
 
 1. accuracy at --size, against nobg in fp32 (TF32 off): the logits' max |d| / max |ref| of ours
@@ -32,27 +32,24 @@ import argparse
 import functools
 import io
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+from PIL import Image
+from torch import Tensor
+
+from craftai_dev import birefnet_reference
+from craftai_dev.birefnet_fixture import checkpoints, photo_input
+from craftai_infer.routes import RouteFiles
+from craftai_infer.routes.birefnet_torch import BirefnetTorch
+from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
+from craftai_models.deform_conv import deform_conv2d
+from tools.bench import harness
+
 REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:  # tests.support, tools.bench; the packages: the venv, or run_all.sh's PYTHONPATH
-    sys.path.insert(0, str(REPO))
-
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from craftai_infer.routes import RouteFiles  # noqa: E402
-from craftai_infer.routes.birefnet_torch import BirefnetTorch  # noqa: E402
-from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet  # noqa: E402
-from craftai_models.deform_conv import deform_conv2d  # noqa: E402
-from tests.support import birefnet_reference  # noqa: E402
-from tests.support.birefnet_fixture import checkpoints, photo_input  # noqa: E402
-from tools.bench import harness  # noqa: E402
 
 DTYPES: dict[str, torch.dtype | None] = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -93,7 +90,7 @@ def route(device: str, precision: str) -> BirefnetTorch:
 
 
 def photo(size: tuple[int, int]) -> np.ndarray:
-    from tools.samples import photos
+    from craftai_dev.samples import photos
 
     return np.asarray(Image.open(photos()["astronaut.png"]).convert("RGB").resize(size, Image.Resampling.BICUBIC))
 
@@ -163,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         (origin / "model.safetensors").symlink_to(made.path)
         reference = birefnet_reference.reference_from_origin(origin).to(device)
     report["nobg_deform_conv"] = (
-        "stand-in (tests/support)" if birefnet_reference.deform_conv_is_stood_in() else "torchvision"
+        "stand-in (craftai_dev)" if birefnet_reference.deform_conv_is_stood_in() else "torchvision"
     )
     x = photo_input(args.size).to(device)
     ours = load_birefnet(made.path, device, PatchOrder.CHANNEL_MAJOR)

@@ -1,9 +1,9 @@
 """The SAM 2 decoder on one batch of the automatic mask generator's points, in several variants:
 where its time goes and what fusing its layers buys (issue 15's floor; STEPS=fusion).
 
-    python3 tools/gpu/decoder_fusion.py --out DIR [--batch 64] [--budget 420]
+    python3 -m tools.gpu.decoder_fusion --out DIR [--batch 64] [--budget 420]
 
-The weights are the random SAM 2.1 tiny fixture's (tools/fixtures/sam21.py), the picture's
+The weights are the random SAM 2.1 tiny fixture's (craftai_dev.sam21), the picture's
 embedding is the encoder's on a synthetic picture, the points a 32x32 grid's first batch. Every
 variant is captured in a CUDA graph the way the route replays it (engines.cuda_graphs) and timed
 with CUDA events; its logits and IoUs are compared with fp32's (the share of logits on the other
@@ -28,23 +28,17 @@ decoder_fusion.json and decoder_fusion.md into --out.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/wire/src", "services/common/src", "services/models/src", "services/infer/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from tools.bench import harness  # noqa: E402
-from tools.gpu.timing import times_ms  # noqa: E402
+from tools.bench import harness
+from tools.gpu.timing import times_ms
 
 Decoder = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -52,8 +46,8 @@ Decoder = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 def network() -> Any:
     from safetensors.torch import load_file
 
+    from craftai_dev import sam21
     from craftai_models.sam2.model import build_sam21_tiny, state_dict_from_meta
-    from tools.fixtures import sam21
 
     fixture = sam21.ensure_fixture()
     return build_sam21_tiny(state_dict_from_meta(load_file(str(fixture.weights)))).cuda().eval()

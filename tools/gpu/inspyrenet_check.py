@@ -1,12 +1,13 @@
 """InSPyReNet Swin-B on the GPU machine: parity with the reference network, autocast tolerance, timings.
 
-Run from the repository root (no install needed; nothing is downloaded):
+Run from the repository root, with the packages importable (the dev environment, or run_all.sh's
+PYTHONPATH); nothing is downloaded:
 
-    python3 tools/gpu/inspyrenet_check.py                          # CUDA, 1024² (base_size 1024²)
-    python3 tools/gpu/inspyrenet_check.py --device cpu --size 64   # quick CPU smoke run
+    python3 -m tools.gpu.inspyrenet_check                          # CUDA, 1024² (base_size 1024²)
+    python3 -m tools.gpu.inspyrenet_check --device cpu --size 64   # quick CPU smoke run
 
 What it does, with random weights (every parameter and buffer, BN statistics measured on the input;
-tests/support/inspyrenet_reference.py):
+craftai_dev.inspyrenet_reference):
 1. parity at --size in fp32 (TF32 off): ours vs transparent-background's network, relative error
    max|ours − ref| / max|ref| of the logits d0 and of the matte;
 2. autocast fp16 and bf16 (ours and the reference) against the fp32 reference: max and mean
@@ -27,31 +28,27 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO / "services" / "infer" / "src"), str(REPO)]
+import numpy as np
+import torch
+from torch import Tensor
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from craftai_infer.pipelines.matte_inspyrenet import (  # noqa: E402
-    MatteSettings,
-    matte_inspyrenet,
-    matte_inspyrenet_float,
-)
-from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius  # noqa: E402
-from craftai_models.inspyrenet import InSPyReNet, inspyrenet_swin_b  # noqa: E402
-from tests.support.inspyrenet_reference import (  # noqa: E402
+from craftai_dev.inspyrenet_reference import (
     build_reference,
     calibrate_batchnorm,
     randomised_state_dict,
 )
-from tools.gpu.timing import times_ms  # noqa: E402
+from craftai_infer.pipelines.matte_inspyrenet import (
+    MatteSettings,
+    matte_inspyrenet,
+    matte_inspyrenet_float,
+)
+from craftai_infer.pipelines.matte_refine import edge_tiles, refine_radius
+from craftai_models.inspyrenet import InSPyReNet, inspyrenet_swin_b
+from tools.gpu.timing import times_ms
 
 
 def _bind(net: Callable[[Tensor], Tensor], x: Tensor) -> Callable[[], object]:

@@ -1,7 +1,7 @@
 """JPEG decode on the GPU (nvJPEG through torchvision.io) against the service's CPU decode
 (simplejpeg, libjpeg-turbo, strict), for issue 19's large pictures (STEPS=jpeg).
 
-    python3 tools/gpu/jpeg_decode.py --out DIR
+    python3 -m tools.gpu.jpeg_decode --out DIR
 
 Pictures: the astronaut photo enlarged to 1280x960, 2048x1536 and 4000x3000, saved by Pillow at
 quality 92 (4:2:0, what tools/bench/run.py sends through gRPC). For each: the CPU decode alone and
@@ -15,23 +15,17 @@ by more than 2). Writes jpeg_decode.json and jpeg_decode.md into --out.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/wire/src", "services/common/src", "services/models/src", "services/infer/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
+import numpy as np
+import simplejpeg
+import torch
 
-import numpy as np  # noqa: E402
-import simplejpeg  # noqa: E402
-import torch  # noqa: E402
-
-from tools.bench import harness  # noqa: E402
-from tools.bench.run import jpeg  # noqa: E402
+from tools.bench import harness
+from tools.bench.harness import jpeg
 
 SIZES = [(1280, 960), (2048, 1536), (4000, 3000)]
 REPS = 20

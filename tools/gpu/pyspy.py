@@ -1,4 +1,4 @@
-"""py-spy on a running server, for the GPU tools (sam_throughput, click_profile): recorded in raw
+"""py-spy on a running server, for the GPU tools (sam_throughput): recorded in raw
 form (every thread, or the GIL holder alone), then summarised as the frames that cost the most.
 On the GPU machine py-spy is installed into /tmp/site from .whl/ (tools/gpu/wheels.sh); where it is
 not installed, nothing is recorded and the reports say nothing about it.

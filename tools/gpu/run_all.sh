@@ -17,7 +17,7 @@ if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
         || { echo "wheel install failed" >&2; exit 1; }
 fi
-export PYTHONPATH=/tmp/site:$PWD/clients/wire/src:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/models/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD
+export PYTHONPATH=/tmp/site:$PWD/clients/wire/src:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/models/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD/dev/support/src:$PWD
 export PYTHONUNBUFFERED=1
 
 run() {  # name, timeout seconds, command...
@@ -33,20 +33,18 @@ run() {  # name, timeout seconds, command...
 }
 
 run env 60 bash -c 'nvidia-smi; python3 -c "import torch, onnxruntime, sys; print(sys.version); print(torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0)); print(onnxruntime.__version__, onnxruntime.get_available_providers())"; ls /dev/nvidia* /proc/driver/nvidia 2>&1 | head'
-run u2netp 240 python3 tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --photos .cache/photos/chelsea.png .cache/photos/astronaut.png
-run sam 420 bash -c 'python3 tools/fixtures/sam21.py --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 tools/gpu/sam2_check.py --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
-run sam_predictor 300 python3 tools/bench/sam_gpu.py --out "$out"
-run amg 420 python3 tools/bench/amg_gpu.py --out "$out"
-run inspyrenet 420 python3 tools/gpu/inspyrenet_check.py
-run matte 420 python3 tools/bench/matte_gpu.py --out "$out"
-run outputs 420 python3 tools/bench/run.py --sections matte_outputs --out "$out/outputs"
-run birefnet 240 python3 tools/gpu/birefnet_check.py --out "$out"
-run bench 580 python3 tools/bench/run.py --out "$out/bench"
-run fusion 420 python3 tools/gpu/decoder_fusion.py --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
-run jpeg 180 python3 tools/gpu/jpeg_decode.py --out "$out/jpeg"
-run speed 330 python3 tools/gpu/speed_check.py --out "$out/speed" --sections "${SPEED_SECTIONS:-inprocess,matte_grpc,u2netp_cpu,sam_grpc}"
-run sam_load 300 python3 tools/gpu/sam_throughput.py --out "$out/sam_load"
-run click 300 python3 tools/gpu/click_profile.py --out "$out/click"
+run u2netp 240 python3 -m tools.gpu.u2netp_check .cache/models/u2netp.onnx --photos .cache/photos/chelsea.png .cache/photos/astronaut.png
+run sam 420 bash -c 'python3 -m craftai_dev.sam21 --json > '"$out"'/fixture.json && f=$(python3 -c "import json;print(json.load(open(\"'"$out"'/fixture.json\"))[\"folder\"])") && python3 -m tools.gpu.sam2_check --encoder $f/encoder.onnx --decoder $f/decoder.onnx --json '"$out"'/sam2_check.json'
+run sam_predictor 300 python3 -m tools.bench.sam_gpu --out "$out"
+run amg 420 python3 -m tools.bench.amg_gpu --out "$out"
+run inspyrenet 420 python3 -m tools.gpu.inspyrenet_check
+run matte 420 python3 -m tools.bench.matte_gpu --out "$out"
+run outputs 420 python3 -m tools.bench.run --sections matte_outputs --out "$out/outputs"
+run birefnet 240 python3 -m tools.gpu.birefnet_check --out "$out"
+run bench 580 python3 -m tools.bench.run --out "$out/bench"
+run fusion 420 python3 -m tools.gpu.decoder_fusion --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
+run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"
+run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"

@@ -14,5 +14,6 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 export PYTHONPATH=$site
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --upgrade --target "$site" \
     ./clients/wire ./clients/python ./services/common ./services/models ./services/catalogue ./services/prepare ./services/infer
-export PYTHONPATH=$site:$PWD CRAFTAI_TEST_BIN=$site/bin PYTHONUNBUFFERED=1
+# craftai_dev (the fixtures the tests share with the tools) is used from the checkout: its cache is .cache/.
+export PYTHONPATH=$site:$PWD/dev/support/src:$PWD CRAFTAI_TEST_BIN=$site/bin PYTHONUNBUFFERED=1
 python3 -m pytest -p no:cacheprovider -m gpu -s -v "${@:-tests/gpu}"

@@ -13,7 +13,7 @@ mask's IoU with onnxruntime's >= 0.99).
     python tools/gpu/sam2_check.py --device cpu --encoder-repeats 1 --decoder-repeats 2 --warmup 0 \\
         --encoder DIR/encoder.onnx --decoder DIR/decoder.onnx        # smoke run without a GPU
 
-The fixture pair comes from tools/fixtures/sam21.py (random weights, the samexporter contract).
+The fixture pair comes from craftai_dev.sam21 (random weights, the samexporter contract).
 """
 
 from __future__ import annotations
@@ -31,24 +31,12 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-for _src in (
-    "services/models/src",
-    "services/infer/src",
-    "services/prepare/src",
-    "services/common/src",
-    "clients/wire/src",
-    ".",
-):
-    if str(REPO / _src) not in sys.path:  # run from a checkout without the packages installed
-        sys.path.append(str(REPO / _src))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny  # noqa: E402
-from craftai_prepare.converters import sam21  # noqa: E402
-from tools.gpu.timing import times_ms  # noqa: E402
+from craftai_models.sam2.model import Sam2ImageModel, build_sam21_tiny
+from craftai_prepare.converters import sam21
+from tools.gpu.timing import times_ms
 
 REDUCED_PRECISION = sam21.Tolerances(feature_atol=None, logit_atol=None, mask_iou_min=0.99, iou_pred_atol=None)
 DECODER_BATCH = 8  # prompt sets per call for the batched-decoder timing

@@ -4,8 +4,8 @@ does; 4 processes x 8 threads; 8 x 4: each process its own GIL), with the mean e
 the server's stage times under load, and, when py-spy is installed, a profile of the server during
 the load (every thread, and the GIL holder alone) summarised as the frames that cost the most.
 
-    python3 tools/gpu/sam_throughput.py --out DIR                  # the GPU machine (STEPS=sam_load)
-    python3 tools/gpu/sam_throughput.py --tiny --device cpu --out DIR   # here: every part at a tiny size
+    python3 -m tools.gpu.sam_throughput --out DIR                  # the GPU machine (STEPS=sam_load)
+    python3 -m tools.gpu.sam_throughput --tiny --device cpu --out DIR   # here: every part at a tiny size
 
 Writes sam_throughput.json and sam_throughput.md (and py-spy's raw stacks) under --out.
 """
@@ -15,19 +15,13 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-for src in ("clients/wire/src", "clients/python/src", "."):
-    if str(REPO / src) not in sys.path:
-        sys.path.insert(0, str(REPO / src))
-
-from tools.bench import harness  # noqa: E402
-from tools.gpu import pyspy  # noqa: E402
+from tools.bench import harness
+from tools.gpu import pyspy
 
 LAYOUTS = ((1, 32), (4, 8), (8, 4))  # (processes, threads each): 32 requests in flight
 TINY_LAYOUTS = ((1, 2), (2, 1))
@@ -116,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
 
     size = (256, 192) if options.tiny else (2048, 1536)
     seconds = 0.0 if options.tiny else options.seconds
-    picture = run.jpeg(size)
+    picture = harness.jpeg(size)
     results: dict[str, Any] = {"picture": f"{size[0]}x{size[1]} JPEG", "seconds": seconds, "layouts": []}
     with run.sam_served(options.device) as served, AiClient(app_id="bench", target=served.address) as ai:
         ai.open_session(picture, "sam2-hiera-tiny", "torch").close()  # loads and warms the route

@@ -11,7 +11,7 @@ of 8 (``--batch``; after a warm-up; CUDA events around each run, with synchronis
     python tools/gpu/u2netp_check.py .cache/models/u2netp.onnx --device cpu --batch 2 --iters 1  # smoke run
     ... --photos a.png b.jpg --channels-last --cudnn-benchmark
 
-Runs from a checkout without installing the packages (it adds services/*/src to sys.path).
+Run from the repository root, with the packages importable (the dev environment, or run_all.sh's PYTHONPATH).
 """
 
 from __future__ import annotations
@@ -24,26 +24,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-for _src in (
-    "services/models/src",
-    "services/infer/src",
-    "services/prepare/src",
-    "services/common/src",
-    "clients/wire/src",
-    ".",
-):
-    if str(REPO / _src) not in sys.path:
-        sys.path.insert(0, str(REPO / _src))
+import numpy as np
+import numpy.typing as npt
+import onnx
+import torch
 
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-import onnx  # noqa: E402
-import torch  # noqa: E402
-
-from craftai_models.u2netp import INPUT_SIZE, U2NetP  # noqa: E402
-from craftai_prepare.converters import u2netp as converter  # noqa: E402
-from tools.gpu.timing import times_ms  # noqa: E402
+from craftai_models.u2netp import INPUT_SIZE, U2NetP
+from craftai_prepare.converters import u2netp as converter
+from tools.gpu.timing import times_ms
 
 
 @dataclass(frozen=True)

@@ -178,7 +178,7 @@ def resolve_request(
     feature: str, recipe: str | None = None, engine: str | None = None
 ) -> catalogue_pb2.ResolveRouteRequest:
     """No machine info: the catalogue asks the infer service what it runs on (engine advice is its
-    to give, DESIGN.md section 2)."""
+    to give: docs/API.md, Engine advice)."""
     return catalogue_pb2.ResolveRouteRequest(route=route_ref(feature, recipe, engine))
 
 

@@ -19,7 +19,7 @@ from craftai_wire.v1 import catalogue_pb2
 from craftai_wire.vocabulary import Engine
 
 DATA_FILE = Path(__file__).parent / "data" / "recipes.toml"
-# onnxruntime and torch (DESIGN.md section 1); openvino runs a published .onnx file on the CPU, opt-in
+# onnxruntime and torch (docs/API.md, Engine advice); openvino runs a published .onnx file on the CPU, opt-in
 # (u2netp: named by the caller, never advised: its matte is within 1/255 of rembg's, not identical).
 ENGINES: tuple[Engine, ...] = tuple(Engine)
 NAME = r"^[a-z0-9][a-z0-9._-]*$"

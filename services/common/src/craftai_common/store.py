@@ -1,4 +1,4 @@
-"""The model store on disk (DESIGN.md section 4).
+"""The model store on disk (docs/STORE.md).
 
     <store>/models/<folder>/<file>               downloaded bytes, exactly as published
     <store>/models/<folder>/.verified/<file>.json what prepare verified (size, SHA-256, mtime)

@@ -2,7 +2,7 @@
 Detection", ACCV 2022) with a Swin-B backbone, for inference only.
 
 Written in this project from the paper and the published checkpoint's key names
-(research/matte_inspyrenet_state_dict.tsv, 1,625 tensors): module attribute names follow those keys
+(tests/data/matte_inspyrenet_state_dict.tsv, 1,625 tensors): module attribute names follow those keys
 exactly, so the pinned `inspyrenet.safetensors` loads by name, strict. The trained network's quirks
 are kept on purpose, because the weights were learnt with them:
 

@@ -2,7 +2,7 @@
 
 This is the "dense prediction" flavour of Swin (the Swin authors' detection code) that both were
 trained with, written here from the paper and the published checkpoints' key names
-(research/matte_inspyrenet_state_dict.tsv; BiRefNet's `models/backbones/swin_v1.py` layout):
+(tests/data/matte_inspyrenet_state_dict.tsv; BiRefNet's `models/backbones/swin_v1.py` layout):
 
 - the window size stays the same at every stage (12 for InSPyReNet's Swin-B, 7 for BiRefNet_lite's
   Swin-T), even where the feature map is smaller than a window;

@@ -11,8 +11,8 @@ routes (the network in PyTorch, or the published ONNX graph on onnxruntime).
 - when the enlargement is at least 2× (the picture's long side 2048 px or more), refined at full
   resolution with the colour guided filter on the tiles near the subject's edge (the refinement
   InSPyReNet's pipeline has too: pipelines/matte_refine.py, radius ⌈3/scale⌉): below that it
-  made the edges worse, from there on better, in the measurement of docs/MATTE.md
-  (`tools/matte_refine_study.py --birefnet`);
+  made the edges worse, from there on better, in the measurement of docs/MATTE.md (the refinement
+  study's `--birefnet` case);
 - ⌊255·α + 0.5⌋.
 
 The network is any callable taking an ImageNet-normalised (N, 3, S, S) float tensor on `device`

@@ -1,4 +1,4 @@
-"""Any-size matte with InSPyReNet Swin-B (DESIGN.md section 5; the definitions are in docs/MATTE.md).
+"""Any-size matte with InSPyReNet Swin-B (the definitions are in docs/MATTE.md).
 
 - long side <= 1280 px: the network sees the picture at full resolution, reflect-padded on the
   right/bottom to a multiple of 32; the matte is cropped back.

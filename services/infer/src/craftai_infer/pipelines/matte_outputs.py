@@ -1,4 +1,4 @@
-"""What image.matte makes from a matte, on the device that made the matte (DESIGN.md section 5):
+"""What image.matte makes from a matte, on the device that made the matte (docs/MATTE.md):
 the cutout (foreground colours estimated, or the picture's own), a composite over a new
 background, a hard mask. Arrays in, arrays out: torch on the route's device (CPU or GPU), the
 answers read back as host uint8 arrays for the encoders. docs/API.md and docs/MATTE.md define

@@ -1,6 +1,6 @@
 """image.segment with SAM 2.1 (samexporter contract): pre- and post-processing as pure numpy functions.
 
-The semantics are those of Meta's `SAM2ImagePredictor` (research/sam21.md 1.2), so that the
+The semantics are those of Meta's `SAM2ImagePredictor` (docs/research/sam21.md), so that the
 onnxruntime route answers what the reference answers:
 
 * picture -> encoder input: uint8 RGB to [0, 1], square resize to 1024x1024 without keeping the

@@ -1,6 +1,6 @@
 """InSPyReNet Swin-B for image.matte on torch: the network written in this project
 (craftai_models.inspyrenet), weights read from the pinned safetensors file as downloaded (no
-preparation; the loader has hashed it), the any-size pipeline of DESIGN.md 5
+preparation; the loader has hashed it), the any-size pipeline of docs/MATTE.md
 (craftai_infer.pipelines.matte_inspyrenet)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The samexporter encoder/decoder contract of SAM 2 / 2.1 (research/sam21.md), without torch.
+"""The samexporter encoder/decoder contract of SAM 2 / 2.1 (docs/research/sam21.md), without torch.
 
 What the published `encoder.onnx` and `decoder.onnx` take and give, by name, and what the prepared
 torch route is written as: shared by the onnxruntime route, the torch route and the converter.

@@ -1,0 +1,147 @@
+"""The reference BiRefNet network (nobg 0.3.1's `nobg/birefnet/modeling_birefnet.py`, on
+transformers' SwinBackbone), importable without its package and without torchvision.
+
+nobg is a test-only dependency, installed with --no-deps (tools/install_references.sh). Its package
+`__init__` imports SAM 3 and the image processors (transformers' torchvision backend); the network
+module itself needs torch, transformers' Swin, huggingface_hub's mixin and `torchvision.ops
+.deform_conv2d`. So a bare parent package is registered (same directory, no code run), and, only
+while the network module is imported, two stand-ins are put in `sys.modules` and taken out again:
+
+- `torchvision.ops` with craftai_dev.deform_conv_reference's `deform_conv2d` (independent,
+  slow, straight from the DCNv2 formula) where torchvision does not import (the CPU torch here);
+  where it does (the GPU machine), the real one is used;
+- `nobg.birefnet.image_processing_birefnet` where transformers' torchvision backend does not
+  import: the network module only names the processor class (for `default_processor`).
+
+`reference_from_origin` builds the network through nobg's own `from_origin` from a folder holding
+`model.safetensors` in the original key layout, exactly as nobg reads a downloaded checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from craftai_dev import deform_conv_reference
+from craftai_dev.bare_import import bare_package
+
+LITE = {"embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "window_size": 7, "num_layers": 4}
+
+
+def _ensure_image_processing() -> None:
+    """nobg's image processor module, or a stand-in where transformers' torchvision backend does not import."""
+    name = "nobg.birefnet.image_processing_birefnet"
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        processing = types.ModuleType(name)
+
+        class BiRefNetImageProcessor:  # only named by BiRefNet.default_processor, never run here
+            def __init__(self, **_kwargs: Any) -> None:
+                raise RuntimeError("nobg's image processor needs torchvision")
+
+        processing.BiRefNetImageProcessor = BiRefNetImageProcessor  # type: ignore[attr-defined]
+        sys.modules[name] = processing
+
+
+@contextlib.contextmanager
+def _torchvision_ops() -> Iterator[bool]:
+    """Yields whether torchvision's deform_conv2d was stood in for; the stand-in is only in
+    sys.modules while the body runs (transformers probes for torchvision by its spec elsewhere)."""
+    try:
+        importlib.import_module("torchvision.ops")
+    except ImportError:
+        pass
+    else:
+        yield False
+        return
+    for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        del sys.modules[key]
+    torchvision = types.ModuleType("torchvision")
+    ops = types.ModuleType("torchvision.ops")
+    ops.deform_conv2d = deform_conv_reference.deform_conv2d  # type: ignore[attr-defined]
+    torchvision.ops = ops  # type: ignore[attr-defined]
+    sys.modules["torchvision"], sys.modules["torchvision.ops"] = torchvision, ops
+    try:
+        yield True
+    finally:
+        del sys.modules["torchvision"], sys.modules["torchvision.ops"]
+
+
+def modeling() -> types.ModuleType:
+    """nobg.birefnet.modeling_birefnet, imported once without the package __init__."""
+    name = "nobg.birefnet.modeling_birefnet"
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.find_spec("nobg")
+    if spec is None or spec.submodule_search_locations is None:
+        raise ModuleNotFoundError("nobg is not installed (tools/install_references.sh installs it)")
+    root = list(spec.submodule_search_locations)
+    bare_package("nobg", root)
+    bare_package("nobg.birefnet", [str(Path(root[0]) / "birefnet")])
+    importlib.import_module("transformers.models.swin.modeling_swin")  # before any stand-in is in place
+    _ensure_image_processing()
+    with _torchvision_ops() as stood_in:
+        module = importlib.import_module(name)
+    module.DEFORM_CONV_STOOD_IN = stood_in  # type: ignore[attr-defined]
+    return module
+
+
+def deform_conv_is_stood_in() -> bool:
+    return bool(modeling().DEFORM_CONV_STOOD_IN)
+
+
+def lite_config() -> Any:
+    return modeling().BiRefNetConfig(**LITE)
+
+
+def reference_from_origin(folder: Path) -> nn.Module:
+    """nobg's BiRefNet_lite through `BiRefNet.from_origin(folder)`, eval mode, CPU."""
+    module = modeling()
+    (folder / "config.json").write_text(json.dumps(LITE))
+    model: nn.Module = module.BiRefNet.from_origin(str(folder), config=lite_config())
+    return model.eval()
+
+
+def remap(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """nobg's own remapping of the original key layout (what from_origin applies)."""
+    remapper: Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]] = modeling()._remap_legacy_state_dict
+    return remapper(state)
+
+
+def get_patches_batch(image: torch.Tensor, patch_ref: torch.Tensor) -> torch.Tensor:
+    """The original code's split before ZhengPeng7/BiRefNet 5198d3f (the lite weights' revision),
+    restated: columns of patch_ref's width, each cut into its height, the patches concatenated
+    along the channels (nobg's `image2patches(image, patch_ref=...)` signature, so that it can
+    stand in for it)."""
+    size_h, size_w = patch_ref.shape[2:]
+    batch = []
+    for sample in image:
+        patches = []
+        for column in torch.split(sample, size_w, dim=-1):
+            patches += [patch.unsqueeze(0) for patch in torch.split(column, size_h, dim=-2)]
+        batch.append(torch.cat(patches, dim=1))
+    return torch.cat(batch, dim=0)
+
+
+def use_patch_order(split: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Callable[[], None]:
+    """Make nobg's decoder split the picture with `split(image, patch_ref)` instead of its own
+    einops-order `image2patches`; returns the function that puts nobg's back."""
+    module: Any = modeling()
+    original = module.image2patches
+    module.image2patches = split
+
+    def restore() -> None:
+        module.image2patches = original
+
+    return restore

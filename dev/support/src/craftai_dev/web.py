@@ -1,0 +1,39 @@
+"""The web gateway on loopback for the tests: `craftai web` as a real process in front of real
+services, and Debian's chromium driven by Playwright (launched with that executable: Playwright's
+own browser download is never used; the flags keep it off the network)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tomllib
+from pathlib import Path
+
+from craftai_dev import catalogues, servers
+from craftai_dev.browser import chromium, launch
+
+__all__ = ["both_features_store", "chromium", "gateway", "launch"]
+
+
+def gateway(services: str, workdir: Path, env: dict[str, str] | None = None) -> servers.Process:
+    """`craftai web` on a free port in front of the services at `services`; its address is its URL."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    ready = workdir / "craftai-web.address"
+    variables = {
+        "CRAFTAI_ADDRESS": services,
+        "CRAFTAI_WEB_PORT": "0",
+        "CRAFTAI_WEB_READY_FILE": str(ready),
+        **(env or {}),
+    }
+    return servers.start("craftai-web", [str(servers.BIN / "craftai"), "web"], variables, workdir)
+
+
+def both_features_store(sam_store: Path, sam_recipes: Path, u2netp_url: str, root: Path) -> tuple[Path, Path]:
+    """A store with SAM (the random-weight fixture, both recipes) and u2netp: the SAM store's files
+    linked (never modified), and a catalogue pinning both, u2netp fetched from `u2netp_url`."""
+    store = root / "store"
+    shutil.copytree(sam_store, store, copy_function=os.link)
+    data = tomllib.loads(sam_recipes.read_text())
+    for pinned in catalogues.recipe(data, "u2netp")["files"]:
+        pinned["sources"] = [{"url": u2netp_url}]
+    return store, catalogues.write(root / "recipes.toml", data)

@@ -1,1 +1,0 @@
-"""Helpers shared by the test suites (real files, real servers; no fakes)."""

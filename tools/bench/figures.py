@@ -1,0 +1,359 @@
+"""docs/PERFORMANCE.md's current tables, made from the benchmarks' raw JSON in docs/figures/.
+
+    .venv/bin/python -m tools.bench.figures           # rewrite the block between the page's markers
+    .venv/bin/python -m tools.bench.figures --check   # exit 1 when the page is not what the JSON gives
+
+docs/figures/current.toml names, for each table, the run(s) it is made from (a raw JSON file each)
+and what the JSON does not say: the command, the machine, the date, the tree, the floor and what the
+fixtures cannot exercise. Each table puts ours and the peer's from the same run on one row. The
+page is written by this command only, so that its figures cannot drift from the raw files
+(tests/unit/test_performance_page.py runs the check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tomllib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+PAGE = REPO / "docs" / "PERFORMANCE.md"
+FIGURES = REPO / "docs" / "figures"
+BEGIN = "<!-- figures: written by `python -m tools.bench.figures` from docs/figures/; edit those, not this block -->"
+END = "<!-- figures: end -->"
+
+Runs = dict[str, Any]  # run name -> its raw JSON
+
+
+def _ms(value: float) -> str:
+    return f"{value:,.1f}"
+
+
+def _times(ours: float, theirs: float) -> str:
+    """How many times faster ours is (the peer's time over ours)."""
+    return f"**{theirs / ours:.2f}x**"
+
+
+def _stages(stages: dict[str, float]) -> str:
+    return ", ".join(f"{name} {_ms(ms)}" for name, ms in stages.items())
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+
+
+def u2netp_cpu(runs: Runs) -> list[str]:
+    r = runs["run"]
+    rows = [
+        [
+            c,
+            f"{r['rembg'][c]:.2f}",
+            f"{r['ours'][c]:.2f}",
+            f"**{r['ratio'][c]:.2f}**",
+            f"{r['ratio_in_process'][c]:.2f}",
+            f"{r['ours_openvino'][c]:.2f}",
+            f"**{r['ratio_openvino'][c]:.2f}**",
+        ]
+        for c in r["ours"]
+    ]
+    header = ["clients", "rembg `remove()`, pictures/s", "ours (onnxruntime)", "ours / rembg"]
+    header += ["the route in this process / rembg", "ours (openvino, opt-in)", "openvino / rembg"]
+    same = "identical" if r["same_output"] else f"within {r['max_abs_diff']}/255"
+    return [
+        *_table(header, rows),
+        "",
+        f"Through `craftai serve` against rembg 2.0.86 on the four sample photos: {r['rounds']} interleaved rounds "
+        f"of {r['calls_per_round']} calls a client, the rates their medians, a ratio the median of the rounds' "
+        f"ratios. The matte against rembg's: onnxruntime {same}; openvino within {r['max_abs_diff_openvino']}/255 "
+        f"(smallest IoU of the >0.5 masks {r['min_iou_openvino']:.5f}).",
+    ]
+
+
+def inspyrenet(runs: Runs) -> list[str]:
+    net, inproc, grpc = runs["network"]["network_ms"], runs["pipeline"]["inprocess"], runs["grpc"]["matte_grpc"]
+    ours, theirs = inproc["calibrated"]["ms"]["p50"], inproc["transparent_background"]
+    route = net["ours route bf16 (folded, channels-last, graph)"]["1280"]
+    rows = [
+        [
+            "(1) the network's forward at 1280², fp32, the same weights",
+            _ms(net["ours fp32"]["1280"]),
+            _ms(net["reference fp32"]["1280"]),
+            _times(net["ours fp32"]["1280"], net["reference fp32"]["1280"]),
+        ],
+        [
+            "(1) the same, ours as the route runs it (bf16, BatchNorm folded, channels-last, CUDA graph); theirs "
+            "in fp16",
+            _ms(route),
+            _ms(net["reference fp16"]["1280"]),
+            _times(route, net["reference fp16"]["1280"]),
+        ],
+        [
+            f"(2) the whole pipeline in process, {inproc['picture']}, {inproc['calibrated']['refined_tiles']} of "
+            f'{inproc["tiles"]} tiles refined; theirs: `Remover.process(type="map")`',
+            _ms(ours),
+            _ms(theirs["map"]["p50"]),
+            _times(ours, theirs["map"]["p50"]),
+        ],
+        [
+            '(2) theirs with the cutout: `Remover.process(type="rgba")` (ours: the outputs below)',
+            "-",
+            _ms(theirs["rgba"]["p50"]),
+            "-",
+        ],
+    ]
+    for size in ("4000x3000", "1280x960"):
+        found = grpc[size]
+        rows.append(
+            [
+                f"(3) through gRPC, a {size} JPEG, round trip p50 (the server's stages)",
+                f"{_ms(found['round_trip_ms']['p50'])} ({_stages(found['server_stages_ms'])})",
+                "no server",
+                "-",
+            ]
+        )
+    return _table(["measure (run)", "ours, ms", "transparent-background, ms", "ours faster"], rows)
+
+
+def birefnet(runs: Runs) -> list[str]:
+    net, pipeline = runs["run"]["network_1024_ms"], runs["run"]["pipeline_ms"]
+    rows = [
+        [
+            f"the network's forward at 1024², {p}",
+            _ms(net[f"ours as the route runs it, {p}"]),
+            _ms(net[theirs]),
+            _times(net[f"ours as the route runs it, {p}"], net[theirs]),
+        ]
+        for p, theirs in (("fp32", "nobg fp32"), ("fp16", "nobg fp16 autocast"), ("bf16", "nobg bf16 autocast"))
+    ]
+    for size, found in pipeline.items():
+        rows.append([f"the whole pipeline in process, {size} (matte to the host)", _ms(found["in_process"]), "-", "-"])
+        rows.append(
+            [
+                f"through gRPC, {size}, round trip p50: the matte; the matte and the cutout",
+                f"{_ms(found['grpc_matte_p50'])}; {_ms(found['grpc_matte_and_cutout_p50'])}",
+                "no server",
+                "-",
+            ]
+        )
+    return _table(
+        ["measure (ours as the route runs it: CUDA graph, BatchNorm folded)", "ours, ms", "nobg, ms", "ours faster"],
+        rows,
+    )
+
+
+def outputs(runs: Runs) -> list[str]:
+    inproc, grpc = runs["run"]["in_process"], runs["run"]["grpc"]
+    estimate = inproc["estimate_ms"]
+    ours = estimate["ours, coarse levels on the CPU (the service)"]
+    rows = [
+        [
+            f"the foreground colours' estimation, {inproc['picture']}: ours as the service runs it; theirs on the CPU",
+            _ms(ours),
+            _ms(inproc["pymatting_cpu_ms"]),
+            _times(ours, inproc["pymatting_cpu_ms"]),
+        ],
+        [
+            "the same, blur fusion (Forte & Pitié 2021; for comparison, not served)",
+            _ms(estimate["blur fusion (Forte & Pitié 2021)"]),
+            "-",
+            "-",
+        ],
+    ]
+    matte = grpc["sets"]["matte"]["round_trip_ms"]["p50"]
+    for name in ("matte", "cutout", "composite over a colour", "mask", "all four"):
+        found = grpc["sets"][name]
+        rows.append(
+            [
+                f"through gRPC, {grpc['picture']}, {name}: round trip p50 (its ratio to the matte alone)",
+                f"{_ms(found['round_trip_ms']['p50'])} ({found['round_trip_ms']['p50'] / matte:.2f})",
+                "no server",
+                "-",
+            ]
+        )
+    header = ["measure (InSPyReNet on cuda)", "ours, ms", "pymatting `estimate_foreground_ml`, ms", "ours faster"]
+    return [
+        *_table(header, rows),
+        "",
+        "pymatting's estimation is what transparent-background's `process(type=\"rgba\")` runs for its cutout.",
+    ]
+
+
+def sam_prompts(runs: Runs) -> list[str]:
+    r = runs["run"]
+    fp16, fp32 = r["variants"]["fp16"], r["variants"]["fp32"]
+    rows = [
+        [
+            name,
+            _ms(fp16[f"ours_{key}_ms"]),
+            _ms(fp32[f"ours_{key}_ms"]),
+            _ms(r[f"meta_{key}_ms"]),
+            _times(fp16[f"ours_{key}_ms"], r[f"meta_{key}_ms"]),
+        ]
+        for name, key in (
+            ("the encoder alone", "encoder"),
+            (f"a picture set ({r['picture']} in host memory to the embedding on the device)", "set"),
+            ("a click (the best mask at the picture's size in host memory)", "click"),
+            ("a box", "box"),
+        )
+    ]
+    rows.append(
+        [
+            "the masks against Meta's (IoU: click, box)",
+            f"{fp16['click_mask_iou']:.4f}, {fp16['box_mask_iou']:.4f}",
+            f"{fp32['click_mask_iou']:.4f}, {fp32['box_mask_iou']:.4f}",
+            "1, 1",
+            "-",
+        ]
+    )
+    header = ["measure", "ours, fp16 encoder (the GPU default), ms", "ours, fp32, ms", "Meta, fp32, ms", "ours faster"]
+    return _table(header, rows)
+
+
+def sam_grpc(runs: Runs) -> list[str]:
+    r = runs["run"]["sam_grpc"]
+    rows = [
+        [name, _ms(r[key]["p50"]), _ms(r[key]["p90"])]
+        for name, key in (
+            ("a click round trip (the best mask's PNG)", "click_round_trip_ms"),
+            ("a box round trip", "box_round_trip_ms"),
+            ("a picture set (OpenSession round trip)", "picture_set_round_trip_ms"),
+        )
+    ]
+    rates = ", ".join(f"{c}: {v:.0f}" for c, v in r["encoder_pictures_per_s"].items())
+    stages = r["server_stages_ms"]
+    return [
+        *_table([f"measure ({r['picture']})", "p50, ms", "p90, ms"], rows),
+        "",
+        f"Pictures set per second by concurrency, one client process: {rates}. The server's stages: a click "
+        f"{_stages(stages['click'])}; a picture set {_stages(stages['open_session'])} (ms).",
+    ]
+
+
+def segment_everything(runs: Runs) -> list[str]:
+    r = runs["run"]
+    rows = []
+    for case, label in (("auto: meta-defaults", "Meta's defaults"), ("auto: calibrated", "calibrated thresholds")):
+        found = r[case]
+        rows.append(
+            [
+                f"{label}: both given the array; masks ours / Meta's / matched {found['ours']} / {found['meta']} / "
+                f"{found['meta_matched']}",
+                _ms(found["ours_array_open_and_everything_ms"]),
+                _ms(found["meta_generate_ms"]),
+                f"**{found['speedup_array_vs_array']:.2f}x**",
+            ]
+        )
+        rows.append(
+            [
+                f"{label}: both from the PNG file",
+                _ms(found["ours_open_and_everything_ms"]),
+                _ms(found["meta_generate_ms"] + found["meta_png_decode_ms"]),
+                f"{found['speedup_file_vs_file']:.2f}x",
+            ]
+        )
+    header = [f"{r['picture']}, points_per_side {r['points_per_side']}", "ours: OpenSession + SegmentEverything, ms"]
+    return _table([*header, "Meta: `generate`, ms", "ours faster"], rows)
+
+
+def load(runs: Runs) -> list[str]:
+    report = runs["run"]["report"]
+    rows = [
+        [name, str(found["count"]), *(f"{found[k]:,.0f}" for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms"))]
+        for name, found in sorted(report["rpcs"].items())
+    ]
+    errors = sum(report["errors"].values()) if report["errors"] else 0
+    return [
+        *_table(["RPC", "count", "p50 ms", "p95 ms", "p99 ms", "max ms"], rows),
+        "",
+        f"{report['clients']} clients over {report['apps']} app ids; errors: {errors}; sessions evicted and reopened "
+        f"by the SDK: {report['reopened']}. The server's resident memory: {report['rss_baseline_mib']:,.0f} MiB after "
+        f"the warm-up, at most {report['rss_max_mib']:,.0f} MiB, within the bound {report['rss_bound_mib']:,.0f} MiB "
+        f"(warm-up + session budget {report['session_budget_mib']:.0f} MiB + margin {report['margin_mib']} MiB).",
+    ]
+
+
+def replicas(runs: Runs) -> list[str]:
+    r = runs["run"]
+    rows = []
+    for label, kind in (("prompts (clicks)", "clicks"), ("mattes", "mattes")):
+        one, two = r[f"1 replica, {kind}"], r[f"2 replicas, {kind}"]
+        errors = len(one["errors"]) + len(two["errors"])
+        rows.append([f"{label} per second", f"{one['per_second']:.2f}", f"{two['per_second']:.2f}"])
+        rows[-1] += [f"{r[f'ratio, {kind}']:.2f}", str(errors)]
+    return _table(["8 clients over 2 apps", "1 replica", "2 replicas", "ratio", "errors"], rows)
+
+
+RENDER: dict[str, Callable[[Runs], list[str]]] = {
+    "u2netp_cpu": u2netp_cpu,
+    "inspyrenet": inspyrenet,
+    "birefnet": birefnet,
+    "outputs": outputs,
+    "sam_prompts": sam_prompts,
+    "sam_grpc": sam_grpc,
+    "segment_everything": segment_everything,
+    "load": load,
+    "replicas": replicas,
+}
+
+
+def _section(table: dict[str, Any], figures: Path) -> list[str]:
+    runs = {run["name"]: json.loads((figures / run["raw"]).read_text()) for run in table["run"]}
+    lines = [f"### {table['title']}", ""]
+    lines += [f'<a id="{anchor}"></a>' for anchor in table.get("anchors", [])]
+    lines += [""] if table.get("anchors") else []
+    lines += [*RENDER[table["id"]](runs), ""]
+    several = len(table["run"]) > 1
+    for i, run in enumerate(table["run"], 1):
+        label = f"Run ({i})" if several else "Run"
+        note = f" ({run['note']})" if "note" in run else ""
+        lines.append(
+            f"- {label}: {run['date']}, tree {run['tree']}, {run['machine']}. `{run['command']}`{note}. "
+            f"Raw: [{run['raw']}](figures/{run['raw']})."
+        )
+    lines.append(f"- Floor: {' '.join(table['floor'].split())}")
+    if "caveat" in table:
+        lines.append(f"- What the fixtures cannot show: {' '.join(table['caveat'].split())}")
+    lines.append("- Before: " + ", ".join(f"[{name}](figures/{name})" for name in table["history"]) + ".")
+    return [*lines, ""]
+
+
+def render(figures: Path = FIGURES) -> str:
+    """The block between the page's markers, markers included."""
+    manifest = tomllib.loads((figures / "current.toml").read_text())
+    lines = [BEGIN, ""]
+    for table in manifest["table"]:
+        lines += _section(table, figures)
+    return "\n".join([*lines, END])
+
+
+def with_block(page: str, block: str) -> str:
+    """`page` with the text between its markers (markers included) replaced by `block`."""
+    start, end = page.find(BEGIN), page.find(END)
+    if start < 0 or end < start:
+        raise ValueError(f"docs/PERFORMANCE.md lacks the markers {BEGIN!r} ... {END!r}")
+    return page[:start] + block + page[end + len(END) :]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when the page differs from what the JSON gives")
+    options = parser.parse_args(argv)
+    page = PAGE.read_text()
+    made = with_block(page, render())
+    if options.check:
+        if made != page:
+            print(
+                "docs/PERFORMANCE.md differs from docs/figures/: run `python -m tools.bench.figures`", file=sys.stderr
+            )
+            return 1
+        return 0
+    PAGE.write_text(made)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
