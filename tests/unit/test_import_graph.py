@@ -127,7 +127,11 @@ def _outside_pipelines(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     wrong = {}
     for module, targets in graph.items():
         if module == PIPELINES or module.startswith(PIPELINES + "."):
-            beyond = {t for t in targets if not t.startswith(PIPELINES + ".") and _top(t) != "craftai_models"}
+            beyond = {
+                t
+                for t in targets
+                if t != PIPELINES and not t.startswith(PIPELINES + ".") and _top(t) != "craftai_models"
+            }
             if beyond:
                 wrong[module] = beyond
     return wrong

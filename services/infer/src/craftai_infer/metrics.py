@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -16,6 +17,7 @@ from prometheus_client.registry import Collector
 from craftai_common.observability import app_label
 from craftai_infer.loader import RouteLoader
 from craftai_infer.memory import DecodeBudget
+from craftai_infer.scheduling import WorkQueue
 from craftai_infer.sessions import SessionStore
 
 log = logging.getLogger("craftai.infer.metrics")
@@ -25,12 +27,18 @@ class InferCollector(Collector):
     """Reads the session store and the loaded routes at each scrape."""
 
     def __init__(
-        self, sessions: SessionStore, routes: RouteLoader, budget: DecodeBudget | None = None, replica: str = ""
+        self,
+        sessions: SessionStore,
+        routes: RouteLoader,
+        budget: DecodeBudget | None = None,
+        replica: str = "",
+        pools: Sequence[WorkQueue[Any, Any]] = (),
     ) -> None:
         self.sessions = sessions
         self.routes = routes
         self.budget = budget
         self.replica = replica
+        self.pools = pools  # the CPU pools' queues (features.context)
 
     def collect(self) -> Iterator[Metric]:
         s = self.sessions
@@ -93,6 +101,19 @@ class InferCollector(Collector):
         yield loaded
         yield operations
         yield queued
+        waiting = GaugeMetricFamily(
+            "craftai_infer_queue_depth",
+            "Jobs waiting for a worker, by queue (a route's model, or a CPU pool), class and app",
+            labels=["queue", "class", "app"],
+        )
+        for queue in [route.queue for route in self.routes.loaded()] + list(self.pools):
+            by_label: dict[tuple[str, str], int] = {}
+            for w in queue.waiting():
+                key = (w.work_class.label, app_label(w.tenant))
+                by_label[key] = by_label.get(key, 0) + w.jobs
+            for (work_class, app), jobs in sorted(by_label.items()):
+                waiting.add_metric([queue.name, work_class, app], jobs)
+        yield waiting
         resolutions = CounterMetricFamily(
             "craftai_infer_route_resolutions",
             "Route resolutions by where they were answered: cache (hit) or catalogue (miss)",

@@ -173,7 +173,15 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
         if embedded:
             catalogue.address = address
         collectors.add(
-            [metrics.InferCollector(servicer.sessions, servicer.routes, servicer.context.budget, servicer.replica)]
+            [
+                metrics.InferCollector(
+                    servicer.sessions,
+                    servicer.routes,
+                    servicer.context.budget,
+                    servicer.replica,
+                    servicer.context.queues,
+                )
+            ]
         )
         servicer.sessions.start_sweeping()
         log.info(

@@ -46,6 +46,11 @@ class FeatureContext:
         self._cores = cores
         self._gpu_decoders: dict[str, pictures.JpegDecoder | None] = {}  # by device: engines.nvjpeg
 
+    @property
+    def queues(self) -> list[scheduling.WorkQueue[Any, Any]]:
+        """The CPU pools' queues (their depth by class and tenant is a metric)."""
+        return [self._cpu.queue, self._bands.queue]
+
     async def on_cpu(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the CPU pool, in this request's class, tenant and context (its log lines
         carry its ids)."""
