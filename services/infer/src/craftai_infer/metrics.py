@@ -107,11 +107,11 @@ class InferCollector(Collector):
             labels=["queue", "class", "app"],
         )
         for queue in [route.queue for route in self.routes.loaded()] + list(self.pools):
-            by_label: dict[tuple[str, str], int] = {}
+            by_class: dict[tuple[str, str], int] = {}
             for w in queue.waiting():
                 key = (w.work_class.label, app_label(w.tenant))
-                by_label[key] = by_label.get(key, 0) + w.jobs
-            for (work_class, app), jobs in sorted(by_label.items()):
+                by_class[key] = by_class.get(key, 0) + w.jobs
+            for (work_class, app), jobs in sorted(by_class.items()):
                 waiting.add_metric([queue.name, work_class, app], jobs)
         yield waiting
         resolutions = CounterMetricFamily(
