@@ -28,6 +28,7 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev import certs, servers
 from craftai_dev.files import U2NETP_SHA256
+from craftai_infer.features.matte import bytes_per_pixel
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.local_tls import loopback_channel
@@ -146,7 +147,7 @@ def test_made_up_app_ids_cannot_starve_an_app_with_its_own_key(
 # -- memory with a ceiling, streams that end ---------------------------------------------------
 
 SIDE = 3000  # the issue's case was 7000x7000 (~750 MiB each as counted): the same shape, a fifth of the pixels
-PICTURE_COST = SIDE * SIDE * 16  # MATTE_BYTES_PER_PIXEL: ~137 MiB
+PICTURE_COST = SIDE * SIDE * bytes_per_pixel(["matte"], False)  # the matte's estimate: ~154 MiB
 BUDGET = PICTURE_COST + MiB  # one at a time (without the budget: 8 decoded at once, 2 of them matted)
 MARGIN = 150 * MiB  # the decoder's transient copy, allocator slack, gRPC's buffers of 8 requests and answers
 UNREAD = 4
@@ -217,6 +218,54 @@ def test_large_pictures_wait_for_the_decode_budget_and_memory_is_given_back(
     assert after - warm < MARGIN // 2, (warm, after)
 
 
+def test_a_request_larger_than_the_whole_budget_is_refused_at_once_with_what_would_fit(
+    bounded: servers.Process, photos: dict[str, Path]
+) -> None:
+    """A 160 KB PNG declaring 7000x7000, asking for a cutout (~10 GiB while it is made): refused
+    before any pixel is decoded, in words (the estimate, the limit, what would fit), and the
+    server's memory does not move (it used to wait until alone, then take ~8 GB)."""
+    big = _declared_big_png(7000)
+    assert len(big) < 200_000
+    pid = bounded.popen.pid
+    with AiClient("huge", target=bounded.address, retries=NO_RETRY) as ai:
+        ai.remove_background(photos["chelsea.png"], outputs="matte,cutout")  # warm
+        warm = _status(pid)["VmRSS"]
+        _reset_peak(pid)
+        with pytest.raises(CraftAiError) as refused:
+            ai.remove_background(big, outputs="cutout")
+        peak = _status(pid)["VmHWM"]
+    error = refused.value
+    assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "OVER_BUDGET")
+    assert "cutout of a 7000x7000 picture needs ~" in error.message
+    assert "CRAFTAI_DECODE_BUDGET_BYTES" in error.message
+    assert "it would fit with" in error.message and "of a picture of at most" in error.message
+    assert int(error.metadata["needed_bytes"]) > 49_000_000 * 200 > int(error.metadata["budget_bytes"])
+    assert peak - warm < 64 * MiB, (warm, peak)
+
+
+def test_a_cutout_admitted_under_the_budget_stays_within_its_estimate(
+    bounded: servers.Process, photos: dict[str, Path]
+) -> None:
+    """The largest cutout the budget admits: the server's peak over its warm size stays within the
+    request's estimate (the picture, the foreground estimation's planes, the encodes, the answer)."""
+    side = 820  # a cutout: ~226 bytes a pixel, ~145 MiB, under BUDGET
+    rng = np.random.default_rng(3)
+    picture = rng.integers(0, 255, (side, side, 3), dtype=np.uint8)
+    picture[side // 4 : 3 * side // 4, side // 4 : 3 * side // 4] = (230, 200, 40)
+    estimate = side * side * bytes_per_pixel(["cutout"], False)
+    assert estimate < BUDGET
+    pid = bounded.popen.pid
+    with AiClient("cutout", target=bounded.address, retries=NO_RETRY) as ai:
+        ai.remove_background(photos["chelsea.png"], outputs="cutout")  # warm: the outputs' code paths
+        warm = _status(pid)["VmRSS"]
+        _reset_peak(pid)
+        result = ai.remove_background(_png(Image.fromarray(picture)), outputs="cutout")
+        peak = _status(pid)["VmHWM"]
+    assert (result.width, result.height) == (side, side)
+    print(f"a {side}x{side} cutout: estimate {estimate / MiB:.0f} MiB, peak +{(peak - warm) / MiB:.0f} MiB")
+    assert peak - warm < estimate, (warm, peak, estimate)
+
+
 def test_the_command_over_a_folder_waits_out_the_decode_budget(
     u2netp_store: Path, local_catalogue: Path, tmp_path: Path, photos: dict[str, Path]
 ) -> None:
@@ -224,12 +273,14 @@ def test_the_command_over_a_folder_waits_out_the_decode_budget(
     holds one picture and lets a request wait 0.2 s (each model call takes SLOW_SECONDS): the other
     is refused MEMORY_BUDGET with a RetryInfo, and the command waits and tries again, so every
     picture is done (it used to report them failed)."""
+    with Image.open(photos["chelsea.png"]) as photo:
+        one = photo.width * photo.height * bytes_per_pixel(["matte"], False)
     tree = tmp_path / "photos"
     tree.mkdir()
     for n in range(2):
         (tree / f"chelsea-{n}.png").write_bytes(photos["chelsea.png"].read_bytes())
     env = {
-        "CRAFTAI_DECODE_BUDGET_BYTES": "1",
+        "CRAFTAI_DECODE_BUDGET_BYTES": str(one * 3 // 2),
         "CRAFTAI_DECODE_WAIT_SECONDS": "0.2",
         "CRAFTAI_FAULT_INJECTION": "slow-model",
     }

@@ -9,6 +9,7 @@ import asyncio
 import contextvars
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -268,3 +269,25 @@ async def test_the_cpu_pool_runs_work_in_the_callers_class_and_context() -> None
         assert order == ["blocker", "a click's mask", "a band", "a large cutout"]
     finally:
         pool.shutdown()
+
+
+async def test_nothing_of_a_batch_outlives_it_on_the_worker() -> None:
+    """A request's picture is given back to the memory budget when the array is freed: the worker
+    that ran it must hold no reference once its answer is delivered (it then waits for the next
+    job, maybe for long)."""
+
+    class Payload:
+        pass
+
+    queue: WorkQueue[Payload, int] = WorkQueue("test")
+    workers = Workers(queue, lambda payloads: [1 for _ in payloads], threads=1, lane=1, name="model")
+    try:
+        for work_class in (BULK, INTERACTIVE):
+            payload = Payload()
+            freed = weakref.ref(payload)
+            assert await submitted(queue, payload, work_class=work_class) == 1
+            del payload
+            await until(lambda: queue.busy == 0)
+            assert freed() is None  # freed by its last reference going, no collector needed
+    finally:
+        workers.close()

@@ -36,6 +36,7 @@ class Reason(StrEnum):
     TOO_MANY_SESSIONS = "TOO_MANY_SESSIONS"
     TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
     MEMORY_BUDGET = "MEMORY_BUDGET"
+    OVER_BUDGET = "OVER_BUDGET"  # one request alone needs more than the whole budget: ask for less
     CALL_TIME_LIMIT = "CALL_TIME_LIMIT"
     FIELD_TOO_LONG = "FIELD_TOO_LONG"
     SHUTTING_DOWN = "SHUTTING_DOWN"

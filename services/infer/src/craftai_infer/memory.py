@@ -1,14 +1,22 @@
-"""Memory with a ceiling: decoded pictures admitted against a byte budget, and memory given back.
+"""Memory with a ceiling: every request's cost admitted against a byte budget, and memory given back.
 
-A small file can declare a large picture (a 160 KB PNG of 7000x7000 costs ~650 MB once decoded and
-matted), and requests wait for the one model worker with their pictures decoded, so without a
-ceiling memory grows with concurrency. `DecodeBudget` admits each picture's estimated cost (its
-pixels times the feature's bytes per pixel, from the header, before any pixel is decoded) against
-CRAFTAI_DECODE_BUDGET_BYTES: beyond it a request waits its turn (first come, first served), up to
-CRAFTAI_DECODE_WAIT_SECONDS, then is refused RESOURCE_EXHAUSTED / MEMORY_BUDGET with a RetryInfo.
-A picture larger than the whole budget waits until it is alone. The cost is given back when the
-decoded array is freed (whoever drops it last: a request that finished, or a model worker that
-finished a cancelled request's picture), so the budget follows the memory actually held.
+A small file can declare a large picture (a 160 KB PNG of 7000x7000 costs gigabytes once decoded,
+matted and its cutout made), and requests wait for the model workers with their pictures decoded,
+so without a ceiling memory grows with concurrency and with one request's size. Each feature
+estimates what a request will hold at its peak from the picture's header and the options, before
+any pixel is decoded (the picture, the network input, every output asked, the encodes, the
+answer; features/*.py), and `DecodeBudget` admits that estimate against
+CRAFTAI_DECODE_BUDGET_BYTES:
+
+* a request whose estimate alone is larger than the budget is refused at once, RESOURCE_EXHAUSTED
+  / OVER_BUDGET, with the estimate, the limit and what would fit, in plain words: it could never run;
+* beyond the budget a request waits its turn, interactive requests first and each class first
+  come, first served (craftai_infer.scheduling), up to CRAFTAI_DECODE_WAIT_SECONDS, then is
+  refused RESOURCE_EXHAUSTED / MEMORY_BUDGET with a RetryInfo.
+
+The cost is given back when the decoded array is freed (whoever drops it last: a request that
+finished, or a model worker that finished a cancelled request's picture), or when the request ends
+where nothing holds it, so the budget follows the memory actually held.
 
 Given back to the system: glibc keeps freed memory in its heaps (Pillow decodes in blocks of 16 MB,
 under glibc's growing mmap threshold), so a burst of large pictures left the process gigabytes
@@ -38,7 +46,8 @@ import time
 import weakref
 from dataclasses import dataclass
 
-from craftai_common.errors import resource_exhausted
+from craftai_common.errors import ServiceError, resource_exhausted
+from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.memory")
@@ -79,6 +88,7 @@ def trim() -> None:
 class _Waiter:
     nbytes: int
     admitted: asyncio.Future[None]
+    work_class: WorkClass
 
 
 class DecodeBudget:
@@ -90,34 +100,47 @@ class DecodeBudget:
         self.wait_seconds = wait_seconds
         self.used = 0
         self.refused_total = 0
+        self.over_total = 0  # refused at once: larger than the whole budget
         self.waited_total = 0
-        self._queue: collections.deque[_Waiter] = collections.deque()
+        self._queues: dict[WorkClass, collections.deque[_Waiter]] = {c: collections.deque() for c in WorkClass}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_since = 0.0
         self._trim_due = False
 
     @property
     def waiting(self) -> int:
-        return len(self._queue)
+        return sum(len(queue) for queue in self._queues.values())
 
     def _fits(self, nbytes: int) -> bool:
-        return self.used + nbytes <= self.budget_bytes or self.used == 0
+        return self.used + nbytes <= self.budget_bytes
 
-    async def admit(self, nbytes: int, what: str) -> None:
-        """Wait until `nbytes` fit (first come, first served); MEMORY_BUDGET after the wait."""
+    def _ahead(self, work_class: WorkClass) -> bool:
+        """Whether a waiter of this class or a more urgent one is queued (a new request goes after it)."""
+        return any(self._queues[c] for c in WorkClass if c <= work_class)
+
+    async def admit(self, nbytes: int, what: str, *, smaller: str = "") -> None:
+        """Wait until `nbytes` fit, in the request's class (interactive first, each class first
+        come, first served); MEMORY_BUDGET after the wait. `nbytes` larger than the whole budget
+        is refused at once (OVER_BUDGET); `smaller` says what would fit, for that message."""
+        if nbytes > self.budget_bytes:
+            self.over_total += 1
+            raise over_budget(what, nbytes, self.budget_bytes, smaller)
         self._loop = asyncio.get_running_loop()
-        if not self._queue and self._fits(nbytes):
+        work_class = work_class_var.get()
+        if not self._ahead(work_class) and self._fits(nbytes):
             self.used += nbytes
             return
-        waiter = _Waiter(nbytes, self._loop.create_future())
-        self._queue.append(waiter)
+        waiter = _Waiter(nbytes, self._loop.create_future(), work_class)
+        self._queues[work_class].append(waiter)
         self.waited_total += 1
         try:
             async with asyncio.timeout(self.wait_seconds):
                 await waiter.admitted
         except BaseException as exc:
-            if waiter in self._queue:
-                self._queue.remove(waiter)
+            queue = self._queues[work_class]
+            if waiter in queue:
+                queue.remove(waiter)
+                self._admit_waiting()  # a large waiter that leaves may unblock the ones behind it
             elif waiter.admitted.done() and not waiter.admitted.cancelled():
                 self.release(nbytes)  # admitted just as it gave up: give it back
             if not isinstance(exc, TimeoutError):
@@ -162,12 +185,39 @@ class DecodeBudget:
         asyncio.get_running_loop().run_in_executor(None, trim)  # off the event loop: a trim walks every heap
 
     def _admit_waiting(self) -> None:
-        while self._queue and self._fits(self._queue[0].nbytes):
-            waiter = self._queue.popleft()
-            if waiter.admitted.done():  # its request went away while waiting
-                continue
-            self.used += waiter.nbytes
-            waiter.admitted.set_result(None)
+        """The waiters that fit now, interactive first; a class's head that does not fit holds its
+        class and every later class (no large request starves behind smaller ones)."""
+        for work_class in sorted(WorkClass):
+            queue = self._queues[work_class]
+            while queue and self._fits(queue[0].nbytes):
+                waiter = queue.popleft()
+                if waiter.admitted.done():  # its request went away while waiting
+                    continue
+                self.used += waiter.nbytes
+                waiter.admitted.set_result(None)
+            if queue:
+                return
+
+
+def over_budget(what: str, nbytes: int, budget_bytes: int, smaller: str = "") -> ServiceError:
+    """A request that could never run here: its estimate alone is more than the whole budget."""
+    hint = f"; {smaller}" if smaller else ""
+    return resource_exhausted(
+        Reason.OVER_BUDGET,
+        f"{what} needs ~{mib(nbytes)} while it is made, more than the {mib(budget_bytes)} this server gives "
+        f"the requests in progress (CRAFTAI_DECODE_BUDGET_BYTES), so it cannot run here{hint}",
+        needed_bytes=str(nbytes),
+        budget_bytes=str(budget_bytes),
+    )
+
+
+def mib(nbytes: float) -> str:
+    """A size as an error message says it."""
+    if nbytes >= 10 * 2**30:
+        return f"{nbytes / 2**30:,.0f} GiB"
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:,.1f} GiB"
+    return f"{nbytes / 2**20:,.0f} MiB"
 
 
 def _release_from_anywhere(owner: weakref.ref[DecodeBudget], loop: asyncio.AbstractEventLoop, nbytes: int) -> None:

@@ -274,18 +274,23 @@ class Workers(Generic[P, R]):
     def _serve(self, classes: tuple[WorkClass, ...]) -> None:
         while (batch := self.queue.take(classes)) is not None:
             try:
-                results: Sequence[R] = self._execute([job.payload for job in batch])
-                if len(results) != len(batch):
-                    raise RuntimeError(f"a batch of {len(batch)} gave {len(results)} results")
-            except BaseException as exc:
-                for job in batch:
-                    job.deliver(None, exc)
-            else:
-                for job, result in zip(batch, results, strict=True):
-                    job.deliver(result, None)
+                self._run(batch)
             finally:
-                del batch
+                del batch  # nothing of a batch outlives it here: its pictures give their budget back
                 self.queue.done()
+
+    def _run(self, batch: list[Job[P, R]]) -> None:
+        """One batch, its answers delivered; its locals (the jobs, their payloads) end with it."""
+        try:
+            results: Sequence[R] = self._execute([job.payload for job in batch])
+            if len(results) != len(batch):
+                raise RuntimeError(f"a batch of {len(batch)} gave {len(results)} results")
+        except BaseException as exc:
+            for job in batch:
+                job.deliver(None, exc)
+        else:
+            for job, result in zip(batch, results, strict=True):
+                job.deliver(result, None)
 
     def close(self) -> None:
         for job in self.queue.close():

@@ -87,11 +87,11 @@ class FeatureContext:
         return pictures.header(data, self.limits)
 
     @contextlib.asynccontextmanager
-    async def admitted(self, nbytes: int, what: str) -> AsyncIterator[Callable[[object], None]]:
+    async def admitted(self, nbytes: int, what: str, *, smaller: str = "") -> AsyncIterator[Callable[[object], None]]:
         """`nbytes` of the decode budget (waiting their turn, else MEMORY_BUDGET), for the block;
         the block calls the function it is given with the array whose freeing gives them back
         (when it does not, they are given back as the block ends)."""
-        await self.budget.admit(nbytes, what)
+        await self.budget.admit(nbytes, what, smaller=smaller)
         held = False
 
         def hold(picture: object) -> None:

@@ -11,11 +11,13 @@ then the cutout, composite and mask made from it on the route's device -> each o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import TypeVar
 
 from craftai_common.errors import ServiceError
-from craftai_infer import matte_options
+from craftai_infer import matte_options, memory
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
@@ -43,6 +45,9 @@ NAIVE_CUTOUT_BYTES_PER_PIXEL = 10
 MASK_BYTES_PER_PIXEL = 4
 # A background picture's own pixels: decoded (3-4 bytes) and the decoder's copy.
 BACKGROUND_BYTES_PER_PIXEL = 8
+# The answer of each output, per pixel: its encoding (at most about its raw size: 1 byte a pixel for
+# a grey matte or mask, 4 for RGBA) and the message gRPC serialises it into.
+ANSWER_BYTES_PER_PIXEL: dict[Kind, int] = {"matte": 2, "mask": 2, "cutout": 8, "composite": 8}
 
 
 def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
@@ -58,7 +63,49 @@ def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
         making = NAIVE_CUTOUT_BYTES_PER_PIXEL
     elif "mask" in kinds:
         making = MASK_BYTES_PER_PIXEL
-    return MATTE_BYTES_PER_PIXEL + making
+    answer = sum(ANSWER_BYTES_PER_PIXEL[kind] for kind in kinds)
+    return MATTE_BYTES_PER_PIXEL + making + answer
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A request's peak memory, from its picture's size and options, before any pixel is decoded:
+    the picture and what its outputs hold (`bytes_per_pixel`), what the route's pre- and
+    post-processing hold (MatteRoute.input_bytes), a background picture's pixels."""
+
+    width: int
+    height: int
+    kinds: tuple[Kind, ...]
+    naive: bool
+    background: int = 0  # the background picture's pixels
+
+    def nbytes(self, route: MatteRoute) -> int:
+        pixels = self.width * self.height
+        return (
+            pixels * bytes_per_pixel(self.kinds, self.naive)
+            + route.input_bytes(self.height, self.width)
+            + self.background * BACKGROUND_BYTES_PER_PIXEL
+        )
+
+    @property
+    def words(self) -> str:
+        """The outputs as a message names them: "matte and cutout", "naive cutout"."""
+        return " and ".join(f"naive {k}" if self.naive and k in ("cutout", "composite") else k for k in self.kinds)
+
+    def smaller(self, route: MatteRoute, budget: int) -> str:
+        """What would fit `budget` instead, in words: cheaper outputs, or a smaller picture."""
+        cheaper = []
+        if not self.naive and ("cutout" in self.kinds or "composite" in self.kinds):
+            cheaper.append(dataclasses.replace(self, naive=True))
+        if set(self.kinds) != {"matte"}:
+            cheaper.append(dataclasses.replace(self, kinds=("matte",), naive=False))
+        options = [f"the {e.words} (~{memory.mib(e.nbytes(route))})" for e in cheaper if e.nbytes(route) <= budget]
+        scaled = self
+        while scaled.width > 16 and scaled.nbytes(route) > budget:
+            scaled = dataclasses.replace(scaled, width=scaled.width * 9 // 10, height=scaled.height * 9 // 10)
+        if scaled.nbytes(route) <= budget:
+            options.append(f"the same of a picture of at most {scaled.width}x{scaled.height}")
+        return "it would fit with " + ", or ".join(options) if options else "ask for less"
 
 
 class MatteFeature:
@@ -74,7 +121,7 @@ class MatteFeature:
         route: MatteRoute = loaded.route
 
         with run.stage("decode", "decoding the picture"):
-            picture, background = await self._decoded(request.picture.data, asked, c.picture_device(loaded))
+            picture, background = await self._decoded(request.picture.data, asked, route, c.picture_device(loaded))
         height, width = picture.shape[:2]
         spec = asked.within(width, height, background)
         made = [kind for kind in asked.kinds if kind != "matte"]
@@ -97,26 +144,38 @@ class MatteFeature:
             for kind, data in images.items():
                 _image(getattr(result, kind), kind, data, asked.encodings[kind].format, rendered)
         result.timing.CopyFrom(run.timing())
+        runs.check_size(
+            result,
+            c.settings.max_message_bytes,
+            f"the {', '.join(asked.kinds)}",
+            "ask for fewer outputs, WebP or JPEG rather than PNG, or send a smaller picture",
+        )
         return result
 
     async def _decoded(
-        self, data: bytes, asked: matte_options.Checked, device: str | None
+        self, data: bytes, asked: matte_options.Checked, route: MatteRoute, device: str | None
     ) -> tuple[Picture, Picture | None]:
-        """The picture and the background picture (when one came), decoded once the memory of the
-        request fits the decode budget (the headers read first: no pixel decoded before); the
-        picture for the route's `device` (FeatureContext.decode)."""
+        """The picture and the background picture (when one came), decoded once the request's cost
+        fits the decode budget (`cost`: the headers read first, no pixel decoded before; a request
+        that could never fit is refused at once with what would); the picture for the route's
+        `device` (FeatureContext.decode). The request's class is set from the picture's size."""
         c = self.context
         head = await c.header_of(data)
-        small = head.width * head.height <= c.settings.interactive_matte_pixels
+        width, height = head.width, head.height
+        small = width * height <= c.settings.interactive_matte_pixels
         work_class_var.set(WorkClass.INTERACTIVE if small else WorkClass.BULK)  # for the rest of this request
-        nbytes = head.width * head.height * bytes_per_pixel(asked.kinds, asked.naive)
-        what = f"a {head.width}x{head.height} picture"
         back = asked.background_picture
+        back_pixels = 0
         if back is not None:
             back_head = await c.on_cpu(self._background, c.header, back)  # in the request's class
-            nbytes += back_head.width * back_head.height * BACKGROUND_BYTES_PER_PIXEL
+            back_pixels = back_head.width * back_head.height
+        estimate = Estimate(width, height, tuple(asked.kinds), asked.naive, back_pixels)
+        what = f"a {estimate.words} of a {width}x{height} picture"
+        if back is not None:
             what += f" over a {back_head.width}x{back_head.height} background"
-        async with c.admitted(nbytes, what) as hold:
+        nbytes = estimate.nbytes(route)
+        hint = estimate.smaller(route, c.budget.budget_bytes) if nbytes > c.budget.budget_bytes else ""
+        async with c.admitted(nbytes, what, smaller=hint) as hold:
             picture = await c.on_cpu(c.decode, data, device)
             hold(picture)  # the request holds its picture to the end: the whole cost goes with it
             background = None if back is None else await c.on_cpu(self._background, c.decode, back)

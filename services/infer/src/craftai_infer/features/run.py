@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 
 from google.protobuf.message import Message
 
-from craftai_common.errors import invalid_argument
+from craftai_common.errors import invalid_argument, resource_exhausted
 from craftai_infer.loader import LoadedRoute, Notices, RouteLoader
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 from craftai_wire.vocabulary import Reason
@@ -106,6 +106,20 @@ async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]])
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+
+
+def check_size(answer: Message, limit: int, what: str, fewer: str) -> None:
+    """An answer larger than the message limit cannot be sent (gRPC would end the call with a bare
+    "larger than max"): say so in words a caller can act on (`fewer`: how to ask for less)."""
+    size = answer.ByteSize()
+    if size > limit:
+        raise resource_exhausted(
+            Reason.LIMIT_REACHED,
+            f"{what} come to {size:,} bytes, more than the {limit:,} bytes a message may carry "
+            f"(CRAFTAI_MAX_MESSAGE_BYTES); {fewer}",
+            answer_bytes=str(size),
+            limit_bytes=str(limit),
+        )
 
 
 async def resolve(loader: RouteLoader, route: common_pb2.RouteRef, feature: str) -> catalogue_pb2.ResolveRouteResponse:

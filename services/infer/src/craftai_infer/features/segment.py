@@ -164,7 +164,13 @@ class SegmentFeature:
         result.route.CopyFrom(loaded.ref)
         result.points, result.candidates = len(points), len(candidates)
         result.timing.CopyFrom(run.timing())
-        self._check_size(result, "the masks")
+        runs.check_size(
+            result,
+            self.context.settings.max_message_bytes,
+            "the masks",
+            "ask for RLE rather than PNGs or polygons, or fewer masks (a higher pred_iou_thresh or "
+            "stability_score_thresh, or a sparser grid)",
+        )
         return result
 
     async def _grid(
@@ -298,17 +304,6 @@ class SegmentFeature:
             point = message.point
             point.x, point.y = (float(v) for v in kept.points[k])
             point.label = infer_pb2.POINT_LABEL_FOREGROUND
-
-    def _check_size(self, result: infer_pb2.SegmentEverythingResult, what: str) -> None:
-        """An answer larger than the message limit cannot be sent: say so in words a caller can act on."""
-        size, limit = result.ByteSize(), self.context.settings.max_message_bytes
-        if size > limit:
-            raise resource_exhausted(
-                Reason.LIMIT_REACHED,
-                f"{what} come to {size:,} bytes, more than the {limit:,} bytes a message may carry "
-                "(CRAFTAI_MAX_MESSAGE_BYTES); ask for RLE rather than PNGs or polygons, or fewer masks "
-                "(a higher pred_iou_thresh or stability_score_thresh, or a sparser grid)",
-            )
 
     def _session(self, app: str, session_id: str) -> Session:
         if not session_id:

@@ -54,6 +54,18 @@ class BirefnetSettings:
         return Refinement(tile=self.tile, edge_margin=self.edge_margin, eps=self.eps)
 
 
+# What making the network input and enlarging the matte back holds on the CPU, beyond the picture
+# (tests/unit/test_matte_memory.py measures it): the 1024² input, then per pixel of the picture its
+# float copy, the enlarged matte and the refinement's planes.
+INPUT_FIXED_BYTES = 64 << 20
+INPUT_BYTES_PER_PIXEL = 24
+
+
+def input_bytes(height: int, width: int) -> int:
+    """An upper bound of what the pipeline holds on the CPU for a picture, beyond the picture."""
+    return INPUT_FIXED_BYTES + INPUT_BYTES_PER_PIXEL * height * width
+
+
 def _resize(x: Tensor, height: int, width: int) -> Tensor:
     """Bilinear with Pillow's antialiasing when reducing (torch's `antialias=True` is that filter)."""
     if tuple(x.shape[-2:]) == (height, width):

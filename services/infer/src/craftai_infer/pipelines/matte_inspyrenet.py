@@ -91,6 +91,23 @@ def network_shape(height: int, width: int, settings: MatteSettings = MatteSettin
     return -(-height // m) * m, -(-width // m) * m
 
 
+# What making the network input and enlarging its output back holds on the CPU, beyond the picture
+# (tests/unit/test_matte_memory.py measures it): the 1280² input and its resampling, then per pixel
+# of the picture its float copy, the enlarged matte, the refinement's planes; a picture over
+# max_side is first reflect-padded to a square, in float.
+INPUT_FIXED_BYTES = 64 << 20
+INPUT_BYTES_PER_PIXEL = 40
+PADDED_BYTES_PER_PIXEL = 12
+
+
+def input_bytes(height: int, width: int, settings: MatteSettings = MatteSettings()) -> int:
+    """An upper bound of what the pipeline holds on the CPU for a picture, beyond the picture."""
+    pixels = height * width
+    side = max(height, width)
+    padded = side * side - pixels if side > settings.max_side else 0
+    return INPUT_FIXED_BYTES + INPUT_BYTES_PER_PIXEL * pixels + PADDED_BYTES_PER_PIXEL * padded
+
+
 def network_input(
     rgb: np.ndarray,
     device: torch.device,

@@ -125,6 +125,12 @@ class MatteRoute(Route, Protocol):
         """Pictures with the same key may share a call (they stack into one network input)."""
         return None
 
+    def input_bytes(self, height: int, width: int) -> int:
+        """What the route's pre- and post-processing hold in host memory for a picture of this size,
+        beyond the picture itself (its cost is admitted before it runs: craftai_infer.memory); 0
+        where that is small, or made on a GPU."""
+        return 0
+
 
 class SegmentRoute(Route, Protocol):
     """image.segment: the image encoder once per picture, the mask decoder once per prompt (or

@@ -11,6 +11,7 @@ import numpy.typing as npt
 import torch
 
 from craftai_infer.engines.onnxruntime import OnnxModel
+from craftai_infer.pipelines import matte_birefnet
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
@@ -40,6 +41,10 @@ class BirefnetOnnx(MatteRoute):
     def _network(self, x: torch.Tensor) -> torch.Tensor:
         (logits, *_rest) = self.model.run({self.input_name: np.ascontiguousarray(x.numpy(), dtype=np.float32)})
         return torch.from_numpy(logits)
+
+    def input_bytes(self, height: int, width: int) -> int:
+        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
+        return matte_birefnet.input_bytes(height, width) if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
         """Host arrays (views of the CPU tensors the pipeline made around the session, no copy): the

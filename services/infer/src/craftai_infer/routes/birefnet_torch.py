@@ -13,6 +13,7 @@ import torch
 from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pipelines import matte_birefnet
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
@@ -58,6 +59,10 @@ class BirefnetTorch(MatteRoute):
 
     def batch_key(self, picture: Picture) -> Hashable:
         return self.settings.size
+
+    def input_bytes(self, height: int, width: int) -> int:
+        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
+        return matte_birefnet.input_bytes(height, width) if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""

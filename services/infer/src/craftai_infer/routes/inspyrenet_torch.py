@@ -13,6 +13,7 @@ import torch
 
 from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
 from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pipelines import matte_inspyrenet
 from craftai_infer.pipelines.matte_inspyrenet import matte_inspyrenet_batch, network_shape
 from craftai_infer.pipelines.matte_spec import Matte
 from craftai_infer.pipelines.picture import Picture
@@ -64,6 +65,10 @@ class InspyrenetTorch(MatteRoute):
 
     def batch_key(self, picture: Picture) -> Hashable:
         return network_shape(picture.shape[0], picture.shape[1])
+
+    def input_bytes(self, height: int, width: int) -> int:
+        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
+        return matte_inspyrenet.input_bytes(height, width) if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> Sequence[Matte]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
