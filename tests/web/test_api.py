@@ -11,7 +11,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -436,3 +436,27 @@ def test_craftai_serve_web_prints_the_page_link_and_serves_it(tmp_path: Path, lo
         assert page.status_code == 200 and "Remove background" in page.text
         status = httpx.get(f"{url}/api/v1/status", headers={"Authorization": f"Bearer {key}"})
         assert status.status_code == 200 and status.json()["runtime"]["device"] == "cpu"
+
+
+def test_a_router_serves_alone(services: servers.Process, key: str) -> None:
+    """Each endpoint family is a router of its own: the status router on a bare app, with a root
+    client to the services, answers as the gateway does."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    from craftai import AsyncAiClient
+    from craftai.web.routes import status
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncAiClient(app_id="craftai-web", target=services.address) as root:
+            app.state.root = root
+            yield
+
+    alone = FastAPI(lifespan=lifespan)
+    alone.include_router(status.router)
+    alone.state.settings = WebSettings(target=services.address)
+    with TestClient(alone, base_url="http://127.0.0.1") as client:
+        answer = client.get("/api/v1/status", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200 and answer.json()["runtime"]["device"] == "cpu"
