@@ -25,6 +25,7 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, LowResMask, Prompt
 from craftai.web.app import build
 from craftai.web.settings import WebSettings
+from craftai_wire.vocabulary import GatewayReason, Reason
 from tests.support import servers, web
 from tests.support.segment import mask_of
 
@@ -460,3 +461,13 @@ def test_a_router_serves_alone(services: servers.Process, key: str) -> None:
     with TestClient(alone, base_url="http://127.0.0.1") as client:
         answer = client.get("/api/v1/status", headers={"Authorization": f"Bearer {key}"})
     assert answer.status_code == 200 and answer.json()["runtime"]["device"] == "cpu"
+
+
+def test_the_page_gets_the_error_reasons_from_the_gateway(gateway: servers.Process) -> None:
+    """The page's only copy of the reasons is the module the gateway makes from the wire's own."""
+    module = httpx.get(f"{gateway.address}/vocabulary.js")
+    assert module.status_code == 200 and module.headers["content-type"].startswith("text/javascript")
+    served = json.loads(module.text.split("Object.freeze(", 1)[1].rsplit(");", 1)[0])
+    assert served == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
+    script = httpx.get(f"{gateway.address}/static/app.js").text
+    assert 'import { Reason } from "/vocabulary.js";' in script

@@ -2,7 +2,8 @@
 command line, the web gateway and (through the gateway) the page.
 
 `Reason` is the machine-readable contract of every error (google.rpc.ErrorInfo.reason); docs/API.md
-lists them with what a caller does about each.
+lists them with what a caller does about each. `GatewayReason` are the web gateway's own (HTTP
+only; docs/WEB.md).
 """
 
 from __future__ import annotations
@@ -48,3 +49,13 @@ class Reason(StrEnum):
     CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
     LIMIT_REACHED = "LIMIT_REACHED"
     INTERNAL = "INTERNAL"
+
+
+class GatewayReason(StrEnum):
+    """The web gateway's own reasons, answered over HTTP only (a request it refuses before any call
+    to the services, or could not read); docs/WEB.md lists them with their HTTP statuses."""
+
+    BAD_REQUEST = "BAD_REQUEST"  # a request the gateway could not make into a call (the field named)
+    NOT_FOUND = "NOT_FOUND"  # no such path
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    UPLOAD_TOO_LARGE = "UPLOAD_TOO_LARGE"

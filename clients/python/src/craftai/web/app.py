@@ -26,6 +26,7 @@ from craftai.web.errors import bad_request, error_response
 from craftai.web.routes import API, matte, page, sessions, setup, status
 from craftai.web.settings import WebSettings
 from craftai.web.uploads import BodyLimit
+from craftai_wire.vocabulary import GatewayReason
 
 EXPOSED_HEADERS = [
     "X-Request-Id",
@@ -41,6 +42,11 @@ EXPOSED_HEADERS = [
     "Retry-After",
 ]
 OPENAPI = f"{API}/openapi.json"
+HTTP_REASONS = {
+    404: GatewayReason.NOT_FOUND,
+    405: GatewayReason.METHOD_NOT_ALLOWED,
+    413: GatewayReason.UPLOAD_TOO_LARGE,
+}
 
 
 def build(settings: WebSettings | None = None) -> FastAPI:
@@ -105,7 +111,7 @@ def _answer_errors(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        reason = {413: "UPLOAD_TOO_LARGE", 404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "")
+        reason = HTTP_REASONS.get(exc.status_code, "")
         body = {"error": {"status": exc.status_code, "code": "", "reason": reason, "message": str(exc.detail)}}
         return JSONResponse(
             body, status_code=exc.status_code, headers={"Connection": "close"} if exc.status_code == 413 else None

@@ -12,6 +12,7 @@ from starlette.datastructures import Headers
 
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
+from craftai_wire.vocabulary import Reason
 
 
 def credentials(headers: Headers, default_app_id: str) -> tuple[str, str | None]:
@@ -23,14 +24,18 @@ def credentials(headers: Headers, default_app_id: str) -> tuple[str, str | None]
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise CraftAiError(
-                grpc.StatusCode.UNAUTHENTICATED, "the Authorization header is 'Bearer <app key>'", "MISSING_APP_KEY"
+                grpc.StatusCode.UNAUTHENTICATED,
+                "the Authorization header is 'Bearer <app key>'",
+                Reason.MISSING_APP_KEY,
             )
         key = token.strip()
     key = key or headers.get("craftai-app-key") or None
     app_id = headers.get("craftai-app-id") or default_app_id
     for value in (app_id, key or ""):
         if not (value.isascii() and value.isprintable()):
-            raise CraftAiError(grpc.StatusCode.UNAUTHENTICATED, "app ids and keys are printable ASCII", "BAD_APP_ID")
+            raise CraftAiError(
+                grpc.StatusCode.UNAUTHENTICATED, "app ids and keys are printable ASCII", Reason.BAD_APP_ID
+            )
     return app_id, key
 
 

@@ -1,19 +1,6 @@
-"""The services' errors as HTTP answers: one status per gRPC code and reason, the same plain
-message, the reason and the fields for programs, Retry-After where the server asked for a wait.
-
-| HTTP | when |
-|---|---|
-| 400 | a bad picture, prompt or option (INVALID_ARGUMENT), a request the gateway cannot read |
-| 401 | no app key or app id (MISSING_APP_KEY, MISSING_APP_ID, BAD_APP_ID) |
-| 403 | a key that is not one of the app's (BAD_APP_KEY), PERMISSION_DENIED |
-| 404 | an unknown session (SESSION_NOT_FOUND), feature, recipe or engine |
-| 409 | the route is not set up (ROUTE_NOT_SET_UP): POST /api/v1/setup first |
-| 412 | any other FAILED_PRECONDITION (the model was refused, a preparation failed) |
-| 413 | an upload over the gateway's limit, a picture over the pixel limits, a message over gRPC's |
-| 429 | the app's limits (TOO_MANY_REQUESTS, TOO_MANY_SESSIONS, ...), with Retry-After |
-| 503 | the services are draining (SHUTTING_DOWN) or cannot be reached, with Retry-After when known |
-| 504 | a deadline passed |
-"""
+"""The services' errors as HTTP answers: one status per gRPC code and reason (docs/WEB.md, Errors,
+has the table), the same plain message, the reason and the fields for programs, Retry-After where
+the server asked for a wait."""
 
 from __future__ import annotations
 
@@ -24,9 +11,10 @@ import grpc
 from starlette.responses import JSONResponse
 
 from craftai.errors import CraftAiError
+from craftai_wire.vocabulary import GatewayReason, Reason
 
-TOO_LARGE_REASONS = frozenset({"PICTURE_TOO_LARGE", "LIMIT_REACHED", "UPLOAD_TOO_LARGE"})
-MISSING_CREDENTIALS = frozenset({"MISSING_APP_KEY", "MISSING_APP_ID", "BAD_APP_ID"})
+TOO_LARGE_REASONS = frozenset({Reason.PICTURE_TOO_LARGE, Reason.LIMIT_REACHED, GatewayReason.UPLOAD_TOO_LARGE})
+MISSING_CREDENTIALS = frozenset({Reason.MISSING_APP_KEY, Reason.MISSING_APP_ID, Reason.BAD_APP_ID})
 BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
@@ -44,18 +32,18 @@ BY_CODE = {
 
 
 def http_status(error: CraftAiError) -> int:
-    """The HTTP status of a service's error (the table above)."""
+    """The HTTP status of a service's error (docs/WEB.md, Errors)."""
     if error.reason in TOO_LARGE_REASONS:
         return 413
     if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and not error.reason and "message limit" in error.message:
         return 413  # gRPC's own message limit (the SDK's message names the settings)
-    if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "NO_SPACE":
+    if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == Reason.NO_SPACE:
         return 507
     if error.reason in MISSING_CREDENTIALS:
         return 401
-    if error.reason == "ROUTE_NOT_SET_UP":
+    if error.reason == Reason.ROUTE_NOT_SET_UP:
         return 409
-    if error.code == grpc.StatusCode.UNAVAILABLE and error.reason == "SOURCES_FAILED":
+    if error.code == grpc.StatusCode.UNAVAILABLE and error.reason == Reason.SOURCES_FAILED:
         return 502
     return BY_CODE.get(error.code, 500)
 
@@ -92,7 +80,7 @@ def error_response(error: CraftAiError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))
 
 
-def bad_request(message: str, reason: str = "BAD_REQUEST", field: str | None = None) -> CraftAiError:
+def bad_request(message: str, reason: str = GatewayReason.BAD_REQUEST, field: str | None = None) -> CraftAiError:
     """An error of the gateway's own reading (the request could not be made into a call)."""
     violations = [(field, message)] if field else []
     return CraftAiError(grpc.StatusCode.INVALID_ARGUMENT, message, reason, violations=violations)
@@ -102,6 +90,6 @@ def too_large(limit: int) -> CraftAiError:
     return CraftAiError(
         grpc.StatusCode.INVALID_ARGUMENT,
         f"the upload is larger than the gateway's limit of {limit:,} bytes (CRAFTAI_WEB_MAX_UPLOAD_BYTES)",
-        "UPLOAD_TOO_LARGE",
+        GatewayReason.UPLOAD_TOO_LARGE,
         metadata={"limit": str(limit)},
     )

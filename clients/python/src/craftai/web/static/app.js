@@ -2,6 +2,8 @@
 // Plain ES module, no dependency, no build step. Every call goes to /api/v1 with the app key the
 // page was given (the link `craftai serve --web` prints carries the local key in its fragment).
 
+import { Reason } from "/vocabulary.js"; // the error reasons, served by the gateway from the wire's own
+
 const API = "/api/v1";
 const $ = (id) => document.getElementById(id);
 const FEATURES = ["image.matte", "image.segment"];
@@ -453,7 +455,7 @@ async function sessionCall(ask) {
   try {
     return await ask();
   } catch (error) {
-    if (error.status !== 404 || error.reason !== "SESSION_NOT_FOUND") throw error;
+    if (error.status !== 404 || error.reason !== Reason.SESSION_NOT_FOUND) throw error;
     await openSession(); // the server forgot it (idle, memory, restart): send the picture again
     return ask();
   }
