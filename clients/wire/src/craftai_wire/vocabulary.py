@@ -59,3 +59,7 @@ class GatewayReason(StrEnum):
     NOT_FOUND = "NOT_FOUND"  # no such path
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     UPLOAD_TOO_LARGE = "UPLOAD_TOO_LARGE"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # the request's headers or body came too slowly
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    TOO_MANY_UPLOADS = "TOO_MANY_UPLOADS"  # the bodies held at once are at their bound

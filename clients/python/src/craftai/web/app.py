@@ -1,10 +1,15 @@
 """The HTTP API beside gRPC, and the page that tries both features (docs/WEB.md): `build()` composes
-the routers (craftai.web.routes), the error answers and the body limit in front of them.
+the routers (craftai.web.routes), the error answers and the guards in front of them.
 
 Every endpoint calls the services through the asyncio SDK (AsyncAiClient) with the caller's own
 app id and key: the gateway holds no model code, checks no feature option of its own (the SDK and
 the services do, and their plain messages are answered as they are) and fetches no URL. The
 schema is served at /api/v1/openapi.json.
+
+A request passes, in order: `Calls` (its own task: cancelled when its client leaves or the stop's
+grace is over), `HeadLimit` (431), CORS when set, `KeyCheck` (the key
+verified before any of the body is read), `BodyLimit` (size, time, the bodies held at once), then
+its router. uvicorn's protocol (craftai.web.connections) bounds connections and head time before.
 """
 
 from __future__ import annotations
@@ -22,10 +27,13 @@ from starlette.exceptions import HTTPException
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
 from craftai.policy import Retries
+from craftai.web.calls import Calls, InFlight
+from craftai.web.connections import HeadLimit
 from craftai.web.errors import bad_request, error_response
+from craftai.web.keycheck import KeyCheck, Verifier
 from craftai.web.routes import API, matte, page, sessions, setup, status
 from craftai.web.settings import WebSettings
-from craftai.web.uploads import BodyLimit
+from craftai.web.uploads import BodyLimit, BodyRules
 from craftai_wire.vocabulary import GatewayReason
 
 EXPOSED_HEADERS = [
@@ -45,13 +53,16 @@ OPENAPI = f"{API}/openapi.json"
 HTTP_REASONS = {
     404: GatewayReason.NOT_FOUND,
     405: GatewayReason.METHOD_NOT_ALLOWED,
+    408: GatewayReason.REQUEST_TIMEOUT,
     413: GatewayReason.UPLOAD_TOO_LARGE,
 }
 
 
 def build(settings: WebSettings | None = None) -> FastAPI:
-    """The gateway's ASGI app: the API under /api/v1, the page at /."""
+    """The gateway's ASGI app: the API under /api/v1, the page at /. `app.state.in_flight` holds
+    its calls (for the server's stop)."""
     settings = settings or WebSettings()
+    verifier = Verifier(settings.key_cache_seconds)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -60,6 +71,7 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             app_id=settings.app_id, target=settings.target, infer=settings.infer, retries=retries
         ) as root:
             app.state.root = root
+            verifier.client = root
             yield
 
     app = FastAPI(
@@ -72,12 +84,20 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.state.settings = settings
+    app.state.in_flight = InFlight()
     _answer_errors(app)
     for family in (status, setup, matte, sessions, page):
         app.include_router(family.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")
 
-    app.add_middleware(BodyLimit, limit=settings.max_upload_bytes)
+    # Added innermost first: the last added runs first.
+    rules = BodyRules(
+        settings.max_upload_bytes, settings.max_body_bytes, settings.body_timeout_seconds, settings.body_min_rate
+    )
+    app.add_middleware(BodyLimit, rules=rules)
+    app.add_middleware(
+        KeyCheck, verifier=verifier, default_app_id=settings.app_id, prefix=f"{API}/", open_paths={OPENAPI}
+    )
     origins = [o.strip() for o in settings.cors_origins.split(",") if o.strip()]
     if origins:
         app.add_middleware(
@@ -87,6 +107,8 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             allow_headers=["Authorization", "Content-Type", "Craftai-App-Id", "Craftai-App-Key"],
             expose_headers=EXPOSED_HEADERS,
         )
+    app.add_middleware(HeadLimit, limit=settings.max_header_bytes)
+    app.add_middleware(Calls, in_flight=app.state.in_flight)
     return app
 
 
@@ -113,6 +135,4 @@ def _answer_errors(app: FastAPI) -> None:
     async def http_error(request: Request, exc: HTTPException) -> Response:
         reason = HTTP_REASONS.get(exc.status_code, "")
         body = {"error": {"status": exc.status_code, "code": "", "reason": reason, "message": str(exc.detail)}}
-        return JSONResponse(
-            body, status_code=exc.status_code, headers={"Connection": "close"} if exc.status_code == 413 else None
-        )
+        return JSONResponse(body, status_code=exc.status_code)

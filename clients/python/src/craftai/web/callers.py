@@ -12,12 +12,18 @@ from starlette.datastructures import Headers
 
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
-from craftai_wire.vocabulary import Reason
+from craftai.web.errors import gateway_error
+from craftai_wire.keys import MAX_KEY_LENGTH
+from craftai_wire.vocabulary import GatewayReason, Reason
+
+MAX_APP_ID_LENGTH = 64  # craftai_wire.metadata.APP_ID_PATTERN's longest
 
 
 def credentials(headers: Headers, default_app_id: str) -> tuple[str, str | None]:
     """The caller's app id (Craftai-App-Id, else the gateway's default) and key (Authorization:
-    Bearer <key>, else Craftai-App-Key); none is made up: a call without a key goes without one."""
+    Bearer <key>, else Craftai-App-Key); none is made up: a call without a key goes without one.
+    A value longer than any the services accept is refused here (431), before it becomes gRPC
+    metadata (whose own limit would answer with no reason)."""
     key: str | None = None
     authorization = headers.get("authorization", "")
     if authorization:
@@ -31,7 +37,12 @@ def credentials(headers: Headers, default_app_id: str) -> tuple[str, str | None]
         key = token.strip()
     key = key or headers.get("craftai-app-key") or None
     app_id = headers.get("craftai-app-id") or default_app_id
-    for value in (app_id, key or ""):
+    for name, value, longest in (("app id", app_id, MAX_APP_ID_LENGTH), ("app key", key or "", MAX_KEY_LENGTH)):
+        if len(value) > longest:
+            raise gateway_error(
+                GatewayReason.HEADERS_TOO_LARGE,
+                f"the {name} is {len(value):,} characters long; the services accept at most {longest}",
+            )
         if not (value.isascii() and value.isprintable()):
             raise CraftAiError(
                 grpc.StatusCode.UNAUTHENTICATED, "app ids and keys are printable ASCII", Reason.BAD_APP_ID

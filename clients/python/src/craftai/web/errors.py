@@ -1,10 +1,12 @@
-"""The services' errors as HTTP answers: one status per gRPC code and reason (docs/WEB.md, Errors,
-has the table), the same plain message, the reason and the fields for programs, Retry-After where
-the server asked for a wait."""
+"""The services' errors, and the gateway's own refusals, as HTTP answers: one status per gRPC code
+and reason (docs/WEB.md, Errors, has the table), the same plain message, the reason and the fields
+for programs, Retry-After where the server asked for a wait."""
 
 from __future__ import annotations
 
+import json
 import math
+from http import HTTPStatus
 from typing import Any
 
 import grpc
@@ -29,10 +31,21 @@ BY_CODE = {
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.CANCELLED: 499,
 }
+# The gateway's own refusals (GatewayReason) that are not their gRPC code's usual status.
+BY_GATEWAY_REASON = {
+    GatewayReason.HEADERS_TOO_LARGE: 431,
+    GatewayReason.REQUEST_TIMEOUT: 408,
+    GatewayReason.TOO_MANY_CONNECTIONS: 503,
+    GatewayReason.TOO_MANY_UPLOADS: 503,
+    GatewayReason.NOT_FOUND: 404,
+    GatewayReason.METHOD_NOT_ALLOWED: 405,
+}
 
 
 def http_status(error: CraftAiError) -> int:
-    """The HTTP status of a service's error (docs/WEB.md, Errors)."""
+    """The HTTP status of a service's error (the table above)."""
+    if error.reason in BY_GATEWAY_REASON:
+        return BY_GATEWAY_REASON[GatewayReason(error.reason)]
     if error.reason in TOO_LARGE_REASONS:
         return 413
     if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and not error.reason and "message limit" in error.message:
@@ -65,11 +78,12 @@ def error_body(error: CraftAiError) -> dict[str, Any]:
 
 def error_headers(error: CraftAiError) -> dict[str, str]:
     headers: dict[str, str] = {}
+    status = http_status(error)
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
-    elif http_status(error) == 503:
+    elif status == 503:
         headers["Retry-After"] = "1"
-    if http_status(error) == 401:
+    if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="craftai"'
     if error.request_id:
         headers["X-Request-Id"] = error.request_id
@@ -80,6 +94,23 @@ def error_response(error: CraftAiError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))
 
 
+def raw_answer(error: CraftAiError) -> bytes:
+    """The error as a whole HTTP/1.1 answer in bytes, for a connection the gateway closes before (or
+    instead of) a request reaches the app: a head too large or too slow, a connection too many."""
+    status = http_status(error)
+    body = json.dumps(error_body(error), separators=(",", ":")).encode()
+    head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json"]
+    head += [f"{name}: {value}" for name, value in (error_headers(error) | {"Connection": "close"}).items()]
+    head.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def gateway_error(reason: GatewayReason, message: str, **metadata: str) -> CraftAiError:
+    """A refusal of the gateway's own (its status: BY_GATEWAY_REASON, else 400)."""
+    code = grpc.StatusCode.UNAVAILABLE if BY_GATEWAY_REASON.get(reason) == 503 else grpc.StatusCode.INVALID_ARGUMENT
+    return CraftAiError(code, message, reason, metadata=metadata)
+
+
 def bad_request(message: str, reason: str = GatewayReason.BAD_REQUEST, field: str | None = None) -> CraftAiError:
     """An error of the gateway's own reading (the request could not be made into a call)."""
     violations = [(field, message)] if field else []
@@ -87,9 +118,8 @@ def bad_request(message: str, reason: str = GatewayReason.BAD_REQUEST, field: st
 
 
 def too_large(limit: int) -> CraftAiError:
-    return CraftAiError(
-        grpc.StatusCode.INVALID_ARGUMENT,
-        f"the upload is larger than the gateway's limit of {limit:,} bytes (CRAFTAI_WEB_MAX_UPLOAD_BYTES)",
+    return gateway_error(
         GatewayReason.UPLOAD_TOO_LARGE,
-        metadata={"limit": str(limit)},
+        f"the upload is larger than the gateway's limit of {limit:,} bytes (CRAFTAI_WEB_MAX_UPLOAD_BYTES)",
+        limit=str(limit),
     )

@@ -48,10 +48,12 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (401, "no app key"),
         (403, "a key that is not the app's"),
         (404, "unknown session, feature, recipe or engine"),
+        (408, "the request's headers or body came too slowly"),
         (409, "the route is not set up"),
         (413, "the upload or the picture is too large"),
         (429, "the app's limits (Retry-After)"),
-        (503, "the services are draining or down (Retry-After)"),
+        (431, "the request's headers are too large"),
+        (503, "the services are draining or down, or the gateway holds too many uploads (Retry-After)"),
     )
 }
 EVENT_STREAM = {
