@@ -361,9 +361,10 @@ def test_cors_is_off_by_default_and_settable() -> None:
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization",
     }
-    with TestClient(build(WebSettings(target="127.0.0.1:1"))) as off:
+    with TestClient(build(WebSettings(target="127.0.0.1:1")), base_url="http://127.0.0.1") as off:
         assert "access-control-allow-origin" not in off.options("/api/v1/status", headers=preflight).headers
-    with TestClient(build(WebSettings(target="127.0.0.1:1", cors_origins="http://app.example"))) as on:
+    on_settings = WebSettings(target="127.0.0.1:1", cors_origins="http://app.example")
+    with TestClient(build(on_settings), base_url="http://127.0.0.1") as on:
         allowed = on.options("/api/v1/status", headers=preflight)
         assert allowed.headers["access-control-allow-origin"] == "http://app.example"
         assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
@@ -414,29 +415,14 @@ def test_draining_services_are_503_with_retry_after(
         slow.stop()
 
 
-def test_craftai_serve_web_prints_the_page_link_and_serves_it(tmp_path: Path, local_catalogue: Path, key: str) -> None:
-    ready = tmp_path / "web.address"
-    env = {
-        "CRAFTAI_RECIPES": str(local_catalogue),
-        "CRAFTAI_WEB_PORT": "0",
-        "CRAFTAI_WEB_READY_FILE": str(ready),
-    }
-    process = servers.start(
-        "craftai-serve-web",
-        [str(servers.BIN / "craftai"), "serve", "--web"],
-        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
-        tmp_path,
-    )
-    with servers.running(process):
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        url = ready.read_text()
-        assert f"craftai web: the page and the HTTP API on {url}/#key=" in process.logs()
-        page = httpx.get(f"{url}/")
-        assert page.status_code == 200 and "Remove background" in page.text
-        status = httpx.get(f"{url}/api/v1/status", headers={"Authorization": f"Bearer {key}"})
-        assert status.status_code == 200 and status.json()["runtime"]["device"] == "cpu"
+def test_the_page_gets_the_error_reasons_from_the_gateway(gateway: servers.Process) -> None:
+    """The page's only copy of the reasons is the module the gateway makes from the wire's own."""
+    module = httpx.get(f"{gateway.address}/vocabulary.js")
+    assert module.status_code == 200 and module.headers["content-type"].startswith("text/javascript")
+    served = json.loads(module.text.split("Object.freeze(", 1)[1].rsplit(");", 1)[0])
+    assert served == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
+    script = httpx.get(f"{gateway.address}/static/app.js").text
+    assert 'import { Reason } from "/vocabulary.js";' in script
 
 
 def test_a_router_serves_alone(services: servers.Process, key: str) -> None:
@@ -461,13 +447,3 @@ def test_a_router_serves_alone(services: servers.Process, key: str) -> None:
     with TestClient(alone, base_url="http://127.0.0.1") as client:
         answer = client.get("/api/v1/status", headers={"Authorization": f"Bearer {key}"})
     assert answer.status_code == 200 and answer.json()["runtime"]["device"] == "cpu"
-
-
-def test_the_page_gets_the_error_reasons_from_the_gateway(gateway: servers.Process) -> None:
-    """The page's only copy of the reasons is the module the gateway makes from the wire's own."""
-    module = httpx.get(f"{gateway.address}/vocabulary.js")
-    assert module.status_code == 200 and module.headers["content-type"].startswith("text/javascript")
-    served = json.loads(module.text.split("Object.freeze(", 1)[1].rsplit(");", 1)[0])
-    assert served == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
-    script = httpx.get(f"{gateway.address}/static/app.js").text
-    assert 'import { Reason } from "/vocabulary.js";' in script

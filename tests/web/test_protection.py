@@ -3,7 +3,7 @@ timeouts, 8 connections, 1 MiB uploads, 2 MiB of bodies held, 4 KiB heads) in fr
 suite's services, tried with raw sockets as a slow or hostile client would. Each bound is met and
 answered with its status and reason; the key is checked before any body is read; a JSON call whose
 client leaves is cancelled (the services stop the work); a client that leaves mid-upload is logged
-once at INFO."""
+once at INFO; a Host the gateway is not known by is refused."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from craftai import AiClient
 from tests.support import servers, web
 
 APP = "protection-tests"  # this module's own app id (one kept picture per app in the web suite)
+ALLOWED_NAME = "craftai.test"
 SCALED = {
     "CRAFTAI_WEB_HEADER_TIMEOUT_SECONDS": "1",
     "CRAFTAI_WEB_KEEP_ALIVE_SECONDS": "1",
@@ -32,6 +33,7 @@ SCALED = {
     "CRAFTAI_WEB_MAX_UPLOAD_BYTES": str(1 << 20),
     "CRAFTAI_WEB_MAX_BODY_BYTES": str(2 << 20),
     "CRAFTAI_WEB_MAX_HEADER_BYTES": "4096",
+    "CRAFTAI_WEB_ALLOWED_HOSTS": ALLOWED_NAME,
 }
 WAIT = 30.0  # far beyond every scaled bound: a socket still silent then is a bound not kept
 
@@ -226,6 +228,20 @@ def test_oversized_headers_are_431_with_a_reason(guarded: servers.Process, key: 
     long_key = httpx.get(f"{guarded.address}/api/v1/status", headers={"Authorization": "Bearer " + "k" * 1000})
     assert long_key.status_code == 431 and long_key.json()["error"]["reason"] == "HEADERS_TOO_LARGE"
     assert "at most 256" in long_key.json()["error"]["message"]
+
+
+def test_only_the_gateways_own_names_are_answered(guarded: servers.Process, key: str) -> None:
+    """DNS rebinding: a page of evil.example whose name was made to resolve to the gateway."""
+    _, port = _where(guarded)
+    rebound = httpx.get(f"{guarded.address}/", headers={"Host": f"evil.example:{port}"})
+    assert rebound.status_code == 400 and rebound.json()["error"]["reason"] == "HOST_NOT_ALLOWED"
+    api = httpx.get(
+        f"{guarded.address}/api/v1/status", headers={"Host": "evil.example", "Authorization": f"Bearer {key}"}
+    )
+    assert api.status_code == 400 and api.json()["error"]["reason"] == "HOST_NOT_ALLOWED"
+    for name in (f"localhost:{port}", f"127.0.0.1:{port}", ALLOWED_NAME):
+        assert httpx.get(f"{guarded.address}/", headers={"Host": name}).status_code == 200, name
+    assert httpx.get(f"{guarded.address}/healthz", headers={"Host": "evil.example"}).status_code == 200  # probes
 
 
 def test_a_client_that_leaves_mid_upload_is_logged_once_at_info(guarded: servers.Process, key: str) -> None:

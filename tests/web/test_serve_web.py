@@ -1,4 +1,5 @@
-"""`craftai serve --web`: the gateway in a process of its own (a flood of connections to it leaves
+"""`craftai serve --web`: the page served, the local key kept out of the log (the link in a file
+only its user can read), the gateway in a process of its own (a flood of connections to it leaves
 the gRPC services answering, within a descriptor limit of 256 for the whole command), and SIGTERM
 done within the gateway's grace while a client is still sending a body."""
 
@@ -7,16 +8,18 @@ from __future__ import annotations
 import json
 import select
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 import pytest
 
 from craftai import AiClient
 from craftai.web.server import RESERVED_DESCRIPTORS
+from craftai_wire.keys import config_dir
 from tests.support import servers
 
 DESCRIPTORS = 256  # the command's descriptor limit (soft and hard), the gateway's connections fewer
@@ -49,6 +52,19 @@ def served(tmp_path_factory: pytest.TempPathFactory, local_catalogue: Path) -> I
         yield process, ready.read_text()
     finally:
         process.kill()
+
+
+def test_the_page_is_served_and_the_key_stays_off_the_log(served: tuple[servers.Process, str], key: str) -> None:
+    process, url = served
+    link = config_dir() / "web.link"
+    assert f"craftai web: the page and the HTTP API on {url}/ (the link with the local key: {link}" in process.logs()
+    assert key not in process.logs() and quote(key) not in process.logs()
+    assert link.read_text().strip() == f"{url}/#key={quote(key)}"
+    assert stat.S_IMODE(link.stat().st_mode) == 0o600
+    page = httpx.get(f"{url}/")
+    assert page.status_code == 200 and "Remove background" in page.text
+    status = httpx.get(f"{url}/api/v1/status", headers={"Authorization": f"Bearer {key}"})
+    assert status.status_code == 200 and status.json()["runtime"]["device"] == "cpu"
 
 
 def test_a_flood_of_connections_to_the_gateway_leaves_grpc_answering(served: tuple[servers.Process, str]) -> None:

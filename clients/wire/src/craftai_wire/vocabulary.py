@@ -61,5 +61,6 @@ class GatewayReason(StrEnum):
     UPLOAD_TOO_LARGE = "UPLOAD_TOO_LARGE"
     HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
     REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # the request's headers or body came too slowly
+    HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"  # a Host header the gateway does not answer for (DNS rebinding)
     TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
     TOO_MANY_UPLOADS = "TOO_MANY_UPLOADS"  # the bodies held at once are at their bound

@@ -7,7 +7,7 @@ the services do, and their plain messages are answered as they are) and fetches 
 schema is served at /api/v1/openapi.json.
 
 A request passes, in order: `Calls` (its own task: cancelled when its client leaves or the stop's
-grace is over), `HeadLimit` (431), CORS when set, `KeyCheck` (the key
+grace is over), `HostCheck` (DNS rebinding), `HeadLimit` (431), CORS when set, `KeyCheck` (the key
 verified before any of the body is read), `BodyLimit` (size, time, the bodies held at once), then
 its router. uvicorn's protocol (craftai.web.connections) bounds connections and head time before.
 """
@@ -30,6 +30,7 @@ from craftai.policy import Retries
 from craftai.web.calls import Calls, InFlight
 from craftai.web.connections import HeadLimit
 from craftai.web.errors import bad_request, error_response
+from craftai.web.hosts import HostCheck
 from craftai.web.keycheck import KeyCheck, Verifier
 from craftai.web.routes import API, matte, page, sessions, setup, status
 from craftai.web.settings import WebSettings
@@ -108,6 +109,9 @@ def build(settings: WebSettings | None = None) -> FastAPI:
             expose_headers=EXPOSED_HEADERS,
         )
     app.add_middleware(HeadLimit, limit=settings.max_header_bytes)
+    app.add_middleware(
+        HostCheck, listening=settings.host, allowed=settings.allowed_hosts, exempt=frozenset({"/healthz"})
+    )
     app.add_middleware(Calls, in_flight=app.state.in_flight)
     return app
 

@@ -6,10 +6,7 @@ its keep-alive timeout, no websockets, and a stop bounded by CRAFTAI_WEB_GRACE_S
 calls still running are cancelled (craftai.web.calls), so neither a slow client nor an abandoned
 call holds the stop. SIGTERM and SIGINT end it with exit code 0.
 
-The page's link: on a loopback gateway with a local key, the key rides in the fragment: browsers
-never send a fragment to any server; the page reads it, keeps it in the browser and removes it from
-the address bar. So the user who started the server (who can read the key file) opens the page and
-is served, and nobody else on the machine is.
+Once serving, the page's address is announced (craftai.web.link: the key never in a log).
 """
 
 from __future__ import annotations
@@ -22,15 +19,14 @@ import resource
 import signal
 import socket
 from collections.abc import AsyncIterator, Iterator
-from urllib.parse import quote
 
 import uvicorn
 
 from craftai.web.app import build
 from craftai.web.calls import InFlight
 from craftai.web.connections import HeadRules, protocol
+from craftai.web.link import announce, forget
 from craftai.web.settings import WebSettings
-from craftai_wire.keys import is_loopback, local_key_file, read_key_file
 
 log = logging.getLogger("craftai.web")
 # asyncio accepts up to `backlog` waiting connections in one go before any is refused (closed) by the
@@ -127,12 +123,6 @@ def url_of(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
-def page_link(url: str, host: str) -> str:
-    """The page's address to print: with the local key in its fragment on a loopback gateway."""
-    key = read_key_file(local_key_file()) if is_loopback(host) else None
-    return f"{url}/#key={quote(key)}" if key else f"{url}/"
-
-
 @contextlib.asynccontextmanager
 async def serving(settings: WebSettings) -> AsyncIterator[str]:
     """The gateway serving on this loop (the URL announced, written to the ready file) until the
@@ -140,6 +130,7 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
     server = configured(settings)
     sock = listening(settings.host, settings.port)
     task = asyncio.get_running_loop().create_task(server.serve([sock]))
+    written: str | None = None
     try:
         while not server.started:
             if task.done():
@@ -149,12 +140,14 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
         url = url_of(sock)
         if settings.ready_file is not None:
             settings.ready_file.write_text(url)
-        print(f"craftai web: the page and the HTTP API on {page_link(url, settings.host)}", flush=True)
+        written = announce(url, settings.host)
         yield url
     finally:
         server.should_exit = True
         await task
         sock.close()
+        if written is not None:
+            forget(written)
 
 
 def quiet_accept_errors(loop: asyncio.AbstractEventLoop) -> None:

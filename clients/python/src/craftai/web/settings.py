@@ -37,6 +37,11 @@ class WebSettings(BaseSettings):
         5.0, ge=0, description="how long a call waits for services that restart or drain before 503 is answered"
     )
     ready_file: Path | None = Field(None, description="written with the bound http://host:port once serving")
+    allowed_hosts: str = Field(
+        "",
+        description="comma-separated Host names answered besides the loopback names and `host` ('*': any); "
+        "other names get 400 HOST_NOT_ALLOWED (DNS rebinding)",
+    )
     header_timeout_seconds: float = Field(
         10.0,
         gt=0,
