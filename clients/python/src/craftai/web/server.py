@@ -29,13 +29,17 @@ from craftai.web.link import announce, forget
 from craftai.web.settings import WebSettings
 
 log = logging.getLogger("craftai.web")
-# asyncio accepts up to `backlog` waiting connections in one go before any is refused (closed) by the
-# bound of connections, and logs an error for each accept the descriptor limit fails: a small burst,
-# with room kept for it, lets the bound refuse connections before the limit is ever met.
-ACCEPT_BURST = 64
+# asyncio accepts up to `backlog` waiting connections each time the listening socket is ready, and a
+# connection it accepted reaches the bound of connections (which closes it) a few loop turns later,
+# while the socket is ready again: up to about four bursts are open at once before the first is
+# refused, and each accept the descriptor limit fails is logged. A small burst, with room kept for
+# four, lets the bound refuse connections before the limit is met; the kernel's queue of connections
+# waiting to be accepted is set larger again once serving (asyncio sets it to the burst).
+ACCEPT_BURST = 16
+LISTEN_QUEUE = 1024
 # Descriptors kept beside the connections: the gateway's own (gRPC channels, its socket, logs, the
-# page's files) and one accept burst.
-RESERVED_DESCRIPTORS = 64 + ACCEPT_BURST
+# page's files) and four accept bursts.
+RESERVED_DESCRIPTORS = 64 + 4 * ACCEPT_BURST
 
 
 class Server(uvicorn.Server):
@@ -137,6 +141,7 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
                 task.result()
                 raise SystemExit("craftai web stopped before it started")
             await asyncio.sleep(0.02)
+        sock.listen(LISTEN_QUEUE)
         url = url_of(sock)
         if settings.ready_file is not None:
             settings.ready_file.write_text(url)
