@@ -1,7 +1,7 @@
 """Every HTTP call runs as a task of its own, so that it can be cancelled: when its client leaves
 (after its body was read: a JSON answer's call as much as an event stream's; the gRPC call is
 cancelled with it and the services stop the work), and when the gateway stops and its grace has
-passed (answered 503 SHUTTING_DOWN when its answer had not begun). A client that leaves is logged
+passed (answered 503, the gateway stopping, when its answer had not begun). A client that leaves is logged
 once, at INFO, without a traceback: it is not the gateway's failure.
 
 A request whose body was not read whole when its answer starts (refused on its headers: no key, too

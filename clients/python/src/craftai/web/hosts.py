@@ -5,7 +5,7 @@ resolve to the gateway's address (DNS rebinding): the browser then takes the gat
 Its requests still carry that site's name in Host, so the gateway answers only the names it is
 known by: the loopback names (localhost, 127.0.0.0/8, ::1), the address it listens on, and
 CRAFTAI_WEB_ALLOWED_HOSTS (`*`: any, for a gateway behind a proxy that checks). Any other name is
-answered 400 HOST_NOT_ALLOWED. /healthz answers whatever the name (probes use an address).
+answered 400. /healthz answers whatever the name (probes use an address).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class WebSettings(BaseSettings):
     allowed_hosts: str = Field(
         "",
         description="comma-separated Host names answered besides the loopback names and `host` ('*': any); "
-        "other names get 400 HOST_NOT_ALLOWED (DNS rebinding)",
+        "other names are refused with 400 (DNS rebinding)",
     )
     header_timeout_seconds: float = Field(
         10.0,
@@ -58,20 +58,17 @@ class WebSettings(BaseSettings):
     body_min_rate: int = Field(
         128 * 1024, gt=0, description="bytes per second a body must keep up beyond body_timeout_seconds"
     )
-    max_header_bytes: int = Field(
-        16 * 1024, ge=1024, description="the request line and headers together; larger: 431 HEADERS_TOO_LARGE"
-    )
+    max_header_bytes: int = Field(16 * 1024, ge=1024, description="the request line and headers together; larger: 431")
     max_connections: int = Field(
         256,
         gt=0,
-        description="connections open at once (lowered to fit the process's descriptor limit); "
-        "beyond: 503 TOO_MANY_CONNECTIONS and closed",
+        description="connections open at once (lowered to fit the process's descriptor limit); beyond: 503 and closed",
     )
     max_body_bytes: int = Field(
         8 * 32 * MiB,
         gt=0,
         description="request bodies held at once, in bytes (each its Content-Length, or max_upload_bytes when "
-        "it has none, from its first byte read to its answer); beyond: 503 TOO_MANY_UPLOADS",
+        "it has none, from its first byte read to its answer); beyond: 503 with Retry-After",
     )
     key_cache_seconds: float = Field(
         10.0, ge=0, description="how long the services' verdict on an app id and key is kept (by their hash)"

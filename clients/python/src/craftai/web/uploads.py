@@ -53,7 +53,7 @@ class BodyLimit:
       a length is counted as it arrives and refused as soon as it passes the limit);
     - the body's bytes (its length, or the upload limit when it has none) are reserved from the
       bodies' budget until its answer, so the gateway never holds more than that budget of bodies;
-      a request that does not fit is answered 503 TOO_MANY_UPLOADS with Retry-After;
+      a request that does not fit is answered 503 with Retry-After, on its headers;
     - while the gateway waits for it, a body gets `timeout_seconds` plus one second per `min_rate`
       bytes received: a client that sends nothing, or too slowly, is answered 408 and its
       connection closed (only the time spent waiting on the client counts).
