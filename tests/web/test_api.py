@@ -11,7 +11,7 @@ import select
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +27,7 @@ from craftai.web.app import build
 from craftai.web.settings import WebSettings
 from craftai_dev import servers, web
 from craftai_dev.segment import mask_of
+from craftai_wire.vocabulary import GatewayReason, Reason
 
 CLICK = {"x": 200, "y": 150, "foreground": True}
 MiB = 1 << 20
@@ -360,9 +361,10 @@ def test_cors_is_off_by_default_and_settable() -> None:
         "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "authorization",
     }
-    with TestClient(build(WebSettings(target="127.0.0.1:1"))) as off:
+    with TestClient(build(WebSettings(target="127.0.0.1:1")), base_url="http://127.0.0.1") as off:
         assert "access-control-allow-origin" not in off.options("/api/v1/status", headers=preflight).headers
-    with TestClient(build(WebSettings(target="127.0.0.1:1", cors_origins="http://app.example"))) as on:
+    on_settings = WebSettings(target="127.0.0.1:1", cors_origins="http://app.example")
+    with TestClient(build(on_settings), base_url="http://127.0.0.1") as on:
         allowed = on.options("/api/v1/status", headers=preflight)
         assert allowed.headers["access-control-allow-origin"] == "http://app.example"
         assert "authorization" in allowed.headers["access-control-allow-headers"].lower()
@@ -413,26 +415,35 @@ def test_draining_services_are_503_with_retry_after(
         slow.stop()
 
 
-def test_craftai_serve_web_prints_the_page_link_and_serves_it(tmp_path: Path, local_catalogue: Path, key: str) -> None:
-    ready = tmp_path / "web.address"
-    env = {
-        "CRAFTAI_RECIPES": str(local_catalogue),
-        "CRAFTAI_WEB_PORT": "0",
-        "CRAFTAI_WEB_READY_FILE": str(ready),
-    }
-    process = servers.start(
-        "craftai-serve-web",
-        [str(servers.BIN / "craftai"), "serve", "--web"],
-        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
-        tmp_path,
-    )
-    with servers.running(process):
-        deadline = time.monotonic() + 30
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        url = ready.read_text()
-        assert f"craftai web: the page and the HTTP API on {url}/#key=" in process.logs()
-        page = httpx.get(f"{url}/")
-        assert page.status_code == 200 and "Remove background" in page.text
-        status = httpx.get(f"{url}/api/v1/status", headers={"Authorization": f"Bearer {key}"})
-        assert status.status_code == 200 and status.json()["runtime"]["device"] == "cpu"
+def test_the_page_gets_the_error_reasons_from_the_gateway(gateway: servers.Process) -> None:
+    """The page's only copy of the reasons is the module the gateway makes from the wire's own."""
+    module = httpx.get(f"{gateway.address}/vocabulary.js")
+    assert module.status_code == 200 and module.headers["content-type"].startswith("text/javascript")
+    served = json.loads(module.text.split("Object.freeze(", 1)[1].rsplit(");", 1)[0])
+    assert served == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
+    script = httpx.get(f"{gateway.address}/static/app.js").text
+    assert 'import { Reason } from "/vocabulary.js";' in script
+
+
+def test_a_router_serves_alone(services: servers.Process, key: str) -> None:
+    """Each endpoint family is a router of its own: the status router on a bare app, with a root
+    client to the services, answers as the gateway does."""
+    from contextlib import asynccontextmanager
+
+    from fastapi import FastAPI
+
+    from craftai import AsyncAiClient
+    from craftai.web.routes import status
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with AsyncAiClient(app_id="craftai-web", target=services.address) as root:
+            app.state.root = root
+            yield
+
+    alone = FastAPI(lifespan=lifespan)
+    alone.include_router(status.router)
+    alone.state.settings = WebSettings(target=services.address)
+    with TestClient(alone, base_url="http://127.0.0.1") as client:
+        answer = client.get("/api/v1/status", headers={"Authorization": f"Bearer {key}"})
+    assert answer.status_code == 200 and answer.json()["runtime"]["device"] == "cpu"

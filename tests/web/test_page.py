@@ -1,7 +1,8 @@
 """The page in a real browser (Debian's chromium, headless, driven by Playwright): the key taken
-from the printed link, a background removed and the shown cutout's pixels checked against the
-service's, an object selected by clicks and a box with the overlay checked against the service's
-masks, undo, the error shown for a file that is not a picture, and a route set up from the page.
+from the link (and kept in the page's memory only), a background removed and the shown cutout's
+pixels checked against the service's, an object selected by clicks and a box with the overlay
+checked against the service's masks, undo, the error shown for a file that is not a picture, and a
+route set up from the page.
 
 One browser and one page for the module; the gateway and the services are the web suite's."""
 
@@ -13,6 +14,7 @@ import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import numpy as np
 import numpy.typing as npt
@@ -116,9 +118,10 @@ def _screen(page: Page, x: float, y: float) -> tuple[float, float]:
     return box["x"] + x * box["width"] / size[0], box["y"] + y * box["height"] / size[1]
 
 
-def test_the_key_comes_from_the_link_and_the_route_and_device_are_shown(page: Page) -> None:
-    assert "#key" not in page.url  # taken into the browser, out of the address bar
-    assert page.evaluate("() => localStorage.getItem('craftai.key')").startswith("craftai_")
+def test_the_key_comes_from_the_link_and_the_route_and_device_are_shown(page: Page, key: str) -> None:
+    assert "#key" not in page.url  # taken into the page, out of the address bar
+    stored = page.evaluate("() => JSON.stringify([{...localStorage}, {...sessionStorage}])")
+    assert key not in stored and quote(key) not in stored  # in the page's memory only: nothing persisted
     assert "infer runs on cpu" in page.locator("#runtime").inner_text()
     matte = page.locator(".route[data-feature='image.matte']")
     assert matte.get_attribute("data-ready") == "true"

@@ -1,4 +1,13 @@
-"""`craftai serve`: the three services on one port with one store folder (the embedded default).
+"""`craftai serve`: the three services on one port with one store folder (the embedded default);
+with `--web`, the web gateway in a process of its own beside them.
+
+The gateway is a separate process so that nothing it meets (connections by the thousand, slow or
+huge requests, a crash) can take the descriptors, memory or event loop the gRPC services need. This
+process starts it once the services listen (`python -m craftai.serve --gateway FD ...`: its
+settings in CRAFTAI_WEB_*, one end of a socket pair on which it says its URL once serving, and whose
+closing stops it should this process die), stops it first on SIGTERM (it finishes or cancels its
+calls within CRAFTAI_WEB_GRACE_SECONDS while the services still answer), and goes on serving gRPC if
+it dies (logged).
 
 The service packages are optional dependencies of the SDK (`pip install craftai[server]`).
 """
@@ -7,16 +16,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
 
+log = logging.getLogger("craftai.serve")
+GATEWAY_START_SECONDS = 60.0
+
 
 def run(host: str | None, port: int | None, store: Path | None, web: WebSettings | None = None) -> int:
-    """Serve until SIGTERM or Ctrl-C; with `web`, the web gateway too (its own port), calling these
-    services at the address they listen on."""
+    """Serve until SIGTERM or Ctrl-C; with `web`, the web gateway too (its own port and process),
+    calling these services at the address they listen on."""
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
@@ -38,9 +56,80 @@ def run(host: str | None, port: int | None, store: Path | None, web: WebSettings
     ]
     beside = None
     if web is not None:
-        from craftai.web.server import serving
+        logging_of = (infer_settings.log_level, infer_settings.log_format)
 
         def beside(address: str) -> contextlib.AbstractAsyncContextManager[str]:
-            return serving(web.model_copy(update={"target": web.target or address}))
+            return gateway_process(web.model_copy(update={"target": web.target or address}), *logging_of)
 
     return asyncio.run(serve(infer_settings, mounts, beside))
+
+
+def environment(web: WebSettings) -> dict[str, str]:
+    """This process's environment with the gateway's settings as CRAFTAI_WEB_* (unset: removed)."""
+    env = dict(os.environ)
+    prefix = str(web.model_config.get("env_prefix", ""))
+    for name, value in web.model_dump().items():
+        variable = f"{prefix}{name.upper()}"
+        if value is None:
+            env.pop(variable, None)
+        else:
+            env[variable] = str(value)
+    return env
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(web: WebSettings, log_level: str, log_format: str) -> AsyncIterator[str]:
+    """The gateway's process, serving until the block ends (then stopped within its grace)."""
+    ours, theirs = socket.socketpair()
+    command = [sys.executable, "-m", "craftai.serve", "--gateway", str(theirs.fileno()), log_level, log_format]
+    child = await asyncio.create_subprocess_exec(*command, pass_fds=(theirs.fileno(),), env=environment(web))
+    theirs.close()
+    reader, writer = await asyncio.open_connection(sock=ours)
+    watcher: asyncio.Task[None] | None = None
+    try:
+        try:
+            line = await asyncio.wait_for(reader.readline(), GATEWAY_START_SECONDS)
+        except TimeoutError:
+            line = b""
+        if not line:
+            with contextlib.suppress(ProcessLookupError):
+                child.kill()
+            raise SystemExit(f"craftai web stopped before it started (exit code {await child.wait()})")
+        watcher = asyncio.create_task(_watch(child))
+        yield line.decode().strip()
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+        if child.returncode is None:
+            child.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(child.wait(), web.grace_seconds + 10)
+            except TimeoutError:
+                log.error("the web gateway did not stop within its grace: killed")
+                child.kill()
+                await child.wait()
+        writer.close()
+
+
+async def _watch(child: asyncio.subprocess.Process) -> None:
+    code = await child.wait()
+    if code != 0:
+        log.error("the web gateway exited with code %d; the gRPC services go on without it", code)
+
+
+def gateway(arguments: list[str]) -> int:
+    """The gateway process (`--gateway FD LEVEL FORMAT`): logging as the services log, its settings
+    from the environment, `FD` its end of the socket pair."""
+    from craftai.web import server
+    from craftai.web.settings import WebSettings
+    from craftai_common import observability
+
+    descriptor, level, log_format = arguments
+    observability.configure_logging(level, log_format, "web")
+    return server.run(WebSettings(), parent=socket.socket(fileno=int(descriptor)))
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["--gateway"]:
+        raise SystemExit("usage: python -m craftai.serve --gateway FD LEVEL FORMAT (craftai serve --web starts it)")
+    raise SystemExit(gateway(sys.argv[2:]))

@@ -2,7 +2,8 @@
 command line, the web gateway and (through the gateway) the page.
 
 `Reason` is the machine-readable contract of every error (google.rpc.ErrorInfo.reason); docs/API.md
-lists them with what a caller does about each. `NoticeCode` names the notices a stream carries.
+lists them with what a caller does about each; `GatewayReason` are the web gateway's own (HTTP
+only; docs/WEB.md). `NoticeCode` names the notices a stream carries.
 `Feature` and `Engine` are the names a `RouteRef` carries as strings. `Output`, `ImageFormat` and
 `MaskFormat` are the names apps use (the SDK's arguments, the command line, HTTP) for what the
 wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS` and `MASK_FORMATS` are the one mapping
@@ -162,3 +163,18 @@ OUTPUT_OF: Mapping[int, Output] = MappingProxyType({code: name for name, code in
 IMAGE_FORMAT_OF: Mapping[int, ImageFormat] = MappingProxyType({code: name for name, code in IMAGE_FORMATS.items()})
 MASK_FORMAT_OF: Mapping[int, MaskFormat] = MappingProxyType({code: name for name, code in MASK_FORMATS.items()})
 ROUTE_STATE_OF: Mapping[int, RouteState] = MappingProxyType({code: name for name, code in ROUTE_STATES.items()})
+
+
+class GatewayReason(StrEnum):
+    """The web gateway's own reasons, answered over HTTP only (a request it refuses before any call
+    to the services, or could not read); docs/WEB.md lists them with their HTTP statuses."""
+
+    BAD_REQUEST = "BAD_REQUEST"  # a request the gateway could not make into a call (the field named)
+    NOT_FOUND = "NOT_FOUND"  # no such path
+    METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+    UPLOAD_TOO_LARGE = "UPLOAD_TOO_LARGE"
+    HEADERS_TOO_LARGE = "HEADERS_TOO_LARGE"
+    REQUEST_TIMEOUT = "REQUEST_TIMEOUT"  # the request's headers or body came too slowly
+    HOST_NOT_ALLOWED = "HOST_NOT_ALLOWED"  # a Host header the gateway does not answer for (DNS rebinding)
+    TOO_MANY_CONNECTIONS = "TOO_MANY_CONNECTIONS"
+    TOO_MANY_UPLOADS = "TOO_MANY_UPLOADS"  # the bodies held at once are at their bound

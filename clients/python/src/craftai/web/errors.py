@@ -1,32 +1,22 @@
-"""The services' errors as HTTP answers: one status per gRPC code and reason, the same plain
-message, the reason and the fields for programs, Retry-After where the server asked for a wait.
-
-| HTTP | when |
-|---|---|
-| 400 | a bad picture, prompt or option (INVALID_ARGUMENT), a request the gateway cannot read |
-| 401 | no app key or app id (MISSING_APP_KEY, MISSING_APP_ID, BAD_APP_ID) |
-| 403 | a key that is not one of the app's (BAD_APP_KEY), PERMISSION_DENIED |
-| 404 | an unknown session (SESSION_NOT_FOUND), feature, recipe or engine |
-| 409 | the route is not set up (ROUTE_NOT_SET_UP): POST /api/v1/setup first |
-| 412 | any other FAILED_PRECONDITION (the model was refused, a preparation failed) |
-| 413 | an upload over the gateway's limit, a picture over the pixel limits, a message over gRPC's |
-| 429 | the app's limits (TOO_MANY_REQUESTS, TOO_MANY_SESSIONS, ...), with Retry-After |
-| 503 | the services are draining (SHUTTING_DOWN) or cannot be reached, with Retry-After when known |
-| 504 | a deadline passed |
-"""
+"""The services' errors, and the gateway's own refusals, as HTTP answers: one status per gRPC code
+and reason (docs/WEB.md, Errors, has the table), the same plain message, the reason and the fields
+for programs, Retry-After where the server asked for a wait."""
 
 from __future__ import annotations
 
+import json
 import math
+from http import HTTPStatus
 from typing import Any
 
 import grpc
 from starlette.responses import JSONResponse
 
 from craftai.errors import CraftAiError
+from craftai_wire.vocabulary import GatewayReason, Reason
 
-TOO_LARGE_REASONS = frozenset({"PICTURE_TOO_LARGE", "LIMIT_REACHED", "UPLOAD_TOO_LARGE"})
-MISSING_CREDENTIALS = frozenset({"MISSING_APP_KEY", "MISSING_APP_ID", "BAD_APP_ID"})
+TOO_LARGE_REASONS = frozenset({Reason.PICTURE_TOO_LARGE, Reason.LIMIT_REACHED, GatewayReason.UPLOAD_TOO_LARGE})
+MISSING_CREDENTIALS = frozenset({Reason.MISSING_APP_KEY, Reason.MISSING_APP_ID, Reason.BAD_APP_ID})
 BY_CODE = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
     grpc.StatusCode.OUT_OF_RANGE: 400,
@@ -41,21 +31,32 @@ BY_CODE = {
     grpc.StatusCode.UNIMPLEMENTED: 501,
     grpc.StatusCode.CANCELLED: 499,
 }
+# The gateway's own refusals (GatewayReason) that are not their gRPC code's usual status.
+BY_GATEWAY_REASON = {
+    GatewayReason.HEADERS_TOO_LARGE: 431,
+    GatewayReason.REQUEST_TIMEOUT: 408,
+    GatewayReason.TOO_MANY_CONNECTIONS: 503,
+    GatewayReason.TOO_MANY_UPLOADS: 503,
+    GatewayReason.NOT_FOUND: 404,
+    GatewayReason.METHOD_NOT_ALLOWED: 405,
+}
 
 
 def http_status(error: CraftAiError) -> int:
     """The HTTP status of a service's error (the table above)."""
+    if error.reason in BY_GATEWAY_REASON:
+        return BY_GATEWAY_REASON[GatewayReason(error.reason)]
     if error.reason in TOO_LARGE_REASONS:
         return 413
     if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and not error.reason and "message limit" in error.message:
         return 413  # gRPC's own message limit (the SDK's message names the settings)
-    if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == "NO_SPACE":
+    if error.code == grpc.StatusCode.RESOURCE_EXHAUSTED and error.reason == Reason.NO_SPACE:
         return 507
     if error.reason in MISSING_CREDENTIALS:
         return 401
-    if error.reason == "ROUTE_NOT_SET_UP":
+    if error.reason == Reason.ROUTE_NOT_SET_UP:
         return 409
-    if error.code == grpc.StatusCode.UNAVAILABLE and error.reason == "SOURCES_FAILED":
+    if error.code == grpc.StatusCode.UNAVAILABLE and error.reason == Reason.SOURCES_FAILED:
         return 502
     return BY_CODE.get(error.code, 500)
 
@@ -77,11 +78,12 @@ def error_body(error: CraftAiError) -> dict[str, Any]:
 
 def error_headers(error: CraftAiError) -> dict[str, str]:
     headers: dict[str, str] = {}
+    status = http_status(error)
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
-    elif http_status(error) == 503:
+    elif status == 503:
         headers["Retry-After"] = "1"
-    if http_status(error) == 401:
+    if status == 401:
         headers["WWW-Authenticate"] = 'Bearer realm="craftai"'
     if error.request_id:
         headers["X-Request-Id"] = error.request_id
@@ -92,16 +94,32 @@ def error_response(error: CraftAiError) -> JSONResponse:
     return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))
 
 
-def bad_request(message: str, reason: str = "BAD_REQUEST", field: str | None = None) -> CraftAiError:
+def raw_answer(error: CraftAiError) -> bytes:
+    """The error as a whole HTTP/1.1 answer in bytes, for a connection the gateway closes before (or
+    instead of) a request reaches the app: a head too large or too slow, a connection too many."""
+    status = http_status(error)
+    body = json.dumps(error_body(error), separators=(",", ":")).encode()
+    head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json"]
+    head += [f"{name}: {value}" for name, value in (error_headers(error) | {"Connection": "close"}).items()]
+    head.append(f"Content-Length: {len(body)}")
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+def gateway_error(reason: GatewayReason, message: str, **metadata: str) -> CraftAiError:
+    """A refusal of the gateway's own (its status: BY_GATEWAY_REASON, else 400)."""
+    code = grpc.StatusCode.UNAVAILABLE if BY_GATEWAY_REASON.get(reason) == 503 else grpc.StatusCode.INVALID_ARGUMENT
+    return CraftAiError(code, message, reason, metadata=metadata)
+
+
+def bad_request(message: str, reason: str = GatewayReason.BAD_REQUEST, field: str | None = None) -> CraftAiError:
     """An error of the gateway's own reading (the request could not be made into a call)."""
     violations = [(field, message)] if field else []
     return CraftAiError(grpc.StatusCode.INVALID_ARGUMENT, message, reason, violations=violations)
 
 
 def too_large(limit: int) -> CraftAiError:
-    return CraftAiError(
-        grpc.StatusCode.INVALID_ARGUMENT,
+    return gateway_error(
+        GatewayReason.UPLOAD_TOO_LARGE,
         f"the upload is larger than the gateway's limit of {limit:,} bytes (CRAFTAI_WEB_MAX_UPLOAD_BYTES)",
-        "UPLOAD_TOO_LARGE",
-        metadata={"limit": str(limit)},
+        limit=str(limit),
     )

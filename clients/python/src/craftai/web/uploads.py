@@ -1,9 +1,11 @@
-"""Request bodies: bounded before they are read (`BodyLimit`), and the picture of a request taken
-from a multipart form or from the raw body (`read_upload`). No URL is ever fetched: a picture is
-what the caller sends."""
+"""Request bodies: bounded in size, in time and in number before they are read (`BodyLimit`), and the
+picture of a request taken from a multipart form or from the raw body (`read_upload`). No URL is
+ever fetched: a picture is what the caller sends."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 
 from starlette.datastructures import UploadFile
@@ -11,7 +13,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from craftai.web.errors import bad_request, error_response, too_large
+from craftai.web.errors import bad_request, error_response, gateway_error, too_large
+from craftai_wire.vocabulary import GatewayReason
 
 PICTURE_FIELDS = ("picture", "file", "image")  # the form field of the picture (rembg's clients send "file")
 
@@ -24,39 +27,94 @@ class BodyTooLarge(HTTPException):
         self.limit = limit
 
 
-class BodyLimit:
-    """ASGI middleware: a request that declares a Content-Length over `limit` is answered 413 before
-    any of its body is read (and the connection closed); a body without a length is counted as it
-    arrives and refused as soon as it passes the limit, so nothing larger is ever held."""
+class BodyTooSlow(HTTPException):
+    """The body kept the gateway waiting longer than its allowance (CRAFTAI_WEB_BODY_*)."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, received: int) -> None:
+        super().__init__(408, f"the request's body came too slowly ({received:,} bytes received); send it again")
+
+
+@dataclass
+class BodyRules:
+    """How large a body may be, how long it may keep the gateway waiting, and how many bytes of
+    bodies the gateway holds at once."""
+
+    max_upload_bytes: int
+    max_body_bytes: int
+    timeout_seconds: float
+    min_rate: int
+    held: int = field(default=0)
+
+
+class BodyLimit:
+    """ASGI middleware, before any of a body is read:
+
+    - a request that declares a Content-Length over the upload limit is answered 413 (a body without
+      a length is counted as it arrives and refused as soon as it passes the limit);
+    - the body's bytes (its length, or the upload limit when it has none) are reserved from the
+      bodies' budget until its answer, so the gateway never holds more than that budget of bodies;
+      a request that does not fit is answered 503 with Retry-After, on its headers;
+    - while the gateway waits for it, a body gets `timeout_seconds` plus one second per `min_rate`
+      bytes received: a client that sends nothing, or too slowly, is answered 408 and its
+      connection closed (only the time spent waiting on the client counts).
+    """
+
+    def __init__(self, app: ASGIApp, rules: BodyRules) -> None:
         self.app = app
-        self.limit = limit
+        self.rules = rules
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope["headers"]).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            response = error_response(
-                too_large(self.limit) if declared.isdigit() else bad_request("the Content-Length is not a number")
+        rules = self.rules
+        headers = dict(scope["headers"])
+        declared = headers.get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > rules.max_upload_bytes):
+            error = (
+                too_large(rules.max_upload_bytes)
+                if declared.isdigit()
+                else bad_request("the Content-Length is not a number")
             )
-            response.headers["Connection"] = "close"
-            await response(scope, receive, send)
+            await error_response(error)(scope, receive, send)
             return
+        if b"transfer-encoding" not in headers and int(declared or 0) == 0:
+            await self.app(scope, receive, send)
+            return
+        reserved = int(declared) if declared is not None else rules.max_upload_bytes
+        if rules.held + reserved > rules.max_body_bytes:
+            busy = gateway_error(
+                GatewayReason.TOO_MANY_UPLOADS,
+                f"the gateway holds {rules.held:,} bytes of uploads already, and {rules.max_body_bytes:,} at most "
+                "(CRAFTAI_WEB_MAX_BODY_BYTES): try again in a moment",
+            )
+            await error_response(busy)(scope, receive, send)
+            return
+        rules.held += reserved
         received = 0
+        waited = 0.0
 
         async def counted() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, waited
+            allowance = rules.timeout_seconds + received / rules.min_rate - waited
+            started = time.monotonic()
+            try:
+                async with asyncio.timeout(max(allowance, 0.0)):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow(received) from None
+            finally:
+                waited += time.monotonic() - started
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.limit:
-                    raise BodyTooLarge(self.limit)
+                if received > rules.max_upload_bytes:
+                    raise BodyTooLarge(rules.max_upload_bytes)
             return message
 
-        await self.app(scope, counted, send)
+        try:
+            await self.app(scope, counted, send)
+        finally:
+            rules.held -= reserved
 
 
 @dataclass

@@ -1,6 +1,10 @@
 // The page: try "remove background" and "select" on a picture, through the gateway's HTTP API.
 // Plain ES module, no dependency, no build step. Every call goes to /api/v1 with the app key the
-// page was given (the link `craftai serve --web` prints carries the local key in its fragment).
+// page was given (the link `craftai serve --web` gives carries the local key in its fragment). The
+// key is kept in this page's memory only, never in the browser's storage: a program that takes the
+// gateway's port after it stopped serves a page that finds nothing there.
+
+import { Reason } from "/vocabulary.js"; // the error reasons, served by the gateway from the wire's own
 
 const API = "/api/v1";
 const $ = (id) => document.getElementById(id);
@@ -11,8 +15,8 @@ const PALETTE = [[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [2
   [70, 240, 240], [240, 50, 230], [210, 245, 60], [0, 128, 128], [170, 110, 40], [128, 0, 0]];
 
 const state = {
-  key: localStorage.getItem("craftai.key") || "",
-  appId: localStorage.getItem("craftai.app") || "",
+  key: "", // in memory only (see above)
+  appId: "",
   status: null,
   chosen: {}, // feature -> {recipe, engine}
   file: null,
@@ -41,7 +45,6 @@ function takeKeyFromLink() {
   const found = new URLSearchParams(location.hash.slice(1)).get("key");
   if (found) {
     state.key = found;
-    localStorage.setItem("craftai.key", found);
     history.replaceState(null, "", location.pathname + location.search); // the key leaves the address bar
   }
 }
@@ -453,7 +456,7 @@ async function sessionCall(ask) {
   try {
     return await ask();
   } catch (error) {
-    if (error.status !== 404 || error.reason !== "SESSION_NOT_FOUND") throw error;
+    if (error.status !== 404 || error.reason !== Reason.SESSION_NOT_FOUND) throw error;
     await openSession(); // the server forgot it (idle, memory, restart): send the picture again
     return ask();
   }
@@ -582,8 +585,6 @@ function listen() {
     event.preventDefault();
     state.key = $("key-input").value.trim();
     state.appId = $("app-input").value.trim();
-    localStorage.setItem("craftai.key", state.key);
-    localStorage.setItem("craftai.app", state.appId);
     $("key-panel").hidden = true;
     busy(loadStatus);
   });

@@ -1,0 +1,91 @@
+"""POST /api/v1/remove-background: the SDK's remove_background over HTTP."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import JSONResponse, Response
+
+from craftai.web.answers import answered, b64, formats, number, route_headers, text, wants
+from craftai.web.callers import Caller
+from craftai.web.models import ERRORS, MATTE_BODY
+from craftai.web.routes import API
+from craftai.web.uploads import read_upload
+
+router = APIRouter(prefix=API)
+TRUE = ("true", "1", "yes", "on")
+
+
+@router.post("/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=ERRORS)
+async def remove_background(
+    request: Request,
+    ai: Caller,
+    *,
+    outputs: Annotated[str, Query(description="any of matte, cutout, composite, mask: 'matte,cutout'")] = "cutout",
+    naive: Annotated[bool, Query(description="cutout and composite: the picture's own colours")] = False,
+    bg_color: Annotated[str | None, Query(description="the composite over #rrggbb[aa] or r,g,b[,a]")] = None,
+    bg_blur: Annotated[float | None, Query(description="the composite over the picture blurred, in pixels")] = None,
+    threshold: Annotated[float | None, Query(description="the mask: alpha above this share (0.5)")] = None,
+    format: Annotated[
+        str | None,
+        Query(description="png, webp or jpeg (composite), or per output: composite:jpeg,matte:webp"),
+    ] = None,
+    png_level: int | None = None,
+    jpeg_quality: int | None = None,
+    recipe: str | None = None,
+    engine: str | None = None,
+    answer: Annotated[
+        Literal["image", "json"] | None, Query(description="image bytes (one output) or JSON (default: Accept)")
+    ] = None,
+) -> Response:
+    """Remove the background of a picture (multipart field `picture`, or the raw body; the
+    composite's background picture as the multipart field `background`). The options are the
+    SDK's remove_background's (a form's text fields may give them too). One output: its image
+    bytes with their content type; several, or `answer=json` / Accept: application/json: JSON
+    with each output base64."""
+    upload = await read_upload(request)
+    given = {
+        "outputs": outputs,
+        "naive": str(naive).lower(),
+        "bg_color": bg_color,
+        "bg_blur": bg_blur,
+        "threshold": threshold,
+        "format": format,
+        "png_level": png_level,
+        "jpeg_quality": jpeg_quality,
+        "recipe": recipe,
+        "engine": engine,
+        "answer": answer,
+    } | upload.fields
+    names = [n.strip() for n in str(given["outputs"]).split(",") if n.strip()]
+    result = await ai.remove_background(
+        upload.picture,
+        outputs=names,
+        naive=str(given["naive"]).lower() in TRUE,
+        bg_color=text(given["bg_color"]),
+        bg_blur=number(given["bg_blur"], "bg_blur", float),
+        bg_image=upload.files.get("background"),
+        threshold=number(given["threshold"], "threshold", float),
+        format=formats(text(given["format"])),
+        png_level=number(given["png_level"], "png_level", int),
+        jpeg_quality=number(given["jpeg_quality"], "jpeg_quality", int),
+        recipe=text(given["recipe"]),
+        engine=text(given["engine"]),
+    )
+    images = result.images
+    headers = route_headers(result) | {"X-Craftai-Width": str(result.width), "X-Craftai-Height": str(result.height)}
+    if len(images) == 1 and not wants(request, text(given["answer"]), "json", "application/json"):
+        ((name, image),) = images.items()
+        headers["Content-Disposition"] = f'inline; filename="{name}{image.suffix}"'
+        return Response(image.data, media_type=image.media_type, headers=headers)
+    outputs_json = {
+        name: {
+            "format": image.format,
+            "media_type": image.media_type,
+            "has_alpha": image.has_alpha,
+            "data": b64(image.data),
+        }
+        for name, image in images.items()
+    }
+    return JSONResponse({**answered(result), "outputs": outputs_json}, headers=headers)

@@ -1,0 +1,38 @@
+"""The page (/ and /static/), the words it shares with the services (/vocabulary.js), and /healthz."""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import Response
+
+from craftai_wire.vocabulary import GatewayReason, Reason
+
+router = APIRouter(include_in_schema=False)
+STATIC = resources.files("craftai.web") / "static"
+
+
+def vocabulary_module() -> str:
+    """An ES module of the error reasons (craftai_wire.vocabulary): the page's only copy of them."""
+    reasons = {reason.name: reason.value for enum in (Reason, GatewayReason) for reason in enum}
+    return (
+        "// The error reasons of the services and of the gateway, served from craftai_wire.vocabulary.\n"
+        f"export const Reason = Object.freeze({json.dumps(reasons, indent=1)});\n"
+    )
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, bool]:
+    return {"ok": True}
+
+
+@router.get("/")
+async def page() -> Response:
+    return Response((STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+
+
+@router.get("/vocabulary.js")
+async def vocabulary() -> Response:
+    return Response(vocabulary_module(), media_type="text/javascript; charset=utf-8")
