@@ -47,13 +47,14 @@ import grpc
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_common.hashing import sha256_file
+from craftai_wire.vocabulary import Reason
 from tools.bench import harness
 
 REPO = Path(__file__).resolve().parents[2]
 
 MiB = 1 << 20
 SAM = "sam2.1-hiera-tiny"  # the default of image.segment: its sessions open without naming it
-LIMIT_REASONS = ("TOO_MANY_REQUESTS", "TOO_MANY_SESSIONS")
+LIMIT_REASONS = (Reason.TOO_MANY_REQUESTS, Reason.TOO_MANY_SESSIONS)
 DEFAULT_MARGIN_MIB = 384
 
 
