@@ -140,7 +140,7 @@ def _sam_prompt(points: list[Point], box: tuple[float, float, float, float] | No
 def test_points_box_and_box_with_points(opened: Opened, local: Local) -> None:
     answers = {}
     for name, (points, box) in PROMPTS.items():
-        answer = opened.session.segment(points=points, box=box)
+        answer = opened.session.segment(points=points, box=box, low_res=True)
         assert len(answer.masks) == 1 and answer.session_id == opened.session.session_id, name
         assert set(answer.timing_ms) == {"model", "png"} and not answer.reopened
         _same_as_local(answer, local.answer(_sam_prompt(points, box)))
@@ -149,39 +149,51 @@ def test_points_box_and_box_with_points(opened: Opened, local: Local) -> None:
 
 
 def test_tuples_and_points_are_the_same_prompt(opened: Opened) -> None:
-    a = opened.session.segment(points=[(310, 200, True), (40, 40, False)])
-    b = opened.session.segment(points=[Point(310, 200), Point(40, 40, foreground=False)])
+    a = opened.session.segment(points=[(310, 200, True), (40, 40, False)], low_res=True)
+    b = opened.session.segment(points=[Point(310, 200), Point(40, 40, foreground=False)], low_res=True)
     assert a.best.png == b.best.png and a.best.predicted_iou == b.best.predicted_iou
 
 
 def test_a_previous_answer_fed_back_refines_the_next(opened: Opened, local: Local) -> None:
-    first = opened.session.segment(points=[Point(310, 200)])
+    first = opened.session.segment(points=[Point(310, 200)], low_res=True)
     points = [Point(310, 200), Point(200, 120)]
-    fed = opened.session.segment(points=points, mask_input=first.best.low_res)
+    fed = opened.session.segment(points=points, mask_input=first.best.low_res, low_res=True)
     previous = _logits(first.best.low_res).copy()
     _same_as_local(fed, local.answer(_sam_prompt(points, None, mask_input=previous)))
-    as_bytes = opened.session.segment(points=points, mask_input=first.best.low_res.logits)
+    as_bytes = opened.session.segment(points=points, mask_input=first.best.low_res.logits, low_res=True)
     assert as_bytes.best.png == fed.best.png
-    unfed = opened.session.segment(points=points)
+    unfed = opened.session.segment(points=points, low_res=True)
     assert not np.array_equal(_logits(unfed.best.low_res), _logits(fed.best.low_res))
 
 
 def test_all_masks_come_best_first(opened: Opened, local: Local) -> None:
     points, box = PROMPTS["a box and clicks"]
-    every = opened.session.segment(points=points, box=box, all_masks=True)
+    every = opened.session.segment(points=points, box=box, all_masks=True, low_res=True)
     scores = [m.predicted_iou for m in every.masks]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
     _same_as_local(every, local.answer(_sam_prompt(points, box), all_masks=True))
-    best = opened.session.segment(points=points, box=box)
+    best = opened.session.segment(points=points, box=box, low_res=True)
     assert best.best.png == every.masks[0].png and best.best.predicted_iou == every.masks[0].predicted_iou
     assert len({m.png for m in every.masks}) == 3
+
+
+def test_low_res_logits_come_only_when_asked(opened: Opened) -> None:
+    """Each mask's low-res logits are 256 KiB that most calls never feed back: answered only with
+    low_res=True; without, the SDK says how to ask before a caller feeds back nothing."""
+    plain = opened.session.segment(points=[(310, 200, True)], all_masks=True)
+    asked = opened.session.segment(points=[(310, 200, True)], all_masks=True, low_res=True)
+    assert [m.png for m in plain.masks] == [m.png for m in asked.masks]
+    assert all(m.low_res_logits is None for m in plain.masks)
+    assert all(len(m.low_res.logits) == 256 * 256 * 4 for m in asked.masks)
+    with pytest.raises(ValueError, match="low_res=True"):
+        plain.best.low_res  # noqa: B018 - the property raises
 
 
 def test_an_empty_mask_is_an_answer_not_an_error(ai: AiClient, photos: dict[str, Path]) -> None:
     """On a 2x2 picture, one of the three candidates of the fixture's decoder selects no pixel
     (its logits are negative at the four pixel centres): answered with empty = true."""
     tiny = Image.open(photos["chelsea.png"]).convert("RGB").resize((2, 2), Image.Resampling.BOX)
-    answer = ai.segment_once(png(tiny), points=[(1, 1, True)], all_masks=True)
+    answer = ai.segment_once(png(tiny), points=[(1, 1, True)], all_masks=True, low_res=True)
     empty = [m for m in answer.masks if m.empty]
     assert empty and len(empty) < 3, [(m.empty, m.selected_fraction) for m in answer.masks]
     for mask in answer.masks:
@@ -195,8 +207,8 @@ def test_an_empty_mask_is_an_answer_not_an_error(ai: AiClient, photos: dict[str,
 
 def test_segment_once_answers_what_a_session_answers(ai: AiClient, opened: Opened, photos: dict[str, Path]) -> None:
     points, box = PROMPTS["a box and clicks"]
-    once = ai.segment_once(photos["chelsea.png"], points=points, box=box, all_masks=True)
-    kept = opened.session.segment(points=points, box=box, all_masks=True)
+    once = ai.segment_once(photos["chelsea.png"], points=points, box=box, all_masks=True, low_res=True)
+    kept = opened.session.segment(points=points, box=box, all_masks=True, low_res=True)
     assert once.session_id == "" and set(once.timing_ms) == {"decode", "encode", "model", "png"}
     assert [m.png for m in once.masks] == [m.png for m in kept.masks]
     assert [m.predicted_iou for m in once.masks] == [m.predicted_iou for m in kept.masks]
@@ -209,8 +221,8 @@ def test_an_array_of_pixels_is_the_same_picture_as_its_file(
     """What an app holding decoded pixels sends (a binary PPM, craftai.pictures): the same answer."""
     points, box = PROMPTS["a box and clicks"]
     pixels = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
-    once = ai.segment_once(pixels, points=points, box=box, all_masks=True)
-    kept = opened.session.segment(points=points, box=box, all_masks=True)
+    once = ai.segment_once(pixels, points=points, box=box, all_masks=True, low_res=True)
+    kept = opened.session.segment(points=points, box=box, all_masks=True, low_res=True)
     assert (once.width, once.height) == (WIDTH, HEIGHT)
     assert [m.png for m in once.masks] == [m.png for m in kept.masks]
     assert [m.low_res for m in once.masks] == [m.low_res for m in kept.masks]

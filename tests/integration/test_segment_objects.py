@@ -102,11 +102,11 @@ def test_several_boxes_in_one_call_answer_one_mask_each(
     session: SegmentSession, local: tuple[SamOnnxRunner, SamEmbedding]
 ) -> None:
     runner, embedding = local
-    answer = session.segment(prompts=[Prompt(box=b) for b in BOXES])
+    answer = session.segment(prompts=[Prompt(box=b) for b in BOXES], low_res=True)
     assert [m.prompt_index for m in answer.masks] == [0, 1, 2] and len(answer.objects) == 3
     assert set(answer.timing_ms) == {"model", "png"}
     for box, (mask,) in zip(BOXES, answer.objects, strict=True):
-        alone = session.segment(box=box)
+        alone = session.segment(box=box, low_res=True)
         expected = runner.decode(embedding, _box_prompt(box))
         assert mask.png == alone.best.png and mask.low_res == alone.best.low_res  # as if asked one by one
         assert np.mean((mask_of(mask.png) > 0) == expected.masks[0]) >= 0.999
@@ -182,9 +182,11 @@ def test_clean_up_is_meta_s_on_the_low_res_logits(
     pipeline does in this process (which tests/unit compares with Meta's postprocess_masks)."""
     runner, embedding = local
     prompt = SamPrompt(points=[(310, 200)], labels=[1])
-    plain = session.segment([(310, 200, True)], formats="rle").best
+    plain = session.segment([(310, 200, True)], formats="rle", low_res=True).best
     for hole, sprinkle in ((40, 0), (0, 40), (60, 60)):
-        cleaned = session.segment([(310, 200, True)], formats="rle", max_hole_area=hole, max_sprinkle_area=sprinkle)
+        cleaned = session.segment(
+            [(310, 200, True)], formats="rle", max_hole_area=hole, max_sprinkle_area=sprinkle, low_res=True
+        )
         expected = runner.decode(embedding, prompt, cleanup=Cleanup(hole, sprinkle)).masks[0]
         assert cleaned.best.rle is not None and np.array_equal(cleaned.best.rle.array(), expected)
         assert cleaned.best.rle != plain.rle
@@ -225,7 +227,7 @@ def test_segment_everything_answers_the_pipeline_s_masks(
     assert [m.stability_score for m in found.masks] == pytest.approx(expected.stability.tolist(), abs=1e-6)
     for mask, point in zip(found.masks, expected.points, strict=True):
         assert mask.point is not None and (mask.point.x, mask.point.y) == pytest.approx(tuple(point))
-        assert mask.png == b"" and mask.low_res.logits == b""
+        assert mask.png == b"" and mask.low_res_logits is None
     stages = [(p.stage, p.done, p.total, p.unit) for p in progress]
     assert stages[0] == ("model", 0, 3, "steps")
     assert [s for s in stages if s[0] == "points"] == [("points", n, 16, "points") for n in (5, 10, 15, 16)]

@@ -58,8 +58,8 @@ def test_torch_route_equals_the_onnxruntime_route(torch_server: servers.Process)
         assert (ours.engine, theirs.engine) == ("torch", "onnxruntime")
         previous = None
         for prompt in PROMPTS:
-            a = ours.segment(**prompt, all_masks=True)  # type: ignore[arg-type]
-            b = theirs.segment(**prompt, all_masks=True)  # type: ignore[arg-type]
+            a = ours.segment(**prompt, all_masks=True, low_res=True)  # type: ignore[arg-type]
+            b = theirs.segment(**prompt, all_masks=True, low_res=True)  # type: ignore[arg-type]
             assert len(a.masks) == len(b.masks) == 3
             for x, y in zip(a.masks, b.masks, strict=True):
                 assert abs(x.predicted_iou - y.predicted_iou) <= 1e-4, prompt
@@ -90,7 +90,7 @@ def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Pro
     with AiClient(app_id="tests", target=torch_server.address) as ai:
         list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
         ours = ai.open_session(picture, "sam2-hiera-tiny", "torch")
-        like_meta = ours.segment(click, single_mask_like_meta=True)
+        like_meta = ours.segment(click, single_mask_like_meta=True, low_res=True)
         three = ours.segment(click, all_masks=True)
         assert len(like_meta.masks) == 1 and len(three.masks) == 3
         single = segment.mask_of(like_meta.best.png) > 0

@@ -80,9 +80,9 @@ def test_prompts_through_the_service_mean_what_they_mean_to_meta(
         assert (session.width, session.height) == (width, height)
         _compare(session.segment(points=clicks[:1], all_masks=True), reference(clicks[:1], None))
         _compare(session.segment(box=box, all_masks=True), reference([], box))
-        answer = session.segment(points=clicks, box=box, all_masks=True)
+        answer = session.segment(points=clicks, box=box, all_masks=True, low_res=True)
         best_low_res = _compare(answer, reference(clicks, box))
         # Feedback: the service gets its own previous answer, the reference its own (equal within tolerance).
         more = [*clicks, Point(0.5 * width, 0.5 * height)]
-        fed = session.segment(points=more, mask_input=answer.best.low_res, all_masks=True)
+        fed = session.segment(points=more, mask_input=answer.best.low_res, all_masks=True, low_res=True)
         _compare(fed, reference(more, None, best_low_res))

@@ -140,7 +140,7 @@ def test_a_session_opened_and_prompted(http: httpx.Client, sdk: AiClient, opened
     at = f"/api/v1/sessions/{session['session_id']}"
 
     same = sdk.resume_session(session["session_id"])  # the very session, through the SDK
-    expected = same.segment(points=[(200, 150, True)], formats=["png", "rle", "polygons"])
+    expected = same.segment(points=[(200, 150, True)], formats=["png", "rle", "polygons"], low_res=True)
     refined = same.segment(points=[(200, 150, True), (40, 40, False)], mask_input=expected.best.low_res)
     several = same.segment(prompts=[Prompt(points=[(100, 100)]), Prompt(box=(50, 40, 300, 260))])
     answer = http.post(

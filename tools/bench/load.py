@@ -159,6 +159,7 @@ def _client_loop(  # noqa: PLR0917 - a thread target: positional by nature
                         session.segment,
                         points=[(x, y, True)] if k % 2 == 0 else [(x, y, True), (1.0, 1.0, False)],
                         mask_input=previous,
+                        low_res=True,
                     )
                     previous = answer.best.low_res
                     if answer.reopened:

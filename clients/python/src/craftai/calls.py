@@ -137,12 +137,15 @@ def mask_output(
     polygon_tolerance: float | None = None,
     max_hole_area: int = 0,
     max_sprinkle_area: int = 0,
+    *,
+    low_res: bool = False,
 ) -> infer_pb2.MaskOutput:
     """What the call asks of its masks: formats by name ("png", "rle", "polygons"; None: the RPC's
-    default), the polygons' tolerance in pixels, Meta's clean-up areas (low-res pixels)."""
+    default), the polygons' tolerance in pixels, Meta's clean-up areas (low-res pixels), and
+    whether each mask's low-res logits come too (to feed one back as `mask_input`)."""
     names = [formats] if isinstance(formats, str) else list(formats or ())
     built = infer_pb2.MaskOutput(
-        formats=format_codes(names), max_hole_area=max_hole_area, max_sprinkle_area=max_sprinkle_area
+        formats=format_codes(names), max_hole_area=max_hole_area, max_sprinkle_area=max_sprinkle_area, low_res=low_res
     )
     if polygon_tolerance is not None:
         built.polygon_tolerance = polygon_tolerance

@@ -9,7 +9,7 @@
         Path("matte.png").write_bytes(result.matte_png)
         Path("cutout.png").write_bytes(result.cutout.data)    # hair keeps its colour, not the old background's
         with ai.open_session("photo.jpg") as picture:   # the encoder runs once, here
-            first = picture.segment(points=[(310, 200, True)])
+            first = picture.segment(points=[(310, 200, True)], low_res=True)
             better = picture.segment(points=[(310, 200, True), (40, 40, False)], mask_input=first.best.low_res)
             Path("mask.png").write_bytes(better.best.png)
 

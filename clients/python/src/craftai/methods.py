@@ -356,6 +356,7 @@ def segment_once(
     max_hole_area: int = 0,
     max_sprinkle_area: int = 0,
     single_mask_like_meta: bool = False,
+    low_res: bool = False,
     recipe: str | None = None,
     engine: str | None = None,
     on_progress: ProgressCallback | None = None,
@@ -368,7 +369,7 @@ def segment_once(
         prompt_messages(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta),
         recipe,
         engine,
-        mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area),
+        mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area, low_res=low_res),
     )
     notices: list[str] = []
     request_id = request_id or new_request_id()

@@ -166,13 +166,14 @@ class MaskOutput:
     selected pixel to past the last; zeros when empty) and `area` (pixels selected). `empty` is
     True when it selects nothing (an answer, not an error); `selected_fraction` is the share of
     pixels selected; `prompt_index` the prompt of the call it answers. From segment_everything,
-    `stability_score` and the grid `point` that made it (no `low_res`)."""
+    `stability_score` and the grid `point` that made it. `low_res`: its low-res logits, answered
+    when the call asked for them (`low_res=True`), to feed back as `mask_input`."""
 
     png: bytes
     predicted_iou: float
     empty: bool
     selected_fraction: float
-    low_res: LowResMask
+    low_res_logits: LowResMask | None = None  # None when not asked
     rle: Rle | None = None
     polygons: tuple[Polygon, ...] = ()  # none when not asked (or when the mask is empty)
     box: tuple[int, int, int, int] = (0, 0, 0, 0)
@@ -180,6 +181,16 @@ class MaskOutput:
     prompt_index: int = 0
     stability_score: float = 0.0
     point: Point | None = None
+
+    @property
+    def low_res(self) -> LowResMask:
+        """The mask's low-res logits, to feed back as `mask_input` (asked with `low_res=True`)."""
+        if self.low_res_logits is None:
+            raise ValueError(
+                "this answer carries no low-res logits: ask for them with low_res=True (segment, "
+                "segment_once) to feed this mask back as mask_input"
+            )
+        return self.low_res_logits
 
     def array(self) -> npt.NDArray[np.bool_]:
         """The mask as an (H, W) boolean array, from the RLE or the PNG (whichever was asked)."""
@@ -297,6 +308,11 @@ def _ring(ring: infer_pb2.Ring) -> tuple[tuple[float, float], ...]:
     return tuple(zip(xy[0::2], xy[1::2], strict=True))
 
 
+def _low_res(m: infer_pb2.Mask) -> LowResMask | None:
+    """The mask's logits, where the call asked for them."""
+    return LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height) if m.HasField("low_res") else None
+
+
 def mask_output(m: infer_pb2.Mask) -> MaskOutput:
     """One answered mask, every format it carries."""
     return MaskOutput(
@@ -304,7 +320,9 @@ def mask_output(m: infer_pb2.Mask) -> MaskOutput:
         predicted_iou=m.predicted_iou,
         empty=m.empty,
         selected_fraction=m.selected_fraction,
-        low_res=LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height),
+        low_res_logits=LowResMask(m.low_res.logits, m.low_res.width, m.low_res.height)
+        if m.HasField("low_res")
+        else None,
         rle=Rle(m.rle.height, m.rle.width, tuple(m.rle.counts), m.rle.compressed) if m.HasField("rle") else None,
         polygons=tuple(Polygon(_ring(p.outer), tuple(_ring(h) for h in p.holes)) for p in m.polygons),
         box=(int(m.box.x0), int(m.box.y0), int(m.box.x1), int(m.box.y1)),

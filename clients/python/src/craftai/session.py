@@ -160,11 +160,13 @@ def segment_op(
     max_hole_area: int = 0,
     max_sprinkle_area: int = 0,
     single_mask_like_meta: bool = False,
+    low_res: bool = False,
     on_progress: ProgressCallback | None = None,
     request_id: str | None = None,
 ) -> Op[SegmentOutput]:
     """Masks for a prompt: points (x, y, foreground?) and/or a box (x0, y0, x1, y1) in picture
-    pixels, optionally a previous answer's `low_res` to refine; best mask first. Several
+    pixels, optionally a previous answer's `low_res` to refine (asked with `low_res=True`: each
+    mask's 256 KiB of logits come only then); best mask first. Several
     objects in one call: `prompts=[Prompt(box=...), Prompt(points=...)]` (decoded as one
     batch; `SegmentOutput.objects` has each one's masks). `single_mask_like_meta`: the one mask
     Meta's predictor answers (torch engine; docs/API.md).
@@ -176,7 +178,7 @@ def segment_op(
     A session the server no longer has (evicted, idle too long, or the server restarted: the
     SDK waits for it to come back) is opened again with the kept picture, then prompted."""
     asked = prompt_messages(points, box, mask_input, all_masks, prompts, single_mask_like_meta=single_mask_like_meta)
-    output = mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area)
+    output = mask_request(formats, polygon_tolerance, max_hole_area, max_sprinkle_area, low_res=low_res)
     request_id = request_id or new_request_id()
     answer, notices, reopened = yield from _on_session(
         session,

@@ -40,6 +40,7 @@ class Output:
     formats: frozenset[int]
     tolerance: float = mask_formats.DEFAULT_TOLERANCE
     cleanup: Cleanup = NO_CLEANUP
+    low_res: bool = False  # each mask's low-res logits answered too
 
     @property
     def stage(self) -> str:
@@ -76,8 +77,12 @@ def check_output(message: infer_pb2.MaskOutput, default: int, *, cleanup_allowed
                 f"output.{name}",
                 f"{name} does not apply here: the generator cleans its masks with options.min_mask_region_area",
             )
+    if message.low_res and not cleanup_allowed:
+        raise _bad("output.low_res", "low_res does not apply here: the generator answers no low-res logits")
     cleanup = Cleanup(message.max_hole_area, message.max_sprinkle_area)
-    return Output(frozenset(formats or {default}), tolerance, cleanup if cleanup.active else NO_CLEANUP)
+    return Output(
+        frozenset(formats or {default}), tolerance, cleanup if cleanup.active else NO_CLEANUP, message.low_res
+    )
 
 
 def check_everything(options: infer_pb2.EverythingOptions, max_per_side: int, max_per_batch: int) -> Everything:

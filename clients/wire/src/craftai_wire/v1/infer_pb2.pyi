@@ -761,6 +761,7 @@ class MaskOutput(_message.Message):
     POLYGON_TOLERANCE_FIELD_NUMBER: _builtins.int
     MAX_HOLE_AREA_FIELD_NUMBER: _builtins.int
     MAX_SPRINKLE_AREA_FIELD_NUMBER: _builtins.int
+    LOW_RES_FIELD_NUMBER: _builtins.int
     polygon_tolerance: _builtins.float
     """Polygons: Douglas-Peucker tolerance in picture pixels; unset: 1.0; 0 keeps every corner."""
     max_hole_area: _builtins.int
@@ -770,6 +771,10 @@ class MaskOutput(_message.Message):
     """
     max_sprinkle_area: _builtins.int
     """selected regions of at most this area become background"""
+    low_res: _builtins.bool
+    """Segment / SegmentOnce: answer each mask's low-res logits (Mask.low_res, 256 KiB a mask) to feed
+    back as Prompt.mask_input; off: none. SegmentEverything answers none and refuses it.
+    """
     @_builtins.property
     def formats(self) -> _containers.RepeatedScalarFieldContainer[Global___MaskFormat.ValueType]:
         """Empty: PNG for Segment / SegmentOnce, RLE for SegmentEverything. Box and area are always answered."""
@@ -781,10 +786,11 @@ class MaskOutput(_message.Message):
         polygon_tolerance: _builtins.float | None = ...,
         max_hole_area: _builtins.int = ...,
         max_sprinkle_area: _builtins.int = ...,
+        low_res: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance", "polygon_tolerance", b"polygon_tolerance"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance", "formats", b"formats", "max_hole_area", b"max_hole_area", "max_sprinkle_area", b"max_sprinkle_area", "polygon_tolerance", b"polygon_tolerance"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance", "formats", b"formats", "low_res", b"low_res", "max_hole_area", b"max_hole_area", "max_sprinkle_area", b"max_sprinkle_area", "polygon_tolerance", b"polygon_tolerance"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__polygon_tolerance: _TypeAlias = _typing.Literal["polygon_tolerance"]  # noqa: Y015
     _WhichOneofArgType__polygon_tolerance: _TypeAlias = _typing.Literal["_polygon_tolerance", b"_polygon_tolerance"]  # noqa: Y015
@@ -907,7 +913,7 @@ class Mask(_message.Message):
     """SegmentEverything: IoU of the mask thresholded at +-stability_score_offset"""
     @_builtins.property
     def low_res(self) -> Global___LowResMask:
-        """feed back as Prompt.mask_input (not answered by SegmentEverything)"""
+        """when MaskOutput.low_res was asked: feed back as Prompt.mask_input"""
 
     @_builtins.property
     def rle(self) -> Global___MaskRle:

@@ -112,9 +112,10 @@ class FeatureContext:
         turn, else MEMORY_BUDGET); the budget gets it back when the array is freed. `device` and
         `rgb`: as in `decode`."""
         head = await self.header_of(data)
-        async with self.admitted(
-            head.width * head.height * bytes_per_pixel, f"a {head.width}x{head.height} picture"
-        ) as hold:
+        nbytes = head.width * head.height * bytes_per_pixel
+        scale = min(1.0, (self.budget.budget_bytes / nbytes) ** 0.5)
+        smaller = f"it would fit with a picture of at most {int(head.width * scale)}x{int(head.height * scale)}"
+        async with self.admitted(nbytes, f"a {head.width}x{head.height} picture", smaller=smaller) as hold:
             picture = await self.on_cpu(lambda: self.decode(data, device, rgb=rgb))
             hold(picture)
         return picture

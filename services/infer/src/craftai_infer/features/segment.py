@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from craftai_common.errors import not_found, resource_exhausted
+from craftai_common.errors import ServiceError, not_found, resource_exhausted
 from craftai_common.metadata import tenant_var
 from craftai_infer import masks as answers
 from craftai_infer import prompts
@@ -44,6 +44,17 @@ from craftai_wire.v1 import infer_pb2
 from craftai_wire.vocabulary import Reason
 
 FEATURE = "image.segment"
+# What a Segment call holds per pixel of its picture for each mask it answers, counted against the
+# decode budget (craftai_infer.memory) before the decoder runs: the logits upscaled in float (4),
+# the mask (1), its encodings and their copy in the message (at most ~1 for PNG or RLE of a
+# mask, more only for pathological polygons, which the answer's size check catches).
+MASK_BYTES_PER_PIXEL = 6
+LOW_RES_BYTES = 4 * 256 * 256  # one mask's low-res logits, when asked
+# Segment everything holds, beyond its answer: a grid call's working memory per point (the
+# decoder's activations and its three low-res masks: ~2 MiB a point measured on the CPU), and one
+# mask upscaled at a time to the picture's size for its stability score and RLE.
+GRID_BYTES_PER_POINT = 3 << 20
+GRID_BYTES_PER_PIXEL = 6
 OPEN_STAGES = ("decode", "encode")
 EVERYTHING_STAGES = ("model", "select", "masks")
 
@@ -151,15 +162,22 @@ class SegmentFeature:
         loaded = session.route
         if not settings.multimask_output and not loaded.route.capabilities.single_mask_like_meta:
             raise prompts.like_meta_refused(loaded.ref.engine, "options", "multimask_output", Reason.BAD_OPTIONS)
-        with run.stage("model", f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"):
-            chunks = mask_generator.batches(points, settings.points_per_batch)
-            found = await self._grid(loaded, session, chunks, settings, run)
-        candidates = Candidates.concat(found)
-        with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
-            kept = await self.context.on_cpu(mask_generator.select, candidates, settings)
-        result = run.result(infer_pb2.SegmentEverythingResult)
-        with run.stage("masks", f"writing {len(kept)} masks"):
-            await self.context.on_cpu(self._write_candidates, kept, output, height, width, result)
+        limit = s.max_message_bytes  # the masks found before de-duplication are bounded by what one answer carries
+        reserve = settings.points_per_batch * GRID_BYTES_PER_POINT + width * height * GRID_BYTES_PER_PIXEL + 3 * limit
+        what = f"segment everything on a {width}x{height} picture ({settings.points_per_batch} points a call)"
+        smaller = "it would fit with fewer points a call (points_per_batch) or a smaller picture"
+        async with self.context.admitted(reserve, what, smaller=smaller):
+            stage = f"decoding {len(points)} points, {settings.points_per_batch} a call ({loaded.device})"
+            with run.stage("model", stage):
+                chunks = mask_generator.batches(points, settings.points_per_batch)
+                found = await self._grid(loaded, session, chunks, settings, run, limit=limit)
+            candidates = Candidates.concat(found)
+            del found
+            with run.stage("select", f"removing duplicates among {len(candidates)} masks"):
+                kept = await self.context.on_cpu(mask_generator.select, candidates, settings)
+            result = run.result(infer_pb2.SegmentEverythingResult)
+            with run.stage("masks", f"writing {len(kept)} masks"):
+                await self.context.on_cpu(self._write_candidates, kept, output, height, width, result)
         result.width, result.height, result.device, result.session_id = width, height, loaded.device, session.id
         result.route.CopyFrom(loaded.ref)
         result.points, result.candidates = len(points), len(candidates)
@@ -180,15 +198,18 @@ class SegmentFeature:
         chunks: Sequence[npt.NDArray[np.float32]],
         settings: mask_generator.Everything,
         run: runs.Run,
+        *,
+        limit: int,
     ) -> list[Candidates]:
         """Each chunk of the grid through GRID, in order, the route's `grid_ahead` queued at once;
         progress after each. A cancelled or failed call cancels the chunks not started (those of a
-        call already running end)."""
+        call already running end). The masks found are bounded as they come: past `limit` bytes
+        (more than one answer could carry) the call stops with LIMIT_REACHED, saying how far it got."""
         ahead = loaded.route.capabilities.grid_ahead
         total = sum(len(chunk) for chunk in chunks)
         found: list[Candidates] = []
         queued: deque[tuple[int, asyncio.Future[Candidates]]] = deque()
-        done = 0
+        done = held = 0
         try:
             for k, chunk in enumerate(chunks):
                 grid = GridRequest(session.embedding, chunk, settings)
@@ -197,6 +218,9 @@ class SegmentFeature:
                     size, answer = queued.popleft()
                     found.append(await answer)
                     done += size
+                    held += sum(counts.nbytes for counts in found[-1].counts)
+                    if held > limit:
+                        raise _too_many_masks(done, total, sum(len(f) for f in found), held, limit)
                     run.progress("points", done, total, f"{done} of {total} points decoded", unit="points")
         finally:
             for _, pending in queued:
@@ -243,14 +267,29 @@ class SegmentFeature:
         """The prompts' half of Segment and SegmentOnce (each prompt with its all_masks): one decode
         for all of them, then the masks written."""
         what = "the mask" if len(asked) == 1 else f"{len(asked)} masks"
-        with run.stage("model", f"decoding {what} ({loaded.device})"):
-            request = DecodeRequest(embedding, tuple(p for p, _ in asked), tuple(a for _, a in asked), output.cleanup)
-            key = tuple(sorted({prompt_points(p) for p, _ in asked}))
-            decoded = await loaded.submit(DECODE, request, run.notices, key)
-        formats = ", ".join(answers.NAMES[f] for f in sorted(output.formats))
-        result = run.result(infer_pb2.SegmentResult)
-        with run.stage(output.stage, f"writing {what} ({formats})"):
-            await self._masks(decoded, output, result)
+        count = sum(3 if every else 1 for _, every in asked)
+        height, width = embedding.picture_height, embedding.picture_width
+        nbytes = count * (width * height * MASK_BYTES_PER_PIXEL + (LOW_RES_BYTES if output.low_res else 0))
+        fits = max(0, self.context.budget.budget_bytes // max(1, nbytes // count))
+        smaller = f"it would fit with {fits} masks a call (fewer objects, or all_masks off)" if fits else "ask for less"
+        async with self.context.admitted(nbytes, f"{count} masks of a {width}x{height} picture", smaller=smaller):
+            with run.stage("model", f"decoding {what} ({loaded.device})"):
+                prompts_asked, every_mask = tuple(p for p, _ in asked), tuple(a for _, a in asked)
+                request = DecodeRequest(embedding, prompts_asked, every_mask, output.cleanup)
+                key = tuple(sorted({prompt_points(p) for p, _ in asked}))
+                decoded = await loaded.submit(DECODE, request, run.notices, key)
+            formats = ", ".join(answers.NAMES[f] for f in sorted(output.formats))
+            result = run.result(infer_pb2.SegmentResult)
+            with run.stage(output.stage, f"writing {what} ({formats})"):
+                await self._masks(decoded, output, result)
+            del decoded
+        runs.check_size(
+            result,
+            self.context.settings.max_message_bytes,
+            f"the {count} masks",
+            "ask for fewer objects or masks a call (all_masks off), RLE rather than PNGs or polygons, "
+            "or no low-res logits",
+        )
         return _Answer(loaded, result)
 
     async def _masks(self, decoded: list[SamMasks], output: answers.Output, result: infer_pb2.SegmentResult) -> None:
@@ -274,7 +313,8 @@ class SegmentFeature:
                     message.predicted_iou = float(masks.ious[k])
                     message.empty = bool(masks.empty[k])
                     message.selected_fraction = float(masks.fractions[k])
-                    prompts.low_res_message(masks.low_res[k], into=message.low_res)
+                    if output.low_res:  # asked: 256 KiB a mask that most calls never feed back
+                        prompts.low_res_message(masks.low_res[k], into=message.low_res)
                     message.prompt_index = index
 
         await self.context.on_cpu(work)
@@ -320,3 +360,15 @@ class SegmentFeature:
                 session_id=session_id,
             )
         return session
+
+
+def _too_many_masks(done: int, total: int, masks: int, held: int, limit: int) -> ServiceError:
+    return resource_exhausted(
+        Reason.LIMIT_REACHED,
+        f"segment everything stopped after {done} of {total} points: the {masks} masks found so far come to "
+        f"{held:,} bytes before duplicates are removed, more than the {limit:,} bytes one answer may carry "
+        "(CRAFTAI_MAX_MESSAGE_BYTES); ask for fewer masks (a higher pred_iou_thresh or stability_score_thresh, "
+        "or a sparser grid)",
+        points_done=str(done),
+        points=str(total),
+    )

@@ -82,6 +82,7 @@ async def segment(
         max_hole_area=body.max_hole_area,
         max_sprinkle_area=body.max_sprinkle_area,
         single_mask_like_meta=body.single_mask_like_meta,
+        low_res=body.low_res,
     )
     headers = route_headers(result)
     if wants(request, answer, "png", "image/png"):
