@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import os
 import threading
 import time
 import weakref
@@ -15,7 +16,17 @@ from typing import Any
 
 import pytest
 
-from craftai_infer.scheduling import CpuPool, WorkClass, Workers, WorkQueue, classified, submitted, work_class_var
+from craftai_infer.scheduling import (
+    CpuPool,
+    WorkClass,
+    Workers,
+    WorkQueue,
+    classified,
+    made_at_lower_priority,
+    roles,
+    submitted,
+    work_class_var,
+)
 
 BULK, INTERACTIVE = WorkClass.BULK, WorkClass.INTERACTIVE
 
@@ -50,7 +61,7 @@ def make() -> Iterator[Callable[..., tuple[WorkQueue[int, int], Model]]]:
     ) -> tuple[WorkQueue[int, int], Model]:
         model = Model(held)
         queue: WorkQueue[int, int] = WorkQueue("test", max_batch=max_batch, window_s=window_s)
-        made.append(Workers(queue, model.run, threads=threads, lane=lane, name="model"))
+        made.append(Workers(queue, model.run, roles=roles(threads, lanes=lane), name="model"))
         return queue, model
 
     yield build
@@ -152,7 +163,7 @@ async def test_an_error_reaches_every_caller_of_the_batch() -> None:
         raise RuntimeError("the GPU fell over")
 
     queue: WorkQueue[int, int] = WorkQueue("test", max_batch=4)
-    workers = Workers(queue, fail, threads=1, name="model")
+    workers = Workers(queue, fail, roles=roles(1), name="model")
     try:
         answers = await asyncio.gather(*(job(queue, i) for i in range(3)), return_exceptions=True)
         assert all(isinstance(r, RuntimeError) and "fell over" in str(r) for r in answers)
@@ -225,7 +236,7 @@ async def test_on_a_lane_a_click_runs_beside_a_bulk_batch_and_bulk_work_never_ta
 async def test_closing_tells_the_callers_still_waiting() -> None:
     model = Model()
     queue: WorkQueue[int, int] = WorkQueue("test")
-    workers = Workers(queue, model.run, threads=1, name="model")
+    workers = Workers(queue, model.run, roles=roles(1), name="model")
     first = await busy_with(queue, model)
     waiting = job(queue, 1)
     await until(lambda: queue.depth == 1)
@@ -280,7 +291,7 @@ async def test_nothing_of_a_batch_outlives_it_on_the_worker() -> None:
         pass
 
     queue: WorkQueue[Payload, int] = WorkQueue("test")
-    workers = Workers(queue, lambda payloads: [1 for _ in payloads], threads=1, lane=1, name="model")
+    workers = Workers(queue, lambda payloads: [1 for _ in payloads], roles=roles(1, lanes=1), name="model")
     try:
         for work_class in (BULK, INTERACTIVE):
             payload = Payload()
@@ -291,3 +302,38 @@ async def test_nothing_of_a_batch_outlives_it_on_the_worker() -> None:
             assert freed() is None  # freed by its last reference going, no collector needed
     finally:
         workers.close()
+
+
+def _niceness() -> int:
+    return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+
+async def test_bulk_work_runs_at_a_lower_priority_and_interactive_work_does_not() -> None:
+    """On the CPU the bulk threads are niced (and what they start inherits it), the lanes are not:
+    the cores they share go to the click first."""
+    base = _niceness()
+    queue: WorkQueue[str, int] = WorkQueue("test")
+    workers = Workers(
+        queue, lambda payloads: [_niceness() for _ in payloads], roles=roles(1, lanes=1, bulk_niceness=5), name="model"
+    )
+    try:
+        assert await submitted(queue, "encode", work_class=BULK) == min(19, base + 5)
+        assert await submitted(queue, "click", work_class=INTERACTIVE) == base
+    finally:
+        workers.close()
+
+
+def test_what_is_made_at_a_lower_priority_starts_its_threads_there() -> None:
+    """An onnxruntime session's pool is started with the session: made so, it runs at that priority."""
+    base = _niceness()
+
+    def make() -> int:
+        seen: list[int] = []
+        started = threading.Thread(target=lambda: seen.append(_niceness()))
+        started.start()
+        started.join()
+        return seen[0]
+
+    assert made_at_lower_priority(3, make) == min(19, base + 3)
+    assert made_at_lower_priority(0, make) == base
+    assert _niceness() == base  # the caller's own priority is untouched

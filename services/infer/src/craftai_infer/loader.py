@@ -24,7 +24,7 @@ from craftai_infer import faults
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
-from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, submitted
+from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, roles, submitted
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 from craftai_wire.vocabulary import Reason
 
@@ -62,9 +62,10 @@ class LoadedRoute(Generic[RouteT]):
     """A built route, its worker threads (model work never runs on the event loop), its queue and files.
 
     Invariants: every call of the route runs on one of its `Workers` (craftai_infer.scheduling):
-    one thread, or `concurrent_runs` threads where the route says its calls may overlap, and on the
-    CPU one more that takes interactive work only; the queue in front of them runs interactive work
-    first and the tenants in turns. `route` is replaced at most once, by the CPU rebuild after a GPU
+    one thread, or `concurrent_runs` threads where the route says its calls may overlap; on the CPU
+    as many more that take interactive work only, and the others then take bulk work alone at a
+    lower priority (CRAFTAI_BULK_NICENESS); the queue in front of them runs interactive work first
+    and the tenants in turns. `route` is replaced at most once, by the CPU rebuild after a GPU
     failure, on a worker, inside the call that failed.
     """
 
@@ -89,11 +90,15 @@ class LoadedRoute(Generic[RouteT]):
         self.queue: WorkQueue[tuple[Operation[Any, Any, Any], Any], Answered] = WorkQueue(
             f"{ref.recipe}/{ref.engine}", max_batch=self._batching.max_batch, window_s=self._batching.window_s
         )
+        on_cpu = route.device == "cpu" and capabilities.interactive_lane
         self._workers = Workers(
             self.queue,
             self._execute,
-            threads=capabilities.concurrent_runs,
-            lane=1 if route.device == "cpu" and capabilities.interactive_lane else 0,
+            roles=roles(
+                capabilities.concurrent_runs,
+                lanes=capabilities.concurrent_runs if on_cpu else 0,
+                bulk_niceness=files.bulk_niceness if on_cpu else 0,
+            ),
             name=f"model-{ref.recipe}-{ref.engine}",
         )
         self.requests = 0
@@ -179,6 +184,7 @@ class RouteLoader:
         gpu_precision: Precision = "auto",
         gpu_compile: bool = False,
         cpu_spin: bool = False,
+        bulk_niceness: int = 0,
         fault_injection: str = "",
         batching: Batching | None = None,
     ) -> None:
@@ -189,6 +195,7 @@ class RouteLoader:
         self.gpu_precision: Precision = gpu_precision
         self.gpu_compile = gpu_compile
         self.cpu_spin = cpu_spin
+        self.bulk_niceness = bulk_niceness
         self.fault_injection = fault_injection
         self.batching = batching or Batching()
         self._resolved: dict[RouteKey, tuple[float, catalogue_pb2.ResolveRouteResponse]] = {}
@@ -320,6 +327,7 @@ class RouteLoader:
             gpu_precision=self.gpu_precision,
             gpu_compile=self.gpu_compile,
             cpu_spin=self.cpu_spin,
+            bulk_niceness=self.bulk_niceness,
         )
 
     def close(self) -> None:

@@ -18,9 +18,10 @@ busy; interactive work never waits for companions.
 
 A route runs one call at a time on a GPU (work on one device runs in order anyway): a decoder call
 waits for at most the one bulk batch in flight. On the CPU a route also has an interactive lane:
-one more thread that takes interactive work only, so a click runs beside an encoder batch (sharing
-the cores) rather than after it. Segment everything queues a few grid batches at a time, so clicks
-and other tenants' work go between its batches.
+threads that take interactive work only, so a click runs beside an encoder batch rather than after
+it; and the threads that run bulk work do so at a lower CPU priority (CRAFTAI_BULK_NICENESS), as
+do the threads they start, so that the cores they share go to the click first. Segment everything
+queues a few grid batches at a time, so clicks and other tenants' work go between its batches.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict, deque
@@ -239,30 +241,84 @@ class WorkQueue(Generic[P, R]):
         return batch
 
 
+@dataclass(frozen=True)
+class Role:
+    """What one worker thread takes (interactive first where it takes both), and how much lower its
+    CPU priority is than the process's (its nice value added; 0: the same)."""
+
+    classes: tuple[WorkClass, ...]
+    niceness: int = 0
+
+
+def roles(threads: int, *, lanes: int = 0, bulk_niceness: int = 0) -> list[Role]:
+    """The threads of a queue: `threads` take every class, or bulk work alone at a lower priority
+    where `bulk_niceness` is set and `lanes` take the interactive work (the CPU: bulk work's threads
+    and the threads they start - onnxruntime's and OpenMP's inherit it - give the cores to
+    interactive work first); `lanes` more take interactive work only."""
+    if lanes and bulk_niceness:
+        return [Role((WorkClass.BULK,), bulk_niceness)] * threads + [Role((WorkClass.INTERACTIVE,))] * lanes
+    return [Role(tuple(WorkClass))] * threads + [Role((WorkClass.INTERACTIVE,))] * lanes
+
+
+def lower_priority(niceness: int) -> None:
+    """This thread's CPU priority lowered by `niceness` (Linux: a thread's own nice value; the
+    threads it starts inherit it). Raising it back needs a privilege a service does not have, so
+    a thread's priority is set once, when it starts."""
+    if niceness <= 0 or not hasattr(os, "setpriority"):
+        return
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + niceness))
+    except OSError as exc:  # pragma: no cover - a platform without per-thread priorities
+        log.debug("thread priority not lowered: %s", exc)
+
+
+def made_at_lower_priority(niceness: int, make: Callable[[], T]) -> T:
+    """`make()` on a thread of its own whose priority is lowered by `niceness`: what it starts (an
+    onnxruntime session's thread pool, made with the session) keeps that priority. For engines
+    whose every call is bulk work (an encoder on the CPU)."""
+    if niceness <= 0:
+        return make()
+    made: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        lower_priority(niceness)
+        try:
+            made.append(make())
+        except BaseException as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="made-at-lower-priority")
+    thread.start()
+    thread.join()
+    if failed:
+        raise failed[0]
+    return made[0]
+
+
 class Workers(Generic[P, R]):
-    """Threads that serve a `WorkQueue`: `threads` take any class (interactive first), and `lane`
-    more take interactive work only. `execute(payloads)` answers one result per payload, in order
-    (it raises for the whole batch). The threads are owned here: `close` ends them after their
-    current batch and tells the callers still waiting."""
+    """Threads that serve a `WorkQueue`, each in its `Role`. `execute(payloads)` answers one result
+    per payload, in order (it raises for the whole batch). The threads are owned here: `close`
+    ends them after their current batch and tells the callers still waiting."""
 
     def __init__(
         self,
         queue: WorkQueue[P, R],
         execute: Callable[[list[P]], Sequence[R]],
         *,
-        threads: int,
-        lane: int = 0,
+        roles: Sequence[Role],
         name: str,
     ) -> None:
-        if threads < 1:
-            raise ValueError("a queue needs at least one worker that takes every class")
+        if not any(WorkClass.BULK in role.classes for role in roles):
+            raise ValueError("a queue needs a worker that takes bulk work")
+        if not any(WorkClass.INTERACTIVE in role.classes for role in roles):
+            raise ValueError("a queue needs a worker that takes interactive work")
         self.queue = queue
         self._execute = execute
-        every = tuple(WorkClass)
-        roles = [every] * threads + [(WorkClass.INTERACTIVE,)] * lane
         self._threads = [
-            threading.Thread(target=self._serve, args=(classes,), name=f"{name}-{k}", daemon=True)
-            for k, classes in enumerate(roles)
+            threading.Thread(target=self._serve, args=(role,), name=f"{name}-{k}", daemon=True)
+            for k, role in enumerate(roles)
         ]
         for thread in self._threads:
             thread.start()
@@ -271,8 +327,9 @@ class Workers(Generic[P, R]):
     def size(self) -> int:
         return len(self._threads)
 
-    def _serve(self, classes: tuple[WorkClass, ...]) -> None:
-        while (batch := self.queue.take(classes)) is not None:
+    def _serve(self, role: Role) -> None:
+        lower_priority(role.niceness)
+        while (batch := self.queue.take(role.classes)) is not None:
             try:
                 self._run(batch)
             finally:
@@ -344,14 +401,19 @@ def _settle(future: asyncio.Future[R], result: R | None, error: BaseException | 
 
 class CpuPool(Executor):
     """A CPU pool of the service (pictures decoded, outputs encoded) with the queue's order: a
-    click's mask is encoded before a large cutout that waited longer. Usable where an Executor is
-    expected (`loop.run_in_executor`, `Executor.map`): work given that way runs in the submitting
-    thread's class and tenant."""
+    click's mask is encoded before a large cutout that waited longer; with `bulk_niceness`, bulk
+    work has `threads` of its own at a lower priority and interactive work as many (`roles`).
+    Usable where an Executor is expected (`loop.run_in_executor`, `Executor.map`): work given that
+    way runs in the submitting thread's class and tenant."""
 
-    def __init__(self, threads: int, name: str) -> None:
+    def __init__(self, threads: int, name: str, *, bulk_niceness: int = 0) -> None:
         self.queue: WorkQueue[Callable[[], Any], Any] = WorkQueue(name)
+        lanes = threads if bulk_niceness else 0
         self._workers: Workers[Callable[[], Any], Any] = Workers(
-            self.queue, lambda calls: [call() for call in calls], threads=threads, name=name
+            self.queue,
+            lambda calls: [call() for call in calls],
+            roles=roles(threads, lanes=lanes, bulk_niceness=bulk_niceness),
+            name=name,
         )
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:

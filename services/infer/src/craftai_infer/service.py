@@ -57,6 +57,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             gpu_precision=settings.gpu_precision,
             gpu_compile=settings.gpu_compile,
             cpu_spin=settings.cpu_spin,
+            bulk_niceness=settings.bulk_niceness,
             fault_injection=settings.fault_injection,
             batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
         )

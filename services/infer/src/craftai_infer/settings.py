@@ -79,4 +79,12 @@ class InferSettings(ServerSettings):
         description="a matte of a picture with at most this many pixels is interactive work (run before bulk work: "
         "encodes, segment everything, larger mattes); 0: every matte is bulk",
     )
+    bulk_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="on the CPU, bulk work (encodes, segment everything, large mattes, their decodes and encodes) "
+        "runs on threads this much lower in CPU priority (nice) than interactive work, so that a click keeps its "
+        "speed on cores busy with another app's bulk work; 0: the same priority",
+    )
     png_compress_level: int = Field(1, ge=0, le=9, description="zlib level of the PNGs answered (1: fast)")

@@ -41,8 +41,8 @@ class FeatureContext:
         self.budget = memory.DecodeBudget(settings.decode_budget_bytes, settings.decode_wait_seconds)
         memory.prefer_mmap()
         cores = max(2, os.cpu_count() or 2)
-        self._cpu = scheduling.CpuPool(cores, "pictures")
-        self._bands = scheduling.CpuPool(cores, "png-bands")
+        self._cpu = scheduling.CpuPool(cores, "pictures", bulk_niceness=settings.bulk_niceness)
+        self._bands = scheduling.CpuPool(cores, "png-bands", bulk_niceness=settings.bulk_niceness)
         self._cores = cores
         self._gpu_decoders: dict[str, pictures.JpegDecoder | None] = {}  # by device: engines.nvjpeg
 

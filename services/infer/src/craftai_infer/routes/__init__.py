@@ -61,6 +61,7 @@ class RouteFiles:
     gpu_precision: Precision = "auto"
     gpu_compile: bool = False  # torch.compile where a GPU route offers it (InferSettings.gpu_compile)
     cpu_spin: bool = False  # onnxruntime's CPU threads spin between runs (InferSettings.cpu_spin)
+    bulk_niceness: int = 0  # bulk work's lower CPU priority (InferSettings.bulk_niceness; scheduling.roles)
 
     def role(self, name: str) -> Path:
         try:

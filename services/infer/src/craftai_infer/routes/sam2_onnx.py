@@ -26,6 +26,7 @@ from craftai_infer.routes import (
     SegmentRoute,
     Step,
 )
+from craftai_infer.scheduling import made_at_lower_priority
 from craftai_models.onnx_sessions import open_session, session_device
 from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
 
@@ -50,6 +51,9 @@ class SamOnnxRunner:
     """Two onnxruntime sessions (encoder.onnx, decoder.onnx) with the samexporter SAM 2 contract.
 
     Thread-safe as onnxruntime sessions are: run() may be called from several threads at once.
+    With `bulk_niceness` (the CPU), the encoder and a second decoder session for the automatic
+    mask generator's grid (bulk work) run their thread pools at that lower priority, so that a
+    click's decoder calls, on a session of their own, are not queued in a pool busy with a grid.
     """
 
     def __init__(
@@ -60,10 +64,18 @@ class SamOnnxRunner:
         intra_op_threads: int = 0,
         use_gpu: bool = True,
         spin: bool = True,
+        bulk_niceness: int = 0,
     ) -> None:
         device = "cuda" if use_gpu else "cpu"
-        self.encoder = open_session(encoder_path, device, intra_op_threads=intra_op_threads, spin=spin)
-        self.decoder = open_session(decoder_path, device, intra_op_threads=intra_op_threads, spin=spin)
+
+        def opened(path: Path | str) -> Any:
+            return open_session(path, device, intra_op_threads=intra_op_threads, spin=spin)
+
+        self.encoder = made_at_lower_priority(bulk_niceness, lambda: opened(encoder_path))
+        self.decoder = opened(decoder_path)
+        self.grid_decoder = (
+            made_at_lower_priority(bulk_niceness, lambda: opened(decoder_path)) if bulk_niceness else self.decoder
+        )
         _check_contract("encoder", self.encoder, ENCODER_INPUTS, ENCODER_OUTPUTS)
         _check_contract("decoder", self.decoder, DECODER_INPUTS, DECODER_OUTPUTS)
 
@@ -82,15 +94,16 @@ class SamOnnxRunner:
         feats_0, feats_1, embed = self.encoder.run(list(ENCODER_OUTPUTS), feed)
         return SamEmbedding(feats_0, feats_1, embed, int(picture.shape[0]), int(picture.shape[1]))
 
-    def decode_raw(self, embedding: SamEmbedding, prompt: SamPrompt) -> tuple[F32, F32]:
-        """The decoder's own outputs for one prompt: low-res logits [3,256,256] and IoUs [3]."""
+    def decode_raw(self, embedding: SamEmbedding, prompt: SamPrompt, *, grid: bool = False) -> tuple[F32, F32]:
+        """The decoder's own outputs for one prompt: low-res logits [3,256,256] and IoUs [3] (`grid`:
+        a point of the automatic mask generator, on its own session)."""
         feed = {
             "image_embed": embedding.image_embed,
             "high_res_feats_0": embedding.high_res_feats_0,
             "high_res_feats_1": embedding.high_res_feats_1,
             **encode_prompt(prompt, embedding.picture_height, embedding.picture_width),
         }
-        masks, ious = self.decoder.run(list(DECODER_OUTPUTS), feed)
+        masks, ious = (self.grid_decoder if grid else self.decoder).run(list(DECODER_OUTPUTS), feed)
         return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
 
     def decode(
@@ -104,7 +117,7 @@ class SamOnnxRunner:
     def grid(self, embedding: SamEmbedding, points: F32, settings: Everything) -> Candidates:
         """One batch of the automatic mask generator: the published decoder takes one prompt set a
         call, so one call per point, then the filters on the host."""
-        decoded = [self.decode_raw(embedding, SamPrompt(points=[tuple(p)], labels=[1])) for p in points]
+        decoded = [self.decode_raw(embedding, SamPrompt(points=[tuple(p)], labels=[1]), grid=True) for p in points]
         low_res = np.stack([d[0] for d in decoded])
         ious = np.stack([d[1] for d in decoded])
         h, w = embedding.picture_height, embedding.picture_width
@@ -135,6 +148,7 @@ class Sam2Onnx(SegmentRoute):
                 intra_op_threads=files.cpu_threads,
                 use_gpu=device.startswith("cuda"),
                 spin=files.cpu_spin,
+                bulk_niceness=0 if device.startswith("cuda") else files.bulk_niceness,
             )
         except ValueError as exc:  # the files load but are not the samexporter contract
             raise ModelRefusedError(str(exc)) from exc

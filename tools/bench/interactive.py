@@ -1,0 +1,253 @@
+"""Interactive beside bulk: one app's clicks and small mattes alone, then beside other apps' bulk
+work (session opens, segment everything, large cutouts), on one `craftai serve`; and the server's
+memory before, at its peak and 30 s after (docs/PERFORMANCE.md, "Shared fairly").
+
+The interactive app ("editor", a key of its own) clicks on an open session (SAM) and removes the
+background of a small picture (u2netp: the matte and the cutout), one at a time, `--rounds` times
+alone, then as many times while `--encoders` threads of another app open sessions,
+`--everything` threads run segment everything (Meta's defaults, `--points-per-side`) and
+`--large` threads ask for cutouts of a large picture (bulk work: docs/ARCHITECTURE.md, "Who
+runs next"); the bulk apps use made-up ids under the local key (one tenant). It reports each
+interactive call's p50/p99 alone and loaded and their ratio (targets on the 2-core machine: a
+click's p99 loaded <= 3x alone, a matte's <= 2x), what the bulk clients got done, and the
+server's resident memory after the warm-up, at its peak and `--settle` seconds after the load.
+
+    .venv/bin/python -m tools.bench.interactive                     # the 2-core machine's figures
+    .venv/bin/python -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0
+
+Without --address it starts `craftai serve` on a temporary store with the SAM 2.1 random-weight
+fixture (the published architecture: the same work per picture) and the real u2netp
+(tools/bench/load.py `serve_fixture`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import io
+import json
+import os
+import platform
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from PIL import Image
+
+from craftai import AiClient, CraftAiError, Retries
+from craftai_dev.files import sample_photo
+from craftai_dev.servers import ensure_local_key
+from craftai_wire import local_tls
+from craftai_wire.keys import key_line, new_key
+from tools.bench import harness
+from tools.bench.load import serve_fixture
+
+MiB = 1 << 20
+CLICK = [(200.0, 150.0, True)]
+
+
+@dataclass
+class Phase:
+    """One interactive app's latencies in a phase, by call."""
+
+    latencies: dict[str, list[float]] = field(default_factory=lambda: {"click": [], "matte": []})
+
+    def summary(self) -> dict[str, dict[str, float]]:
+        return {call: harness.percentiles(times) for call, times in self.latencies.items()}
+
+
+@dataclass
+class Memory:
+    """The server's resident memory (MiB): after the warm-up, at its peak, `settle` s after."""
+
+    warm: float = 0.0
+    peak: float = 0.0
+    after: float = 0.0
+    settle: float = 0.0
+
+
+def _status(pid: int, key: str) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _png(picture: Image.Image) -> bytes:
+    out = io.BytesIO()
+    picture.save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
+def _interactive(editor: AiClient, session: Any, small: bytes, rounds: int, phase: Phase) -> None:
+    """The editor's loop: a click, then a small matte with its cutout, `rounds` times."""
+    for _ in range(rounds):
+        started = time.perf_counter()
+        session.segment(points=CLICK)
+        phase.latencies["click"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        editor.remove_background(small, outputs="matte,cutout")
+        phase.latencies["matte"].append(time.perf_counter() - started)
+
+
+@dataclass
+class Bulk:
+    """The other apps' threads and what they got done."""
+
+    done: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def run(self, name: str, work: Callable[[], None]) -> None:
+        def loop() -> None:
+            while not self.stop.is_set():
+                try:
+                    work()
+                    kind = "done"
+                except CraftAiError as exc:
+                    kind = exc.reason or exc.code.name
+                with self.lock:
+                    (self.done if kind == "done" else self.refused)[name if kind == "done" else kind] += 1
+
+        thread = threading.Thread(target=loop, name=name, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def end(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(600)
+
+
+@contextlib.contextmanager
+def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str]]:
+    """(address, pid, the editor's key): the given server, or one started with the fixtures."""
+    if args.address:
+        yield args.address, args.server_pid, args.editor_key
+        return
+    key = new_key()
+    keys = workdir / "keys"
+    keys.write_text(key_line("editor", key) + key_line("*", ensure_local_key()))  # the bulk apps: made-up ids
+    keys.chmod(0o600)
+    env = {"CRAFTAI_KEYS_FILE": str(keys), "CRAFTAI_DEVICE": args.device}
+    with serve_fixture(workdir, env) as served:
+        yield served.address, served.pid, key
+
+
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    photo = sample_photo("astronaut.png").read_bytes()
+    small = sample_photo("chelsea.png").read_bytes()  # 451x300: interactive
+    with Image.open(sample_photo("coffee.png")) as coffee:
+        large = _png(coffee.convert("RGB").resize((args.large_side, args.large_side * 3 // 4)))  # bulk
+    with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (address, pid, key):
+        no_retry = Retries(attempts=0)
+        certificate = local_tls.certificate_file() if not args.address else None
+        editor = AiClient("editor", target=address, app_key=key, root_certificates=certificate, retries=no_retry)
+        bulk_apps = [AiClient(f"bulk-{n}", target=address, retries=no_retry) for n in range(4)]
+        try:
+            session = editor.open_session(photo)
+            warm = Phase()
+            _interactive(editor, session, small, 3, warm)  # both routes loaded and warm
+            opened = bulk_apps[0].open_session(photo)
+            opened.segment_everything(points_per_side=8)  # the grid's path warm too
+            bulk_apps[0].remove_background(large, outputs="cutout")
+            memory = Memory(warm=_status(pid, "VmRSS") if pid else 0.0)
+            if pid:
+                Path(f"/proc/{pid}/clear_refs").write_text("5")
+            alone = Phase()
+            _interactive(editor, session, small, args.rounds, alone)
+            bulk = Bulk()
+            for n in range(args.encoders):
+                ai = bulk_apps[n % len(bulk_apps)]
+                bulk.run("open", lambda ai=ai: ai.open_session(photo).close())
+            for n in range(args.everything):
+                grid = bulk_apps[n % len(bulk_apps)].open_session(photo)
+                bulk.run("everything", lambda grid=grid: grid.segment_everything(points_per_side=args.points_per_side))
+            for n in range(args.large):
+                ai = bulk_apps[n % len(bulk_apps)]
+                bulk.run("large cutout", lambda ai=ai: ai.remove_background(large, outputs="cutout"))
+            time.sleep(args.ramp)  # the bulk work queued before the first interactive call
+            loaded = Phase()
+            started = time.monotonic()
+            _interactive(editor, session, small, args.rounds, loaded)
+            loaded_seconds = time.monotonic() - started
+            bulk.end()
+            if pid:
+                memory.peak = _status(pid, "VmHWM")
+                time.sleep(args.settle)
+                memory.after, memory.settle = _status(pid, "VmRSS"), args.settle
+        finally:
+            for ai in (editor, *bulk_apps):
+                ai.close()
+    ratios = {call: loaded.summary()[call]["p99"] / alone.summary()[call]["p99"] for call in ("click", "matte")}
+    return {
+        "bench": "interactive",
+        "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}",
+        "device": args.device,
+        "arguments": {k: v for k, v in vars(args).items() if k not in ("json", "editor_key")},
+        "alone_ms": _ms(alone.summary()),
+        "loaded_ms": _ms(loaded.summary()),
+        "p99_loaded_over_alone": ratios,
+        "loaded_seconds": loaded_seconds,
+        "bulk_done": dict(bulk.done),
+        "bulk_refused": dict(bulk.refused),
+        "memory_mib": asdict(memory),
+        "memory_after_over_warm": memory.after / memory.warm if memory.warm else None,
+    }
+
+
+def _ms(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    return {call: {k: round(v * 1000, 1) for k, v in stats.items()} for call, stats in summary.items()}
+
+
+def report(result: dict[str, Any]) -> str:
+    lines = [f"interactive beside bulk ({result['machine']}, {result['device']}, {result['when']})"]
+    for call in ("click", "matte"):
+        a, b = result["alone_ms"][call], result["loaded_ms"][call]
+        lines.append(
+            f"  {call:5}  alone p50 {a['p50']:8.1f} ms  p99 {a['p99']:8.1f} ms   loaded p50 {b['p50']:8.1f} ms  "
+            f"p99 {b['p99']:8.1f} ms   p99 loaded/alone {result['p99_loaded_over_alone'][call]:.2f}x"
+        )
+    lines.append(f"  bulk done while loaded: {result['bulk_done']}  refused: {result['bulk_refused']}")
+    m = result["memory_mib"]
+    lines.append(
+        f"  memory: warm {m['warm']:.0f} MiB, peak {m['peak']:.0f} MiB, {m['settle']:.0f} s after {m['after']:.0f} MiB "
+        f"({(result['memory_after_over_warm'] or 0) * 100 - 100:+.1f}% of warm)"
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--address", help="a running server with both routes set up (default: start one)")
+    parser.add_argument("--server-pid", type=int, default=0, help="with --address: its pid, to read its memory")
+    parser.add_argument("--editor-key", default="", help="with --address: the key of the app 'editor'")
+    parser.add_argument("--device", default="cpu", help="the started server's CRAFTAI_DEVICE (cpu, cuda)")
+    parser.add_argument("--rounds", type=int, default=30, help="clicks and small mattes, alone and loaded")
+    parser.add_argument("--encoders", type=int, default=8, help="threads opening sessions (the encoder)")
+    parser.add_argument("--everything", type=int, default=4, help="threads running segment everything")
+    parser.add_argument("--points-per-side", type=int, default=32)
+    parser.add_argument("--large", type=int, default=2, help="threads asking for cutouts of a large picture")
+    parser.add_argument("--large-side", type=int, default=2400, help="the large picture's width (4:3)")
+    parser.add_argument("--ramp", type=float, default=3.0, help="seconds of bulk work before the first call")
+    parser.add_argument("--settle", type=float, default=30.0, help="seconds after the load to read the memory")
+    parser.add_argument("--json", type=Path, default=harness.REPO / "out" / "bench" / "interactive.json")
+    args = parser.parse_args(argv)
+    result = measure(args)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    print(report(result))
+    print(f"raw: {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
