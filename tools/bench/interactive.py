@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime
+import functools
 import io
 import json
 import os
@@ -126,6 +127,18 @@ class Bulk:
             thread.join(600)
 
 
+def _open_and_close(ai: AiClient, picture: bytes) -> None:
+    ai.open_session(picture).close()
+
+
+def _everything(session: Any, points_per_side: int) -> None:
+    session.segment_everything(points_per_side=points_per_side)
+
+
+def _cutout(ai: AiClient, picture: bytes) -> None:
+    ai.remove_background(picture, outputs="cutout")
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str]]:
     """(address, pid, the editor's key): the given server, or one started with the fixtures."""
@@ -165,14 +178,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             _interactive(editor, session, small, args.rounds, alone)
             bulk = Bulk()
             for n in range(args.encoders):
-                ai = bulk_apps[n % len(bulk_apps)]
-                bulk.run("open", lambda ai=ai: ai.open_session(photo).close())
+                bulk.run("open", functools.partial(_open_and_close, bulk_apps[n % len(bulk_apps)], photo))
             for n in range(args.everything):
                 grid = bulk_apps[n % len(bulk_apps)].open_session(photo)
-                bulk.run("everything", lambda grid=grid: grid.segment_everything(points_per_side=args.points_per_side))
+                bulk.run("everything", functools.partial(_everything, grid, args.points_per_side))
             for n in range(args.large):
-                ai = bulk_apps[n % len(bulk_apps)]
-                bulk.run("large cutout", lambda ai=ai: ai.remove_background(large, outputs="cutout"))
+                bulk.run("large cutout", functools.partial(_cutout, bulk_apps[n % len(bulk_apps)], large))
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
             loaded = Phase()
             started = time.monotonic()
