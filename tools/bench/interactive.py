@@ -216,7 +216,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _ms(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
-    return {call: {k: round(v * 1000, 1) for k, v in stats.items()} for call, stats in summary.items()}
+    return {
+        call: {k: v if k == "n" else round(v * 1000, 1) for k, v in stats.items()} for call, stats in summary.items()
+    }
 
 
 def report(result: dict[str, Any]) -> str:

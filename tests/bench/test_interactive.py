@@ -1,0 +1,27 @@
+"""The interactive-beside-bulk bench, tiny (tools/bench/interactive.py; the full runs are in
+docs/PERFORMANCE.md): it starts its server, measures both phases and the memory, and writes its
+JSON. No timed assertion: every interactive call is answered and the bulk clients get work done."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.bench import interactive
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -> None:
+    out = tmp_path / "interactive.json"
+    arguments = ["--rounds", "2", "--encoders", "1", "--everything", "1", "--points-per-side", "4", "--large", "1"]
+    assert (
+        interactive.main([*arguments, "--large-side", "400", "--ramp", "0.5", "--settle", "0.5", "--json", str(out)])
+        == 0
+    )
+    result = json.loads(out.read_text())
+    for phase in ("alone_ms", "loaded_ms"):
+        assert {call: stats["n"] for call, stats in result[phase].items()} == {"click": 2.0, "matte": 2.0}
+    assert result["bulk_done"] and result["memory_mib"]["warm"] > 0 and result["memory_mib"]["peak"] > 0
