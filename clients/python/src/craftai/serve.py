@@ -38,7 +38,7 @@ def run(host: str | None, port: int | None, store: Path | None, web: WebSettings
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
-        from craftai_common.server import configure_logging, serve
+        from craftai_common.server import configure_logging, exit_process, serve
         from craftai_infer import service as infer
         from craftai_infer.settings import InferSettings
         from craftai_prepare import service as prepare
@@ -61,7 +61,7 @@ def run(host: str | None, port: int | None, store: Path | None, web: WebSettings
         def beside(address: str) -> contextlib.AbstractAsyncContextManager[str]:
             return gateway_process(web.model_copy(update={"target": web.target or address}), *logging_of)
 
-    return asyncio.run(serve(infer_settings, mounts, beside))
+    exit_process(asyncio.run(serve(infer_settings, mounts, beside)))  # nothing of the models outlives the stop
 
 
 def environment(web: WebSettings) -> dict[str, str]:

@@ -20,9 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -37,6 +40,11 @@ from craftai_common.store import atomic_write_text
 from craftai_wire.channels import server_options
 
 log = logging.getLogger("craftai.server")
+
+
+class StartRefusedError(Exception):
+    """A server that must not start (its port taken, its name another's): said in plain words, and
+    the process exits with code 2 rather than a traceback."""
 
 
 @dataclass
@@ -111,9 +119,17 @@ class Server:
         reflection.enable_server_reflection(names, server)
         where = f"{self.settings.host}:{self.settings.port}"
         credentials = server_credentials(self.settings)
-        port = server.add_insecure_port(where) if credentials is None else server.add_secure_port(where, credentials)
+        try:
+            port = (
+                server.add_insecure_port(where) if credentials is None else server.add_secure_port(where, credentials)
+            )
+        except RuntimeError:
+            port = 0
         if port == 0:
-            raise OSError(f"cannot listen on {where}")
+            raise StartRefusedError(
+                f"cannot listen on {where}: the port is in use (another craftai serve, or another program?) or "
+                "the address is not this machine's; stop that server, or choose another port (CRAFTAI_PORT)"
+            )
         await server.start()
         self.address = f"{_shown_host(self.settings.host)}:{port}"
         if self.settings.probe_port is not None:
@@ -188,6 +204,19 @@ class Server:
         await self._stopped.wait()
 
 
+def exit_process(code: int) -> NoReturn:
+    """End a process that served models, once `serve` has returned: the logs flushed, then no
+    interpreter teardown. Model calls a stop left running on worker threads past the grace (their
+    callers are gone) would otherwise be waited for, or have their engine torn down under them
+    (onnxruntime aborts the process); everything that must finish has finished by then (the calls
+    in their grace, preparations, the services' stop hooks)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 async def serve(
     settings: ServerSettings,
     mounts: Sequence[Mount],
@@ -208,6 +237,10 @@ async def serve(
         loop.add_signal_handler(sig, stop_requested.set)
     try:
         await server.start()
+    except StartRefusedError as exc:
+        await server.stop()
+        log.error("cannot start: %s", exc)
+        return 2
     except BaseException:
         await server.stop()
         raise

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from typing import NoReturn
 
-from craftai_common.server import configure_logging, serve
+from craftai_common.server import configure_logging, exit_process, serve
 from craftai_infer.service import build
 from craftai_infer.settings import InferSettings
 
 
-def main() -> int:
+def main() -> NoReturn:
     settings = InferSettings()
     configure_logging(settings, "infer")
-    return asyncio.run(serve(settings, [build(settings)]))
+    exit_process(asyncio.run(serve(settings, [build(settings)])))  # nothing of the models outlives the stop
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()

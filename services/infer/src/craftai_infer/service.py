@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import secrets
-import socket
 import time
 from collections.abc import AsyncIterator
 from importlib.util import find_spec
@@ -26,6 +24,7 @@ from craftai_infer.features.context import FeatureContext
 from craftai_infer.features.matte import MatteFeature
 from craftai_infer.features.segment import SegmentFeature
 from craftai_infer.loader import Batching, RouteLoader
+from craftai_infer.replica import check_unique, new_instance, replica_name
 from craftai_infer.sessions import SessionStore
 from craftai_infer.settings import InferSettings
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
@@ -36,17 +35,11 @@ Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = infer_pb2.DESCRIPTOR.services_by_name["InferService"].full_name
 
 
-def replica_name(configured: str) -> str:
-    """This process among the service's replicas: CRAFTAI_REPLICA, else the host name (a pod's name
-    under Kubernetes, the container's id under compose) with a suffix of its own, so that two
-    processes on one host, or a process restarted in place, are never taken for one another."""
-    return configured or f"{socket.gethostname()}-{secrets.token_hex(3)}"
-
-
 class InferServicer(infer_pb2_grpc.InferServiceServicer):
     def __init__(self, settings: InferSettings, catalogue: CatalogueClient) -> None:
         self.settings = settings
         self.replica = replica_name(settings.replica)
+        self.instance = new_instance()
         self.device = devices.detect(settings.device)
         self.catalogue = catalogue
         self.routes = RouteLoader(
@@ -95,6 +88,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             ),
             engines=engines,
             replica=self.replica,
+            instance=self.instance,
         )
 
     @handle_stream_errors
@@ -166,13 +160,16 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
 
 def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
     """Embedded (`craftai serve`), the catalogue is on this same server."""
-    catalogue = CatalogueClient(settings.catalogue_address, peers=Peers(settings))
+    peers = Peers(settings)
+    catalogue = CatalogueClient(settings.catalogue_address, peers=peers)
     servicer = InferServicer(settings, catalogue)
     collectors = Collectors()
 
     async def start(address: str) -> None:
         if embedded:
             catalogue.address = address
+        if settings.replicas_target:
+            await check_unique(settings.replicas_target, servicer.replica, servicer.instance, peers)
         collectors.add(
             [
                 metrics.InferCollector(

@@ -18,6 +18,12 @@ class InferSettings(ServerSettings):
         description="this process's name among the service's replicas (sessions name it, metrics carry it); "
         "empty: the host name (a pod's name) and a per-process suffix",
     )
+    replicas_target: str = Field(
+        "",
+        description="every replica of this service (its one name, dns:///infer:50051, or an address list): at "
+        "start a replica asks each its name and refuses to start under one another replica answers to; "
+        "empty: no check",
+    )
     max_connection_age_seconds: float = Field(
         300.0,
         ge=0,

@@ -240,6 +240,7 @@ class Runtime(_message.Message):
     LIMITS_FIELD_NUMBER: _builtins.int
     ENGINES_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
     device: _builtins.str
     """preferred device: "cuda:0" or "cpu" """
     gpu_available: _builtins.bool
@@ -247,6 +248,10 @@ class Runtime(_message.Message):
     replica: _builtins.str
     """This process's name among the replicas of the service (CRAFTAI_REPLICA, else the host name and
     a per-process suffix): OpenSessionResult.replica names the one that keeps a session.
+    """
+    instance: _builtins.str
+    """A token of this process, new at each start: two processes answering one replica name are told
+    apart (an infer service refuses to start under a name another replica answers to).
     """
     @_builtins.property
     def loaded(self) -> _containers.RepeatedCompositeFieldContainer[Global___LoadedRoute]: ...
@@ -266,10 +271,11 @@ class Runtime(_message.Message):
         limits: Global___Limits | None = ...,
         engines: _abc.Iterable[_builtins.str] | None = ...,
         replica: _builtins.str = ...,
+        instance: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "limits", b"limits", "loaded", b"loaded", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "instance", b"instance", "limits", b"limits", "loaded", b"loaded", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
