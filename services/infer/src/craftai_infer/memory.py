@@ -42,9 +42,11 @@ import contextlib
 import ctypes
 import ctypes.util
 import logging
+import os
 import time
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 
 from craftai_common.errors import ServiceError, resource_exhausted
 from craftai_infer.scheduling import WorkClass, work_class_var
@@ -218,6 +220,54 @@ def mib(nbytes: float) -> str:
     if nbytes >= 2**30:
         return f"{nbytes / 2**30:,.1f} GiB"
     return f"{nbytes / 2**20:,.0f} MiB"
+
+
+SESSION_SHARE, SESSION_RANGE = 0.15, (64 << 20, 1 << 30)
+REQUEST_SHARE, REQUEST_RANGE = 0.35, (256 << 20, 8 << 30)
+_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+
+
+def memory_limit() -> tuple[int, str]:
+    """The memory this process may use, and where that figure comes from: its cgroup's limit (a
+    container's; v2, else v1) where one is set below the machine's memory, else the machine's."""
+    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for path in _CGROUP_LIMITS:
+        with contextlib.suppress(OSError, ValueError):
+            text = Path(path).read_text().strip()
+            if text != "max" and 0 < int(text) < machine:
+                return int(text), f"the cgroup's limit ({path})"
+    return machine, "the machine's memory"
+
+
+@dataclass(frozen=True)
+class Budgets:
+    """The memory budgets of an infer service: set, or sized from its memory limit so that the
+    models (the rest) keep room (docs/OPERATIONS.md, "Memory")."""
+
+    limit: int
+    source: str
+    requests: int  # CRAFTAI_DECODE_BUDGET_BYTES
+    sessions: int  # CRAFTAI_SESSION_BUDGET_BYTES
+
+    @classmethod
+    def of(cls, memory_limit_bytes: int, decode_budget_bytes: int, session_budget_bytes: int) -> Budgets:
+        limit, source = (memory_limit_bytes, "CRAFTAI_MEMORY_LIMIT_BYTES") if memory_limit_bytes else memory_limit()
+
+        def share(given: int, fraction: float, bounds: tuple[int, int]) -> int:
+            return given or int(min(max(limit * fraction, bounds[0]), bounds[1]))
+
+        return cls(
+            limit,
+            source,
+            share(decode_budget_bytes, REQUEST_SHARE, REQUEST_RANGE),
+            share(session_budget_bytes, SESSION_SHARE, SESSION_RANGE),
+        )
+
+    def __str__(self) -> str:
+        return (
+            f"memory limit {mib(self.limit)} ({self.source}): {mib(self.requests)} for the requests in progress "
+            f"(CRAFTAI_DECODE_BUDGET_BYTES), {mib(self.sessions)} for kept pictures (CRAFTAI_SESSION_BUDGET_BYTES)"
+        )
 
 
 def _release_from_anywhere(owner: weakref.ref[DecodeBudget], loop: asyncio.AbstractEventLoop, nbytes: int) -> None:

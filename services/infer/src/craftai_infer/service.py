@@ -18,7 +18,7 @@ from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store
 from craftai_infer import device as devices
-from craftai_infer import metrics
+from craftai_infer import memory, metrics
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import FeatureContext
 from craftai_infer.features.matte import MatteFeature
@@ -41,6 +41,9 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.replica = replica_name(settings.replica)
         self.instance = new_instance()
         self.device = devices.detect(settings.device)
+        self.budgets = memory.Budgets.of(
+            settings.memory_limit_bytes, settings.decode_budget_bytes, settings.session_budget_bytes
+        )
         self.catalogue = catalogue
         self.routes = RouteLoader(
             catalogue,
@@ -55,12 +58,12 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
         )
         self.sessions = SessionStore(
-            settings.session_budget_bytes,
+            self.budgets.sessions,
             settings.session_idle_seconds,
             max_per_app=settings.max_sessions_per_app,
             replica=self.replica,
         )
-        self.context = FeatureContext(settings, self.routes)
+        self.context = FeatureContext(settings, self.routes, self.budgets.requests)
         self.matte = MatteFeature(self.context)
         self.segment = SegmentFeature(self.context, self.sessions, self.replica)
 
@@ -81,7 +84,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
                 max_picture_pixels=s.max_picture_pixels,
                 max_picture_side=s.max_picture_side,
                 max_points=s.max_points,
-                session_budget_bytes=s.session_budget_bytes,
+                session_budget_bytes=self.budgets.sessions,
                 session_idle_seconds=s.session_idle_seconds,
                 max_prompts=s.max_prompts,
                 max_points_per_side=s.max_points_per_side,
@@ -188,6 +191,7 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
             servicer.device.preferred,
             f" ({servicer.device.gpu_name})" if servicer.device.gpu_available else "",
         )
+        log.info("%s", servicer.budgets)
 
     async def stop() -> None:
         collectors.close()

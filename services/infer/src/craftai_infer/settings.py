@@ -57,9 +57,24 @@ class InferSettings(ServerSettings):
     max_points_per_batch: int = Field(
         256, gt=0, description="SegmentEverything: the most points one decoder call may take (points_per_batch)"
     )
-    session_budget_bytes: int = Field(1 << 30, gt=0, description="memory for kept pictures (LRU beyond it)")
+    memory_limit_bytes: int = Field(
+        0,
+        ge=0,
+        description="the memory this process may use, which the budgets below are sized from; 0: its cgroup's "
+        "limit (a container's), else the machine's memory",
+    )
+    session_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="memory for kept pictures (each tenant's least recently used evicted beyond it); "
+        "0: 15% of the memory limit, 64 MiB to 1 GiB",
+    )
     decode_budget_bytes: int = Field(
-        2 << 30, gt=0, description="memory for the decoded pictures of the requests in progress (wait beyond it)"
+        0,
+        ge=0,
+        description="memory for the requests in progress (their pictures, outputs, masks and answers, estimated "
+        "before they run): wait beyond it, refused when one alone is larger; 0: 35% of the memory limit, "
+        "256 MiB to 8 GiB",
     )
     decode_wait_seconds: float = Field(
         30.0, gt=0, description="how long a request waits for room in the decode budget before MEMORY_BUDGET"

@@ -34,11 +34,11 @@ class FeatureContext:
     ends both pools. Both pools run interactive work first and the tenants in turns
     (craftai_infer.scheduling)."""
 
-    def __init__(self, settings: InferSettings, routes: RouteLoader) -> None:
+    def __init__(self, settings: InferSettings, routes: RouteLoader, budget_bytes: int) -> None:
         self.settings = settings
         self.routes = routes
         self.limits = pictures.Limits(settings.max_picture_pixels, settings.max_picture_side)
-        self.budget = memory.DecodeBudget(settings.decode_budget_bytes, settings.decode_wait_seconds)
+        self.budget = memory.DecodeBudget(budget_bytes, settings.decode_wait_seconds)
         memory.prefer_mmap()
         cores = max(2, os.cpu_count() or 2)
         self._cpu = scheduling.CpuPool(cores, "pictures", bulk_niceness=settings.bulk_niceness)

@@ -71,7 +71,7 @@ def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
 class Estimate:
     """A request's peak memory, from its picture's size and options, before any pixel is decoded:
     the picture and what its outputs hold (`bytes_per_pixel`), what the route's pre- and
-    post-processing hold (MatteRoute.input_bytes), a background picture's pixels."""
+    post-processing hold (MatteRoute.working_bytes), a background picture's pixels."""
 
     width: int
     height: int
@@ -83,7 +83,7 @@ class Estimate:
         pixels = self.width * self.height
         return (
             pixels * bytes_per_pixel(self.kinds, self.naive)
-            + route.input_bytes(self.height, self.width)
+            + route.working_bytes(self.height, self.width)
             + self.background * BACKGROUND_BYTES_PER_PIXEL
         )
 

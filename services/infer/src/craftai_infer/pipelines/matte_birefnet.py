@@ -59,6 +59,9 @@ class BirefnetSettings:
 # float copy, the enlarged matte and the refinement's planes.
 INPUT_FIXED_BYTES = 64 << 20
 INPUT_BYTES_PER_PIXEL = 24
+# The network's peak working memory on the CPU for one picture (its input is always 1024x1024;
+# measured 1.25 GiB with torch, docs/SECURITY.md "Memory").
+NETWORK_BYTES = 1400 << 20
 
 
 def input_bytes(height: int, width: int) -> int:

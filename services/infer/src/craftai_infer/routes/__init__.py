@@ -126,10 +126,11 @@ class MatteRoute(Route, Protocol):
         """Pictures with the same key may share a call (they stack into one network input)."""
         return None
 
-    def input_bytes(self, height: int, width: int) -> int:
-        """What the route's pre- and post-processing hold in host memory for a picture of this size,
-        beyond the picture itself (its cost is admitted before it runs: craftai_infer.memory); 0
-        where that is small, or made on a GPU."""
+    def working_bytes(self, height: int, width: int) -> int:
+        """What the route holds in host memory for a picture of this size, beyond the picture itself:
+        its pre- and post-processing, and on the CPU its network's working memory (admitted with
+        the request's cost before it runs: craftai_infer.memory); 0 where that is small, or in a
+        GPU's memory."""
         return 0
 
 

@@ -42,9 +42,10 @@ class BirefnetOnnx(MatteRoute):
         (logits, *_rest) = self.model.run({self.input_name: np.ascontiguousarray(x.numpy(), dtype=np.float32)})
         return torch.from_numpy(logits)
 
-    def input_bytes(self, height: int, width: int) -> int:
-        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
-        return matte_birefnet.input_bytes(height, width) if self.device == "cpu" else 0
+    def working_bytes(self, height: int, width: int) -> int:
+        """On the CPU: the pipeline's memory for the picture, and the network's activations at its
+        1024x1024 input (nothing of either on a GPU's host side)."""
+        return matte_birefnet.input_bytes(height, width) + matte_birefnet.NETWORK_BYTES if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
         """Host arrays (views of the CPU tensors the pipeline made around the session, no copy): the

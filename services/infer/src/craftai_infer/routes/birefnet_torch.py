@@ -60,9 +60,10 @@ class BirefnetTorch(MatteRoute):
     def batch_key(self, picture: Picture) -> Hashable:
         return self.settings.size
 
-    def input_bytes(self, height: int, width: int) -> int:
-        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
-        return matte_birefnet.input_bytes(height, width) if self.device == "cpu" else 0
+    def working_bytes(self, height: int, width: int) -> int:
+        """On the CPU: the pipeline's memory for the picture, and the network's activations at its
+        1024x1024 input (nothing of either on a GPU's host side)."""
+        return matte_birefnet.input_bytes(height, width) + matte_birefnet.NETWORK_BYTES if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""

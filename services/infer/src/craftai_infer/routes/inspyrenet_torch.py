@@ -27,6 +27,13 @@ GPU_DEFAULT = torch.bfloat16
 PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
+# The network's peak working memory on the CPU: a part that does not depend on the picture, and a
+# part per pixel of its input (Swin-B's activations; measured 0.47, 0.99 and 3.1 GiB at 320x240,
+# 640x480 and 1280x960: tools/bench/working_memory.py, docs/SECURITY.md "Memory").
+NETWORK_FIXED_BYTES = 320 << 20
+NETWORK_BYTES_PER_INPUT_PIXEL = 2560
+
+
 class InspyrenetTorch(MatteRoute):
     """On a GPU: BatchNorm folded into the convs, channels-last, autocast, and one CUDA graph per input
     shape (1280² for every picture over 1280 px); on the CPU: the network as loaded, fp32. Pictures
@@ -66,9 +73,14 @@ class InspyrenetTorch(MatteRoute):
     def batch_key(self, picture: Picture) -> Hashable:
         return network_shape(picture.shape[0], picture.shape[1])
 
-    def input_bytes(self, height: int, width: int) -> int:
-        """The pipeline's CPU memory for the picture (nothing of it on a GPU's host side)."""
-        return matte_inspyrenet.input_bytes(height, width) if self.device == "cpu" else 0
+    def working_bytes(self, height: int, width: int) -> int:
+        """On the CPU: the pipeline's memory for the picture, and the network's activations, which
+        grow with its input (~3.2 GiB at 1280x960; nothing of either on a GPU's host side)."""
+        if self.device != "cpu":
+            return 0
+        rows, columns = network_shape(height, width)
+        network = NETWORK_FIXED_BYTES + NETWORK_BYTES_PER_INPUT_PIXEL * rows * columns
+        return matte_inspyrenet.input_bytes(height, width) + network
 
     def matte(self, pictures: Sequence[Picture]) -> Sequence[Matte]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
