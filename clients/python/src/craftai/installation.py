@@ -159,6 +159,11 @@ class Runtime:
     replica: str
     proto: infer_pb2.Runtime = field(repr=False, compare=False)
 
+    @property
+    def instance(self) -> str:
+        """A token of the serving process, new at each start (two processes under one replica name differ)."""
+        return self.proto.instance
+
 
 @dataclass(frozen=True)
 class ResolvedRoute:
