@@ -14,7 +14,7 @@ GiB, MiB = 1 << 30, 1 << 20
 
 def test_the_budgets_are_shares_of_the_memory_limit_within_bounds() -> None:
     pod = memory.Budgets.of(4 * GiB, 0, 0)  # deploy/k8s: infer's limit
-    assert (pod.requests, pod.sessions) == (int(4 * GiB * 0.35), int(4 * GiB * 0.15))
+    assert (pod.requests, pod.sessions) == (int(4 * GiB * 0.30), int(4 * GiB * 0.10))
     small = memory.Budgets.of(256 * MiB, 0, 0)
     assert (small.requests, small.sessions) == (256 * MiB, 64 * MiB)
     large = memory.Budgets.of(256 * GiB, 0, 0)
@@ -34,4 +34,4 @@ def test_a_cgroup_limit_below_the_machine_is_the_limit(tmp_path: Path, monkeypat
     assert memory.memory_limit()[1] == "the machine's memory"
     limit.write_text(f"{2 * GiB}\n")
     assert memory.memory_limit() == (2 * GiB, f"the cgroup's limit ({limit})")
-    assert memory.Budgets.of(0, 0, 0).requests == int(2 * GiB * 0.35)
+    assert memory.Budgets.of(0, 0, 0).requests == int(2 * GiB * 0.30)

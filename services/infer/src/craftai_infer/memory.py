@@ -222,8 +222,8 @@ def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:,.0f} MiB"
 
 
-SESSION_SHARE, SESSION_RANGE = 0.15, (64 << 20, 1 << 30)
-REQUEST_SHARE, REQUEST_RANGE = 0.35, (256 << 20, 8 << 30)
+SESSION_SHARE, SESSION_RANGE = 0.10, (64 << 20, 1 << 30)
+REQUEST_SHARE, REQUEST_RANGE = 0.30, (256 << 20, 8 << 30)
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 

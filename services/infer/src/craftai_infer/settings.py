@@ -67,13 +67,13 @@ class InferSettings(ServerSettings):
         0,
         ge=0,
         description="memory for kept pictures (each tenant's least recently used evicted beyond it); "
-        "0: 15% of the memory limit, 64 MiB to 1 GiB",
+        "0: 10% of the memory limit, 64 MiB to 1 GiB",
     )
     decode_budget_bytes: int = Field(
         0,
         ge=0,
         description="memory for the requests in progress (their pictures, outputs, masks and answers, estimated "
-        "before they run): wait beyond it, refused when one alone is larger; 0: 35% of the memory limit, "
+        "before they run): wait beyond it, refused when one alone is larger; 0: 30% of the memory limit, "
         "256 MiB to 8 GiB",
     )
     decode_wait_seconds: float = Field(
