@@ -276,6 +276,52 @@ def load(runs: Runs) -> list[str]:
     ]
 
 
+def shared_fairly(runs: Runs) -> list[str]:
+    r = runs["run"]
+    targets = {"click": 3.0, "matte": 2.0}
+    rows = []
+    for call, words in (("click", "a click (Segment)"), ("matte", "a small matte and cutout (451x300)")):
+        alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
+        ratio = r["p99_loaded_over_alone"][call]
+        rows.append(
+            [
+                words,
+                f"{alone['p50']:,.1f}",
+                f"{alone['p99']:,.1f}",
+                f"{loaded['p50']:,.1f}",
+                f"{loaded['p99']:,.1f}",
+                f"**{ratio:.2f}x**",
+                f"<= {targets[call]:g}x",
+            ]
+        )
+    a = r["arguments"]
+    m = r["memory_mib"]
+    done = ", ".join(f"{count} {name}" for name, count in sorted(r["bulk_done"].items())) or "none"
+    refused = ", ".join(f"{count} {name}" for name, count in sorted(r["bulk_refused"].items())) or "none"
+    return [
+        *_table(
+            [
+                "interactive call",
+                "alone p50 ms",
+                "alone p99 ms",
+                "loaded p50 ms",
+                "loaded p99 ms",
+                "p99 loaded / alone",
+                "target",
+            ],
+            rows,
+        ),
+        "",
+        f"Beside: {a['encoders']} threads of other apps opening sessions, {a['everything']} running segment "
+        f"everything ({a['points_per_side']}² points) and {a['large']} asking for cutouts of a "
+        f"{a['large_side']}x{a['large_side'] * 3 // 4} picture, {a['rounds']} calls of each kind alone and loaded; "
+        f"the bulk clients got done meanwhile: {done} (refused: {refused}). The server's resident memory: "
+        f"{m['warm']:,.0f} MiB after the warm-up, {m['peak']:,.0f} MiB at its peak, {m['after']:,.0f} MiB "
+        f"{m['settle']:.0f} s after the load ({(r['memory_after_over_warm'] - 1) * 100:+.1f}% of the warm size; "
+        "target: within +10%).",
+    ]
+
+
 def replicas(runs: Runs) -> list[str]:
     r = runs["run"]
     rows = []
@@ -297,6 +343,7 @@ RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "segment_everything": segment_everything,
     "load": load,
     "replicas": replicas,
+    "shared_fairly": shared_fairly,
 }
 
 
