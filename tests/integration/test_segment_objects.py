@@ -151,23 +151,22 @@ def test_every_format_describes_the_same_pixels(session: SegmentSession) -> None
     assert mask.area == int(pixels.sum()) == int(coco.area(mask.rle.to_coco()))
     rows, cols = np.flatnonzero(pixels.any(axis=1)), np.flatnonzero(pixels.any(axis=0))
     assert mask.box == (cols[0], rows[0], cols[-1] + 1, rows[-1] + 1)
-    # Polygons at tolerance 0 run through the centres of the boundary pixels: filling each outer
-    # ring (boundary included) and clearing the inside of its holes gives the pixels back.
-    import cv2
-
-    drawn = np.zeros((HEIGHT, WIDTH), np.uint8)
+    # Polygons at tolerance 0 run along the pixels' edges: COCO's reader (each outer ring less its
+    # holes) gives the pixels back exactly.
+    drawn = np.zeros((HEIGHT, WIDTH), bool)
     assert mask.polygons
+
+    def coco_ring(ring: np.ndarray) -> np.ndarray:
+        rle = coco.frPyObjects([ring.astype(np.float64).ravel().tolist()], HEIGHT, WIDTH)
+        return np.asarray(coco.decode(coco.merge(rle)), dtype=bool)
+
     for polygon in mask.polygons:
         outer, holes = polygon.arrays()
-        cv2.fillPoly(drawn, [np.round(outer - 0.5).astype(np.int32)], 1)
-        cv2.polylines(drawn, [np.round(outer - 0.5).astype(np.int32)], True, 1)
+        region = coco_ring(outer)
         for hole in holes:
-            ring = np.round(hole - 0.5).astype(np.int32)
-            inside = np.zeros_like(drawn)
-            cv2.fillPoly(inside, [ring], 1)
-            cv2.polylines(inside, [ring], True, 0)
-            drawn[inside > 0] = 0
-    assert np.mean(drawn.astype(bool) == pixels) >= 0.999
+            region &= ~coco_ring(hole)
+        drawn |= region
+    assert np.array_equal(drawn, pixels)
     coarse = session.segment(box=BOXES[2], formats="polygons", polygon_tolerance=3).best
     assert coarse.png == b"" and coarse.rle is None
     assert sum(len(p.outer) for p in coarse.polygons) < sum(len(p.outer) for p in mask.polygons)

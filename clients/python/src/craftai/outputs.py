@@ -144,7 +144,9 @@ class Rle:
 @dataclass(frozen=True)
 class Polygon:
     """An 8-connected region of a mask: its outer ring and its holes' rings, each a sequence of
-    (x, y) vertices in picture pixels (the centres of boundary pixels), closed implicitly."""
+    (x, y) vertices in picture pixels, closed implicitly: corners of pixels, along their edges (pixel
+    (i, j) is the square from (i, j) to (i + 1, j + 1)), so that COCO's reader (pycocotools'
+    `frPyObjects`) gives back exactly the mask (docs/API.md, "Mask formats")."""
 
     outer: tuple[tuple[float, float], ...]
     holes: tuple[tuple[tuple[float, float], ...], ...] = ()

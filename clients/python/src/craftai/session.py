@@ -172,8 +172,8 @@ def segment_op(
     Meta's predictor answers (torch engine; docs/API.md).
 
     `formats`: "png" (the default), "rle", "polygons", or several; `polygon_tolerance` in
-    pixels (default 1); `max_hole_area` / `max_sprinkle_area`: Meta's clean-up of small holes
-    and islands, in low-res (256x256) pixels, off by default.
+    pixels (default 0: every corner, exactly the mask); `max_hole_area` / `max_sprinkle_area`:
+    Meta's clean-up of small holes and islands, in low-res (256x256) pixels, off by default.
 
     A session the server no longer has (evicted, idle too long, or the server restarted: the
     SDK waits for it to come back) is opened again with the kept picture, then prompted."""

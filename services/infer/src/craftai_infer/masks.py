@@ -2,7 +2,7 @@
 the formats asked (craftai.v1.Mask: 1-bit PNG, COCO RLE, polygons; always its box and area).
 
 Formats: `MaskOutput.formats` (empty: the RPC's default, PNG for Segment and SegmentOnce, RLE for
-SegmentEverything); `polygon_tolerance` (unset: 1 pixel); Meta's clean-up areas. The pixel work
+SegmentEverything); `polygon_tolerance` (unset: 0, every corner); Meta's clean-up areas. The pixel work
 is in craftai_infer.pipelines.mask_formats and mask_cleanup; this module only checks and writes
 messages.
 """

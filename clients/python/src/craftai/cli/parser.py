@@ -28,7 +28,11 @@ def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
         help=f"how the masks are written (default {default}); rle: COCO run-length encoding",
     )
     s.add_argument(
-        "--polygon-tolerance", type=float, default=None, metavar="PIXELS", help="polygons: simplification (default 1)"
+        "--polygon-tolerance",
+        type=float,
+        default=None,
+        metavar="PIXELS",
+        help="polygons: simplification (default 0: exactly the mask)",
     )
 
 

@@ -769,7 +769,7 @@ class MaskOutput(_message.Message):
     MAX_SPRINKLE_AREA_FIELD_NUMBER: _builtins.int
     LOW_RES_FIELD_NUMBER: _builtins.int
     polygon_tolerance: _builtins.float
-    """Polygons: Douglas-Peucker tolerance in picture pixels; unset: 1.0; 0 keeps every corner."""
+    """Polygons: Douglas-Peucker tolerance in picture pixels; unset or 0: every corner (exactly the mask)."""
     max_hole_area: _builtins.int
     """Meta's SAM2ImagePredictor(max_hole_area, max_sprinkle_area), applied to the 256x256 low-res
     logits before they are upscaled; areas in low-res pixels (8-connected regions); 0 = off.
@@ -842,7 +842,9 @@ Global___MaskRle: _TypeAlias = MaskRle  # noqa: Y015
 
 @_typing.final
 class Ring(_message.Message):
-    """A closed ring of vertices (x0, y0, x1, y1, ...) in picture pixels: the centres of boundary pixels."""
+    """A closed ring of vertices (x0, y0, x1, y1, ...) in picture pixels: corners of pixels, along their edges
+    (pixel (i, j) is the square from (i, j) to (i + 1, j + 1)); COCO's reading gives back the mask.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -77,10 +77,8 @@ def cutout(rgb: Tensor, alpha: Tensor, naive: bool = False) -> Tensor:
     if naive:
         colours = rgb
     else:
-        image = rgb.permute(2, 0, 1)[None].float() / 255.0
-        a = alpha[None, None].float() / 255.0
         coarse = torch.device("cpu") if rgb.device.type == "cuda" else None
-        estimated = estimate_foreground(image, a, coarse_device=coarse)
+        estimated = estimate_foreground(rgb.permute(2, 0, 1)[None], alpha[None, None], coarse_device=coarse)
         colours = torch.floor(estimated[0].permute(1, 2, 0) * 255.0 + 0.5).to(torch.uint8)
     return torch.cat([colours, alpha[:, :, None]], dim=2)
 
