@@ -4,11 +4,12 @@ same pipeline on the CPU, and through the service from the two kinds of routes: 
 
 GPU only (CI has none and skips them with a reason); run on the lent GPU machine with
 `bash tools/gpu/run_tests.sh tests/gpu/test_matte_outputs_gpu.py`. Each test prints what it found.
-The composite, the mask and the naive cutout are integer arithmetic: equal on both devices. The
-foreground estimate is float32 on both, rounded differently on the GPU (fused multiply-adds):
-FG_MEAN and FG_MAX bound how far its 8-bit colours may move; against pymatting, the CUDA path (the
-coarse levels on the CPU, as the service runs it) keeps the project's limit on the photos of
-tests/parity/test_foreground_pymatting.py.
+The composite, the mask and the naive cutout are integer arithmetic: equal on both devices. A GPU
+route's cutout estimates its colours with the red-black sweep (pipelines/foreground_sweep.py, until
+the raster order's cost on a GPU is measured), float32 on both devices and rounded differently on
+the GPU (fused multiply-adds): FG_MEAN and FG_MAX bound how far its 8-bit colours may move from the
+same sweep on the CPU. The raster order (pipelines/foreground.py), run on CUDA, is checked against
+pymatting at the project's limit on the photos of tests/parity/test_foreground_pymatting.py.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from PIL import Image
 
 from craftai import AiClient
 from craftai_dev import servers
-from craftai_infer.pipelines import matte_outputs
+from craftai_infer.pipelines import foreground_sweep, matte_outputs
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.matte_spec import Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.routes import RouteFiles
@@ -39,6 +40,14 @@ ALL: frozenset[Kind] = frozenset(("matte", "cutout", "composite", "mask"))
 
 def _png(data: bytes) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(data)))
+
+
+def _swept(picture: np.ndarray, matte: np.ndarray) -> np.ndarray:
+    """The cutout's colours a GPU route makes, computed on the CPU: the red-black sweep."""
+    image = torch.from_numpy(picture).permute(2, 0, 1)[None].float() / 255.0
+    alpha = torch.from_numpy(matte)[None, None].float() / 255.0
+    found = foreground_sweep.estimate_foreground(image, alpha)
+    return torch.floor(found[0].permute(1, 2, 0) * 255.0 + 0.5).to(torch.uint8).numpy()
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +105,8 @@ def test_every_output_on_cuda_is_the_cpus(
             assert np.array_equal(cpu.matte, cuda.matte) and np.array_equal(cpu.mask, cuda.mask)
             assert cpu.cutout is not None and cuda.cutout is not None
             assert np.array_equal(cpu.cutout[:, :, 3], cuda.cutout[:, :, 3])
-            colours = np.abs(cpu.cutout[:, :, :3].astype(int) - cuda.cutout[:, :, :3])[matte > 0]
+            expected = cpu.cutout[:, :, :3] if naive else _swept(picture, matte)
+            colours = np.abs(expected.astype(int) - cuda.cutout[:, :, :3])[matte > 0]
             assert cuda.composite is not None and cpu.composite is not None
             # the composite from the GPU's own cutout and background is the CPU's arithmetic, exactly
             behind = matte_outputs.background_layer(background, torch.from_numpy(picture).cuda())
@@ -127,7 +137,8 @@ def test_u2netp_torch_route_makes_every_output_on_cuda(matte_server: servers.Pro
     cpu = matte_outputs.render(picture, matte, spec, "cpu")
     assert cpu.cutout is not None and cpu.mask is not None
     cutout = _png(result.cutout.data)
-    colours = np.abs(cutout.astype(int) - cpu.cutout)[matte > 0]
+    assert np.array_equal(cutout[:, :, 3], cpu.cutout[:, :, 3])
+    colours = np.abs(cutout[:, :, :3].astype(int) - _swept(picture, matte))[matte > 0]
     found = f"max |d| {colours.max()}, mean {colours.mean():.4f}"
     print(f"u2netp torch on {result.device}: cutout vs the CPU pipeline {found}")
     assert colours.mean() <= FG_MEAN and colours.max() <= FG_MAX
