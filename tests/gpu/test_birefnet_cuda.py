@@ -21,7 +21,7 @@ from PIL import Image
 from torch import Tensor
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import checkpoints, photo_input
+from craftai_dev.birefnet_fixture import checkpoints, photo_input, prepared_folder
 from craftai_infer.routes import RouteFiles
 from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
 from craftai_models.deform_conv import deform_conv2d
@@ -96,7 +96,7 @@ def _route(device: str, precision: str) -> Any:
     from craftai_infer.routes.birefnet_torch import BirefnetTorch
 
     made = checkpoints()["random"]
-    files = RouteFiles({"weights": made.path}, None, 0, {"weights": made.pin}, precision)  # type: ignore[arg-type]
+    files = RouteFiles({}, prepared_folder(made), 0, gpu_precision=precision)  # type: ignore[arg-type]
     return BirefnetTorch(files, device)
 
 

@@ -13,6 +13,7 @@ the picture, with a subject-sized share above 0.5).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,16 @@ from craftai_dev import calibration
 from craftai_dev.cache import CACHE
 from craftai_dev.files import sample_photo, sha256_of
 from craftai_models import imagenet
-from craftai_models.birefnet import TRAINED_ORDER, BiRefNet, GlobalPool, PatchOrder, birefnet_lite
+from craftai_models.birefnet import (
+    PREPARED_SETTINGS,
+    PREPARED_WEIGHTS,
+    TRAINED_ORDER,
+    BiRefNet,
+    GlobalPool,
+    PatchOrder,
+    birefnet_lite,
+    write_patch_order,
+)
 from craftai_models.swin import relative_position_index
 
 SEED = 16
@@ -170,11 +180,29 @@ def export_onnx(network: BiRefNet, path: Path, side: int = 1024) -> Path:
     return path
 
 
-def onnx_file(side: int = 1024) -> Checkpoint:
-    """The calibrated checkpoint's network (the trained patch order) exported with the published contract."""
-    path = _folder() / f"birefnet-{side}.onnx"
+def onnx_file(side: int = 1024, order: PatchOrder = TRAINED_ORDER) -> Checkpoint:
+    """The calibrated checkpoint's network exported with the published contract, reading the
+    patches in `order`: in the trained order it is the checkpoint's own graph (as the published ONNX
+    is the lite checkpoint's); in the other, the graph of a checkpoint trained with that order
+    whose weights are these, against which the checkpoint's preparation must refuse the recipe's order."""
+    suffix = "" if order is TRAINED_ORDER else f"-{order.value}"
+    path = _folder() / f"birefnet-{side}{suffix}.onnx"
     if not path.exists():
-        network = birefnet_lite(TRAINED_ORDER).eval()
+        network = birefnet_lite(order).eval()
         network.load_state_dict(load_file(str(checkpoints()["random"].path)), strict=True)
         export_onnx(network, path, side)
     return _pinned(path, "birefnet-lite", "BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx")
+
+
+def prepared_folder(checkpoint: Checkpoint, order: PatchOrder = TRAINED_ORDER) -> Path:
+    """A folder laid out as the torch route's preparation lays it out (the checkpoint, linked, and
+    the order it is read in), for building the route outside the services (tools, benchmarks)."""
+    folder = _folder() / f"prepared-{checkpoint.path.stem}-{order.value}"
+    if not (folder / PREPARED_SETTINGS).exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another worker made it
+            (folder / PREPARED_WEIGHTS).symlink_to(checkpoint.path)
+        partial = _partial(folder / PREPARED_SETTINGS)
+        write_patch_order(partial, order)
+        partial.replace(folder / PREPARED_SETTINGS)
+    return folder
