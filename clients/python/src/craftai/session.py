@@ -167,7 +167,7 @@ def segment_op(
     pixels, optionally a previous answer's `low_res` to refine; best mask first. Several
     objects in one call: `prompts=[Prompt(box=...), Prompt(points=...)]` (decoded as one
     batch; `SegmentOutput.objects` has each one's masks). `single_mask_like_meta`: the one mask
-    Meta's predictor answers (torch engine; docs/API.md).
+    Meta's predictor answers (docs/API.md).
 
     `formats`: "png" (the default), "rle", "polygons", or several; `polygon_tolerance` in
     pixels (default 1); `max_hole_area` / `max_sprinkle_area`: Meta's clean-up of small holes
