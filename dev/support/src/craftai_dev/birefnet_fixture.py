@@ -143,6 +143,39 @@ def _save(path: Path, state: dict[str, Tensor]) -> Checkpoint:
     return _pinned(path, "birefnet-lite", "model.safetensors")
 
 
+def calibrated_for(photo: str, seed: int = SEED) -> Checkpoint:
+    """The random checkpoint calibrated on `photo` (a sample photo's name), cached: its BatchNorm
+    statistics measured on that photo, then its readout (`decoder.conv_out1`, the final logit) fitted
+    by least squares to ±12 logits of the real u2netp's matte of the same photo
+    (craftai_dev.calibration, as the InSPyReNet fixture's), so that its matte there has a subject,
+    a background and edges between them rather than one saturated value or a speckle (a comparison
+    of two pipelines on either proves little)."""
+    path = _folder() / f"calibrated-{Path(photo).stem}.safetensors"
+    if path.exists():
+        return _pinned(path, "birefnet-lite", "model.safetensors")
+    x = photo_input(CALIBRATION_SIDE, photo)
+    network = random_network(seed)
+    network.load_state_dict(calibrate_batchnorm(network, x, seed), strict=True, assign=True)
+    readout = network.decoder.conv_out1[0]
+    assert isinstance(readout, nn.Conv2d)
+    features = calibration.readout_input(network, readout, lambda: network(x))
+    calibration.fit_readout(readout, features, _u2netp_logits(photo, CALIBRATION_SIDE))
+    return _save(path, {k: v.detach().clone() for k, v in network.state_dict().items()})
+
+
+def _u2netp_logits(photo: str, side: int) -> Tensor:
+    """±12 logits of the real u2netp's matte of `photo` squashed to side² (rembg's pipeline)."""
+    from craftai_dev.files import u2netp_onnx
+    from craftai_infer.pipelines import matte_u2netp
+    from craftai_models.onnx_sessions import open_session
+
+    rgb = np.asarray(Image.open(sample_photo(photo)).convert("RGB").resize((side, side), Image.Resampling.BICUBIC))
+    session = open_session(u2netp_onnx(), "cpu")
+    fused = session.run(None, {session.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    subject = matte_u2netp.postprocess(fused, (side, side)).astype(np.float32) / 255.0
+    return torch.from_numpy(24.0 * (subject - 0.5))[None, None]
+
+
 def checkpoints() -> dict[str, Checkpoint]:
     """ "random": the calibrated checkpoint; "missing-key", "extra-key", "wrong-shape": crafted from it."""
     folder = _folder()
