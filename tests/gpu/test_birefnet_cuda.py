@@ -21,7 +21,7 @@ from PIL import Image
 from torch import Tensor
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import checkpoints, photo_input
+from craftai_dev.birefnet_fixture import checkpoints, photo_input, prepared_folder
 from craftai_infer.routes import RouteFiles
 from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
 from craftai_models.deform_conv import deform_conv2d
@@ -66,6 +66,20 @@ def test_deformable_convolution_equals_torchvisions(device: str, kernel: int, si
     assert error <= 1e-4
 
 
+def test_the_pictures_squash_on_cuda_is_pillows_bit_for_bit(photos: dict[str, Path]) -> None:
+    """The network's input on a GPU: Pillow's 8-bit two-pass resize, the width first, as on the CPU
+    (where Pillow itself runs it), at the sizes a route sees (reduced, enlarged, both)."""
+    from craftai_infer.pipelines.pillow_resize import resize_by_passes
+
+    rgb = np.asarray(Image.open(photos["coffee.png"]).convert("RGB"))
+    for scale in (1, 7):
+        picture = np.asarray(Image.fromarray(rgb).resize((rgb.shape[1] * scale, rgb.shape[0] * scale)))
+        wide = Image.fromarray(picture).resize((1024, picture.shape[0]), Image.Resampling.BILINEAR)
+        expected = np.asarray(wide.resize((1024, 1024), Image.Resampling.BILINEAR))
+        ours = resize_by_passes(torch.from_numpy(picture.copy()).cuda(), 1024, 1024).cpu().numpy()
+        assert np.array_equal(ours, expected), scale
+
+
 def test_network_at_1024_equals_nobgs_in_both_patch_orders(tmp_path: Path) -> None:
     _torchvision_deform()  # nobg with the real torchvision.ops.deform_conv2d
     made = checkpoints()["random"]
@@ -96,7 +110,7 @@ def _route(device: str, precision: str) -> Any:
     from craftai_infer.routes.birefnet_torch import BirefnetTorch
 
     made = checkpoints()["random"]
-    files = RouteFiles({"weights": made.path}, None, 0, {"weights": made.pin}, precision)  # type: ignore[arg-type]
+    files = RouteFiles({}, prepared_folder(made), 0, gpu_precision=precision)  # type: ignore[arg-type]
     return BirefnetTorch(files, device)
 
 

@@ -1,7 +1,8 @@
 """`craftai setup image.segment` on a fresh store sets up the default recipe, SAM 2.1 tiny, from its
 archive source: the SAM 2.1 fixture's encoder and decoder in a zip laid out like the publisher's,
 served on loopback (craftai_dev.segment), the archive fetched once, each member found by its
-pin, progress for the archive and each member, nothing left under tmp/.
+pin, progress for the archive and each member, nothing left under tmp/; then the route's one-time
+preparation (the decoder copy that answers Meta's single mask too), which the command reports.
 
 About 5 s on 2 cores (126 MB unpacked and hashed; the archive itself is cached by the fixture's key).
 """
@@ -9,12 +10,15 @@ About 5 s on 2 cores (126 MB unpacked and hashed; the archive itself is cached b
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from craftai import AiClient, CraftAiError, RouteState
 from craftai_dev import segment, servers
+from craftai_dev.files import sample_photo
 from craftai_dev.sam_fixture import Sam21Fixture
 
 pytestmark = pytest.mark.slow
@@ -38,7 +42,10 @@ def test_craftai_setup_image_segment_takes_sam21_tiny_from_the_archive(
                 timeout=300,
             )
     assert run.returncode == 0, run.stderr
-    assert "image.segment sam2.1-hiera-tiny (onnxruntime): set up in" in run.stdout
+    prepared = "image.segment sam2.1-hiera-tiny (onnxruntime): set up, prepared revision sam21-onnx.1-"
+    assert prepared in run.stdout and "(prepared now)" in run.stdout, run.stdout
+    (folder,) = (tmp_path / "store" / "prepared" / "sam2.1-hiera-tiny").iterdir()
+    assert sorted(p.name for p in folder.iterdir()) == ["decoder.onnx", "encoder.onnx", "manifest.json"]
     for role, member in segment.ARCHIVE_MEMBERS.items():
         name = f"sam2.1_hiera_tiny.{role}.onnx"
         size = sam21_files.manifest["files"][segment.ROLE_FILES[role]]["size"]
@@ -47,3 +54,13 @@ def test_craftai_setup_image_segment_takes_sam21_tiny_from_the_archive(
     assert files.requests == {f"/{segment.ARCHIVE}": 1}  # one download for both files
     assert "download" in run.stderr and "extract" in run.stderr  # a progress bar for the archive and the members
     assert not [p for p in (tmp_path / "store" / "tmp").rglob("*") if p.is_file()]  # the archive is gone
+    # Without its decoder copy (a store set up before the route needed it), the route says what to run.
+    shutil.rmtree(folder)
+    command = "craftai setup image.segment --recipe sam2.1-hiera-tiny --engine onnxruntime"
+    process = servers.embedded(tmp_path / "store", tmp_path / "again", {"CRAFTAI_RECIPES": str(recipes)})
+    with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
+        (status,) = [s for s in ai.status("image.segment", "sam2.1-hiera-tiny") if s.route.engine == "onnxruntime"]
+        assert status.state == RouteState.DOWNLOADED and command in status.detail, status.detail
+        with pytest.raises(CraftAiError) as caught:
+            ai.segment_once(sample_photo("chelsea.png"), [(200.0, 150.0, True)])
+        assert caught.value.reason == "ROUTE_NOT_SET_UP" and f"run: {command}" in caught.value.message

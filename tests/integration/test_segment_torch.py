@@ -80,10 +80,12 @@ def _refused(call: Callable[[], object]) -> CraftAiError:
     return error
 
 
-def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Process, tmp_path: Path) -> None:
-    """The field goes through the SDK to the torch route, which answers Meta's one mask (on astronaut,
+def test_single_mask_like_meta_on_both_routes(torch_server: servers.Process, tmp_path: Path) -> None:
+    """The field goes through the SDK to either route, which answers Meta's one mask (on astronaut,
     this fixture's single-mask token is stable: the answer is none of the three multimask ones; its
-    parity with Meta's predictor is tests/parity/test_sam_single_mask.py); anywhere else it is refused."""
+    parity with Meta's predictor is tests/parity/test_sam_single_mask.py): the torch route from its
+    network, the onnxruntime route from its prepared decoder, the same mask; asked with all_masks it
+    is refused."""
     photo = sample_photo("astronaut.png")
     picture = segment.png(Image.open(photo).convert("RGB"))
     click = [(280.0, 230.0, True)]
@@ -98,13 +100,12 @@ def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Pro
         assert len(like_meta.best.low_res.logits) == 256 * 256 * 4  # fed back like any answer
         error = _refused(lambda: ours.segment(click, all_masks=True, single_mask_like_meta=True))
         assert "ask for one of the two" in error.message
-        # onnxruntime: refused before the picture is encoded
-        error = _refused(
-            lambda: ai.segment_once(
-                picture, click, single_mask_like_meta=True, recipe="sam2-hiera-tiny", engine="onnxruntime"
-            )
+        on_onnx = ai.segment_once(
+            picture, click, single_mask_like_meta=True, recipe="sam2-hiera-tiny", engine="onnxruntime"
         )
-        assert "the onnxruntime route cannot give" in error.message and "engine torch" in error.message
+        assert on_onnx.engine == "onnxruntime" and len(on_onnx.masks) == 1
+        assert _iou(segment.mask_of(on_onnx.best.png) > 0, single) >= 0.999
+        assert abs(on_onnx.best.predicted_iou - like_meta.best.predicted_iou) <= 1e-4
     env = {**os.environ, "CRAFTAI_ADDRESS": torch_server.address}
     run = subprocess.run(
         [
@@ -114,6 +115,8 @@ def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Pro
             "--point",
             "280,230",
             "--like-meta",
+            "--recipe",
+            "sam2-hiera-tiny",
             "-o",
             str(tmp_path / "m.png"),
         ],
@@ -124,4 +127,5 @@ def test_single_mask_like_meta_on_the_torch_route_only(torch_server: servers.Pro
         timeout=120,
         cwd=tmp_path,
     )
-    assert run.returncode == 1 and "the onnxruntime route cannot give" in run.stderr  # the default engine on a CPU
+    assert run.returncode == 0, run.stderr  # the default engine on a CPU: onnxruntime
+    assert _iou(segment.mask_of((tmp_path / "m.png").read_bytes()) > 0, single) >= 0.999

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     import torch
 
     from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
+    from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
     from craftai_infer.routes.sam2_torch import SamTorchRunner
 
 
@@ -77,6 +78,34 @@ def torch_encoded(sam21_torch_runner: SamTorchRunner) -> Callable[[npt.NDArray[n
         if key not in done:
             with torch.inference_mode():
                 done[key] = sam21_torch_runner.encode(picture)
+        return done[key]
+
+    return get
+
+
+@pytest.fixture(scope="session")
+def sam21_onnx_runner(sam21_files: sam_fixture.Sam21Fixture, tmp_path_factory: pytest.TempPathFactory) -> SamOnnxRunner:
+    """The onnxruntime route's runner on the CPU with its prepared graphs: the fixture's decoder
+    edited by the prepare service's converter to answer token 0 too (Meta's single mask)."""
+    from craftai_infer.routes.sam2_onnx import SamOnnxRunner
+    from craftai_models.sam2.contract import PREPARED_DECODER, PREPARED_ENCODER
+    from craftai_prepare.converters import Inputs
+    from craftai_prepare.converters.sam21_decoder import prepare
+
+    folder = tmp_path_factory.mktemp("sam21-onnx-prepared")
+    prepare(Inputs({"encoder": sam21_files.encoder, "decoder": sam21_files.decoder}), folder, lambda _: None)
+    return SamOnnxRunner(folder / PREPARED_ENCODER, folder / PREPARED_DECODER, use_gpu=False)
+
+
+@pytest.fixture(scope="session")
+def onnx_encoded(sam21_onnx_runner: SamOnnxRunner) -> Callable[[npt.NDArray[np.uint8]], SamEmbedding]:
+    """`sam21_onnx_runner`'s embedding of a picture, once per picture for the whole session."""
+    done: dict[tuple[tuple[int, ...], str], SamEmbedding] = {}
+
+    def get(picture: npt.NDArray[np.uint8]) -> SamEmbedding:
+        key = _key(picture)
+        if key not in done:
+            done[key] = sam21_onnx_runner.encode(picture)
         return done[key]
 
     return get

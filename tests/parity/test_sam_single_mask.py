@@ -1,17 +1,19 @@
-"""Meta's single-mask answer on the torch route against Meta's SAM2ImagePredictor.predict(
-multimask_output=False), same random weights (the SAM 2.1 fixture, converted from its ONNX pair by
-the prepare service's converter, so token 0 comes out of the published-style decoder graph).
+"""Meta's single-mask answer on both engines against Meta's SAM2ImagePredictor.predict(
+multimask_output=False), same random weights (the SAM 2.1 fixture): on torch, the network converted
+from its ONNX pair by the prepare service's converter (so token 0 comes out of the published-style
+decoder graph); on onnxruntime, the fixture's decoder graph edited by the prepare service to answer
+token 0 too (craftai_prepare.converters.sam21_decoder), the published encoder as it is.
 
 Meta answers the single-mask token (token 0) when its mask is stable and the best of the three
 multimask tokens otherwise. On this fixture astronaut.png takes token 0 and chelsea.png falls back,
-so both branches of the rule are exercised (the test says so if either stops happening). Every
-answer must match with mask IoU >= 0.99 and predicted IoU within 1e-3 (the tolerances of
-test_sam_onnx_parity); the default answer (best of three) is measured against it too, the
-difference docs/API.md reports.
+so both branches of the rule are exercised (the test says so if either stops happening); coffee.png
+is a third photo whose branches are whatever Meta's are. Every answer must match with mask IoU >=
+0.99 and predicted IoU within 1e-3 (the tolerances of test_sam_onnx_parity); the default answer
+(best of three) is measured against it too, the difference docs/API.md reports.
 
-Its own cost is the prompts and the torch encoding of astronaut.png: the conversion, Meta's
-encodings and chelsea's torch encoding are shared with the other parity suites
-(tests/parity/conftest.py).
+Its own cost is the prompts and the encodings of coffee.png and (torch) astronaut.png: the
+conversion, Meta's encodings of the others and chelsea's torch encoding are shared with the other
+parity suites (tests/parity/conftest.py).
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from PIL import Image
 
 from craftai_dev.files import sample_photo
 from craftai_dev.masks import iou as _iou
-from craftai_infer.pipelines.segment_sam import SamPrompt
+from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, single_mask_by_stability
 from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
+from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_infer.routes.sam2_torch import SamTorchRunner
-from craftai_models.sam2 import mask_decoder
+from craftai_models.sam2 import contract, mask_decoder
 
 pytestmark = [
     pytest.mark.slow,
@@ -77,25 +80,46 @@ def test_the_rule_is_metas(sam21_reference_model: Any) -> None:
     ious[5, 1:] = torch.tensor([0.7, 0.9, 0.9])  # a tie between tokens 2 and 3: the first of them
     theirs = sam21_reference_model.sam_mask_decoder._dynamic_multimask_via_stability(masks, ious)
     ours = mask_decoder.single_mask_by_stability(masks, ious)
-    stable = mask_decoder.stability_scores(masks[:, 0]) >= mask_decoder.STABILITY_THRESHOLD
+    stable = mask_decoder.stability_scores(masks[:, 0]) >= contract.STABILITY_THRESHOLD
     assert stable.tolist() == [True, False, True, True, False, False]
     assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
     assert torch.equal(ours[0][0, 0], masks[0, 0]) and torch.equal(ours[0][5, 0], masks[5, 2])
+    # The onnxruntime route's rule, in numpy on the token 0 and multimask outputs its decoder answers.
+    for k in range(len(masks)):
+        low, iou = single_mask_by_stability(
+            masks[k, :1].numpy(), ious[k, :1].numpy(), masks[k, 1:].numpy(), ious[k, 1:].numpy()
+        )
+        assert np.array_equal(low, theirs[0][k].numpy()) and np.array_equal(iou, theirs[1][k].numpy()), k
 
 
-@pytest.mark.parametrize(("photo", "branch"), [("astronaut.png", "token 0"), ("chelsea.png", "fallback")])
+def _decoder(
+    engine: str, request: pytest.FixtureRequest, picture: npt.NDArray[np.uint8]
+) -> Callable[[SamPrompt], SamMasks]:
+    """The route's runner of `engine` with the picture encoded (each encoding shared by the suites)."""
+    if engine == "torch":
+        torch_runner: SamTorchRunner = request.getfixturevalue("sam21_torch_runner")
+        on_device: TorchSamEmbedding = request.getfixturevalue("torch_encoded")(picture)
+        return lambda prompt: torch_runner.decode(on_device, prompt)
+    onnx_runner: SamOnnxRunner = request.getfixturevalue("sam21_onnx_runner")
+    on_host: SamEmbedding = request.getfixturevalue("onnx_encoded")(picture)
+    return lambda prompt: onnx_runner.decode(on_host, prompt)
+
+
+@pytest.mark.parametrize("engine", ["torch", "onnxruntime"])
+@pytest.mark.parametrize(
+    ("photo", "branch"), [("astronaut.png", "token 0"), ("chelsea.png", "fallback"), ("coffee.png", None)]
+)
 def test_single_mask_like_meta_matches_metas_predictor(
     photo: str,
-    branch: str,
-    sam21_torch_runner: SamTorchRunner,
-    torch_encoded: Callable[[Any], TorchSamEmbedding],
+    branch: str | None,
+    engine: str,
+    request: pytest.FixtureRequest,
     meta_predictor: Callable[[Any], Any],
 ) -> None:
-    runner = sam21_torch_runner
     picture = np.asarray(Image.open(sample_photo(photo)).convert("RGB"))
     height, width = picture.shape[:2]
-    predictor = meta_predictor(picture)  # both encodings shared with the other parity suites
-    embedding = torch_encoded(picture)
+    predictor = meta_predictor(picture)  # encodings shared with the other parity suites
+    decode = _decoder(engine, request, picture)
     previous: npt.NDArray[np.float32] | None = None
     branches, differences = [], []
     for case in _cases(width, height):
@@ -116,17 +140,21 @@ def test_single_mask_like_meta_matches_metas_predictor(
         branches.append("token 0" if took_token_0 else "fallback")
 
         prompt = SamPrompt(case.points, case.labels, case.box, mask_input, single_mask_like_meta=True)
-        ours = runner.decode(embedding, prompt)
+        ours = decode(prompt)
         assert ours.masks.shape == (1, height, width), case.name
         mask_iou = _iou(ours.masks[0], ref_logits[0] > 0)
         assert mask_iou >= MIN_MASK_IOU, (photo, case.name, mask_iou)
         assert abs(float(ours.ious[0]) - float(ref_iou[0])) <= MAX_SCORE_DIFF, (photo, case.name)
         np.testing.assert_allclose(ours.low_res[0], ref_low_res[0], atol=1e-3, err_msg=case.name)
 
-        default = runner.decode(embedding, SamPrompt(case.points, case.labels, case.box, mask_input))
+        default = decode(SamPrompt(case.points, case.labels, case.box, mask_input))
         differences.append(_iou(default.masks[0], ref_logits[0] > 0))
         previous = ref_low_res[0]
-    print(f"\n{photo}: {branches}; IoU of the default (best of three) with Meta's single mask: {differences}")
+    print(
+        f"\n{photo} on {engine}: {branches}; IoU of the default (best of three) with Meta's single mask: {differences}"
+    )
+    if branch is None:
+        return
     assert set(branches) == {branch}, f"{photo} no longer exercises the {branch} branch: {branches}"
     if branch == "token 0":
         assert max(differences) < 0.9  # the default answer is another mask: the mode changes the answer

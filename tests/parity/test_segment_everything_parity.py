@@ -50,7 +50,8 @@ CASES: dict[str, dict[str, Any]] = {
         "min_mask_region_area": 300,
     },
 }
-# multimask_output=False: Meta's single mask per point (token 0 unless unstable), the torch route only
+# multimask_output=False: Meta's single mask per point (token 0 unless unstable), on both routes (the
+# onnxruntime route's prepared decoder answers token 0 too)
 SINGLE_MASK: dict[str, Any] = {
     "points_per_side": 4,
     "pred_iou_thresh": 0.0,
@@ -160,11 +161,13 @@ def test_reference_stand_ins_are_in_use(meta: Any) -> None:
         assert meta(points_per_side=1, pred_iou_thresh=0.0, stability_score_thresh=0.0, min_mask_region_area=50)
 
 
-def test_one_mask_per_point_is_meta_s_single_mask(ours_torch: Any, meta: Any) -> None:
-    """multimask_output=False on the torch route: each point's mask is Meta's single-mask answer."""
-    found = ours_torch.segment_everything(**SINGLE_MASK)
+@pytest.mark.parametrize("engine", ["onnxruntime", "torch"])
+def test_one_mask_per_point_is_meta_s_single_mask(engine: str, request: Any, meta: Any) -> None:
+    """multimask_output=False on both routes: each point's mask is Meta's single-mask answer."""
+    session = request.getfixturevalue("ours" if engine == "onnxruntime" else "ours_torch")
+    found = session.segment_everything(**SINGLE_MASK)
     theirs = meta(**SINGLE_MASK)
-    assert found.engine == "torch" and found.candidates <= 16 and len(theirs) > 1, (found.candidates, len(theirs))
+    assert found.engine == engine and found.candidates <= 16 and len(theirs) > 1, (found.candidates, len(theirs))
     matched, worst, score_diff = _compare(found, theirs)
     assert matched == len(theirs), (matched, len(theirs), worst)
     assert score_diff <= 1e-3, score_diff

@@ -12,6 +12,7 @@ import tomli_w
 from craftai_catalogue import recipes
 from craftai_dev import catalogues
 from craftai_dev.servers import BIN
+from craftai_models.birefnet import TRAINED_ORDER, PatchOrder
 
 
 def test_real_data_validates_with_the_pins_of_pins_md() -> None:
@@ -49,6 +50,29 @@ def test_a_resolved_route_lists_only_the_files_its_engine_uses() -> None:
     assert [f.role for f in recipes.recipe_to_proto(birefnet, engine="onnxruntime").files] == ["network"]
     sam2 = recipes.load().recipe("image.segment", "sam2-hiera-tiny")
     assert sam2 is not None and len(recipes.recipe_to_proto(sam2, engine="torch").files) == 2  # no engines: all
+
+
+def test_birefnets_patch_order_is_a_setting_of_its_weights_proven_against_its_onnx() -> None:
+    """The order the pinned lite checkpoint was trained with is recipe data (docs/MATTE.md, "Patch
+    order"); the torch route's preparation checks it against the onnxruntime route's file, which a
+    resolved torch route names without fetching it."""
+    birefnet = recipes.load().recipe("image.matte", "birefnet-lite")
+    assert birefnet is not None
+    (weights,) = birefnet.files_of("torch")
+    assert weights.settings == {"patch_order": PatchOrder.PATCH_MAJOR.value} == {"patch_order": TRAINED_ORDER.value}
+    torch_route = birefnet.route("torch")
+    assert torch_route is not None and torch_route.needs_preparation and torch_route.revision == "birefnet-torch.1"
+    assert [f.name for f in birefnet.checked_against("torch")] == ["BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx"]
+    assert birefnet.checked_against("onnxruntime") == []
+    assert dict(recipes.recipe_to_proto(birefnet, engine="torch").files[0].settings) == {"patch_order": "patch-major"}
+
+
+def _route(recipe: str, engine: str, **values: object) -> Any:
+    def change(data: dict[str, Any]) -> None:
+        route = next(r for r in catalogues.recipe(data, recipe)["routes"] if r["engine"] == engine)
+        route.update(values)
+
+    return change
 
 
 def test_sam21_tiny_is_the_default_of_image_segment_with_the_pins_of_pins_md() -> None:
@@ -146,6 +170,16 @@ def _archive(**values: object) -> Any:
             ["recipes['u2netp'].routes[0]", "needs a revision"],
         ),
         (_set("u2netp", "routes", [{"engine": "tensorflow"}]), ["recipes['u2netp'].routes[0].engine"]),
+        (
+            _route("birefnet-lite", "torch", checked_against=["model.safetensors"]),
+            ["recipes['birefnet-lite']", "checked against 'model.safetensors'", "not a file of the recipe's other"],
+        ),
+        (_route("birefnet-lite", "torch", checked_against=["other.onnx"]), ["checked against 'other.onnx'"]),
+        (
+            _route("birefnet-lite", "onnxruntime", checked_against=["model.safetensors"]),
+            ["recipes['birefnet-lite'].routes[1]", "has no preparation to check"],
+        ),
+        (_set("birefnet-lite", "settings", {"Patch Order": "x"}, 1), ["recipes['birefnet-lite'].files"]),
     ],
 )
 def test_broken_data_is_refused_naming_the_entry(tmp_path: Path, change: Any, words: list[str]) -> None:

@@ -36,7 +36,7 @@ def measure(route: str, size: int, reps: int, threads: int, onnx: str = "") -> d
     import torch
     from PIL import Image
 
-    from craftai_dev.birefnet_fixture import checkpoints, onnx_file
+    from craftai_dev.birefnet_fixture import checkpoints, onnx_file, prepared_folder
     from craftai_dev.samples import photos
     from craftai_infer.pipelines.matte_birefnet import BirefnetSettings
     from craftai_infer.routes import RouteFiles
@@ -49,7 +49,7 @@ def measure(route: str, size: int, reps: int, threads: int, onnx: str = "") -> d
         from craftai_infer.routes.birefnet_torch import BirefnetTorch
 
         made = checkpoints()["random"]
-        built = BirefnetTorch(RouteFiles({"weights": made.path}, None, threads, {"weights": made.pin}), "cpu")
+        built = BirefnetTorch(RouteFiles({}, prepared_folder(made), threads), "cpu")
         built.settings = BirefnetSettings(size=size)
     else:
         from craftai_infer.routes.birefnet_onnx import BirefnetOnnx

@@ -42,7 +42,7 @@ from PIL import Image
 from torch import Tensor
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import checkpoints, photo_input
+from craftai_dev.birefnet_fixture import checkpoints, photo_input, prepared_folder
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.birefnet_torch import BirefnetTorch
 from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
@@ -83,7 +83,7 @@ def autocast_call(net: Callable[[Tensor], Any], x: Tensor, dtype: torch.dtype | 
 
 def route(device: str, precision: str) -> BirefnetTorch:
     made = checkpoints()["random"]
-    files = RouteFiles({"weights": made.path}, None, 0, {"weights": made.pin}, precision)  # type: ignore[arg-type]
+    files = RouteFiles({}, prepared_folder(made), 0, gpu_precision=precision)  # type: ignore[arg-type]
     built = BirefnetTorch(files, device)
     built.warm_up(lambda _message: None)
     return built

@@ -212,7 +212,7 @@ class MaskOutput:
 class Prompt:
     """One object's prompt, for calls with several: clicks (Point or (x, y[, foreground])), a box
     (x0, y0, x1, y1), a previous answer's low-res logits, all three candidates or the best (or the
-    one Meta's predictor answers: `single_mask_like_meta`, torch engine)."""
+    one Meta's predictor answers: `single_mask_like_meta`)."""
 
     points: Sequence[PointLike] = ()
     box: Sequence[float] | None = None

@@ -169,7 +169,7 @@ def segment_op(
     mask's 256 KiB of logits come only then); best mask first. Several
     objects in one call: `prompts=[Prompt(box=...), Prompt(points=...)]` (decoded as one
     batch; `SegmentOutput.objects` has each one's masks). `single_mask_like_meta`: the one mask
-    Meta's predictor answers (torch engine; docs/API.md).
+    Meta's predictor answers (docs/API.md).
 
     `formats`: "png" (the default), "rle", "polygons", or several; `polygon_tolerance` in
     pixels (default 0: every corner, exactly the mask); `max_hole_area` / `max_sprinkle_area`:

@@ -73,6 +73,7 @@ class NoticeCode(StrEnum):
     SOURCE_FAILED = "SOURCE_FAILED"  # a download source failed; the next one is tried
     FILE_MISMATCH = "FILE_MISMATCH"  # a file in the store was not the pinned one and is replaced
     PREPARED_REFUSED = "PREPARED_REFUSED"  # a prepared folder did not match its manifest: prepared again
+    PREPARED_UNVERIFIED = "PREPARED_UNVERIFIED"  # prepared, but a file to check it against was not on disk
     FELL_BACK_TO_CPU = "FELL_BACK_TO_CPU"  # the GPU failed; answered on the CPU, which the route keeps
 
 

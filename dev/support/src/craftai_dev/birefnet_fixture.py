@@ -13,6 +13,7 @@ the picture, with a subject-sized share above 0.5).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,16 @@ from craftai_dev import calibration
 from craftai_dev.cache import CACHE
 from craftai_dev.files import sample_photo, sha256_of
 from craftai_models import imagenet
-from craftai_models.birefnet import TRAINED_ORDER, BiRefNet, GlobalPool, PatchOrder, birefnet_lite
+from craftai_models.birefnet import (
+    PREPARED_SETTINGS,
+    PREPARED_WEIGHTS,
+    TRAINED_ORDER,
+    BiRefNet,
+    GlobalPool,
+    PatchOrder,
+    birefnet_lite,
+    write_patch_order,
+)
 from craftai_models.swin import relative_position_index
 
 SEED = 16
@@ -133,6 +143,39 @@ def _save(path: Path, state: dict[str, Tensor]) -> Checkpoint:
     return _pinned(path, "birefnet-lite", "model.safetensors")
 
 
+def calibrated_for(photo: str, seed: int = SEED) -> Checkpoint:
+    """The random checkpoint calibrated on `photo` (a sample photo's name), cached: its BatchNorm
+    statistics measured on that photo, then its readout (`decoder.conv_out1`, the final logit) fitted
+    by least squares to ±12 logits of the real u2netp's matte of the same photo
+    (craftai_dev.calibration, as the InSPyReNet fixture's), so that its matte there has a subject,
+    a background and edges between them rather than one saturated value or a speckle (a comparison
+    of two pipelines on either proves little)."""
+    path = _folder() / f"calibrated-{Path(photo).stem}.safetensors"
+    if path.exists():
+        return _pinned(path, "birefnet-lite", "model.safetensors")
+    x = photo_input(CALIBRATION_SIDE, photo)
+    network = random_network(seed)
+    network.load_state_dict(calibrate_batchnorm(network, x, seed), strict=True, assign=True)
+    readout = network.decoder.conv_out1[0]
+    assert isinstance(readout, nn.Conv2d)
+    features = calibration.readout_input(network, readout, lambda: network(x))
+    calibration.fit_readout(readout, features, _u2netp_logits(photo, CALIBRATION_SIDE))
+    return _save(path, {k: v.detach().clone() for k, v in network.state_dict().items()})
+
+
+def _u2netp_logits(photo: str, side: int) -> Tensor:
+    """±12 logits of the real u2netp's matte of `photo` squashed to side² (rembg's pipeline)."""
+    from craftai_dev.files import u2netp_onnx
+    from craftai_infer.pipelines import matte_u2netp
+    from craftai_models.onnx_sessions import open_session
+
+    rgb = np.asarray(Image.open(sample_photo(photo)).convert("RGB").resize((side, side), Image.Resampling.BICUBIC))
+    session = open_session(u2netp_onnx(), "cpu")
+    fused = session.run(None, {session.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    subject = matte_u2netp.postprocess(fused, (side, side)).astype(np.float32) / 255.0
+    return torch.from_numpy(24.0 * (subject - 0.5))[None, None]
+
+
 def checkpoints() -> dict[str, Checkpoint]:
     """ "random": the calibrated checkpoint; "missing-key", "extra-key", "wrong-shape": crafted from it."""
     folder = _folder()
@@ -170,11 +213,29 @@ def export_onnx(network: BiRefNet, path: Path, side: int = 1024) -> Path:
     return path
 
 
-def onnx_file(side: int = 1024) -> Checkpoint:
-    """The calibrated checkpoint's network (the trained patch order) exported with the published contract."""
-    path = _folder() / f"birefnet-{side}.onnx"
+def onnx_file(side: int = 1024, order: PatchOrder = TRAINED_ORDER) -> Checkpoint:
+    """The calibrated checkpoint's network exported with the published contract, reading the
+    patches in `order`: in the trained order it is the checkpoint's own graph (as the published ONNX
+    is the lite checkpoint's); in the other, the graph of a checkpoint trained with that order
+    whose weights are these, against which the checkpoint's preparation must refuse the recipe's order."""
+    suffix = "" if order is TRAINED_ORDER else f"-{order.value}"
+    path = _folder() / f"birefnet-{side}{suffix}.onnx"
     if not path.exists():
-        network = birefnet_lite(TRAINED_ORDER).eval()
+        network = birefnet_lite(order).eval()
         network.load_state_dict(load_file(str(checkpoints()["random"].path)), strict=True)
         export_onnx(network, path, side)
     return _pinned(path, "birefnet-lite", "BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx")
+
+
+def prepared_folder(checkpoint: Checkpoint, order: PatchOrder = TRAINED_ORDER) -> Path:
+    """A folder laid out as the torch route's preparation lays it out (the checkpoint, linked, and
+    the order it is read in), for building the route outside the services (tools, benchmarks)."""
+    folder = _folder() / f"prepared-{checkpoint.path.stem}-{order.value}"
+    if not (folder / PREPARED_SETTINGS).exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):  # another worker made it
+            (folder / PREPARED_WEIGHTS).symlink_to(checkpoint.path)
+        partial = _partial(folder / PREPARED_SETTINGS)
+        write_patch_order(partial, order)
+        partial.replace(folder / PREPARED_SETTINGS)
+    return folder

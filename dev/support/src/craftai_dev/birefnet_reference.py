@@ -15,6 +15,12 @@ while the network module is imported, two stand-ins are put in `sys.modules` and
 
 `reference_from_origin` builds the network through nobg's own `from_origin` from a folder holding
 `model.safetensors` in the original key layout, exactly as nobg reads a downloaded checkpoint.
+nobg's network is the authors' code of today (ZhengPeng7/BiRefNet `models/birefnet.py`, which reads
+the patches in the einops order); `use_patch_order(get_patches_batch)` gives it the split of the
+code the lite weights were trained with (docs/MATTE.md, "Patch order").
+
+`author_matte` is the authors' inference around such a network, for the pipeline's parity test:
+their tutorial's and model card's torchvision transforms in, nobg's post-processing out.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
 import torch
+from PIL import Image
 from torch import nn
 
 from craftai_dev import deform_conv_reference
 from craftai_dev.bare_import import bare_package
+from craftai_models import imagenet
 
 LITE = {"embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24], "window_size": 7, "num_layers": 4}
 
@@ -145,3 +155,30 @@ def use_patch_order(split: Callable[[torch.Tensor, torch.Tensor], torch.Tensor])
         module.image2patches = original
 
     return restore
+
+
+def author_matte(picture: npt.NDArray[np.uint8], network: nn.Module, size: int = 1024) -> npt.NDArray[np.float32]:
+    """The matte of an (H, W, 3) uint8 picture as the authors' inference makes it with `network`
+    (nobg's BiRefNet): in, their tutorial's and model card's transforms on the PIL picture,
+    `Resize((size, size))` (torchvision hands a PIL picture to Pillow: bilinear, antialiased, on the
+    8-bit picture, 8-bit out), `ToTensor` (/255), `Normalize` (ImageNet's); the network's logits, their
+    sigmoid; out, nobg's `post_process_alpha_matting` (bilinear back to the picture's size,
+    align_corners=False, no antialiasing, in float). (H, W) float32 in [0, 1].
+
+    Pillow resizes in two 8-bit passes, the width first in every release through 12 (those of the
+    authors' code); Pillow 13 takes the height first for some sizes. The width and the height are
+    resized here in that order by two resizes of one axis each, which are those two passes
+    whatever Pillow runs this."""
+    modeling()  # registers nobg's bare package, through which its utils import
+    post: Callable[..., list[torch.Tensor]] = importlib.import_module("nobg.utils").post_process_alpha_matting
+    height = picture.shape[0]
+    wide = Image.fromarray(picture).resize((size, height), Image.Resampling.BILINEAR)
+    squashed = wide.resize((size, size), Image.Resampling.BILINEAR)
+    x = torch.from_numpy(np.asarray(squashed, dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
+    mean = torch.tensor(imagenet.MEAN).view(3, 1, 1)
+    std = torch.tensor(imagenet.STD).view(3, 1, 1)
+    with torch.no_grad():
+        out = network(((x - mean) / std)[None])
+        (alpha,) = post(out, [picture.shape[:2]])
+    matte: npt.NDArray[np.float32] = alpha.float().numpy()
+    return matte

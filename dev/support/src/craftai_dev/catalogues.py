@@ -32,6 +32,15 @@ def with_sources(path: Path, recipe_name: str, sources: list[dict[str, str]]) ->
     return write(path, data)
 
 
+def without_preparation(data: dict[str, Any], recipe_name: str, engine: str) -> dict[str, Any]:
+    """`data` with one route set up from its downloaded files alone: for a test of the downloads
+    whose files are stand-in bytes, which a preparation would refuse as not the network."""
+    route = next(r for r in recipe(data, recipe_name)["routes"] if r["engine"] == engine)
+    for key in ("needs_preparation", "revision", "checked_against"):
+        route.pop(key, None)
+    return data
+
+
 UNCONFIRMED = "sam2.1-hiera-unconfirmed"
 
 

@@ -74,6 +74,9 @@ class PinnedFileSpec(_Model):
     size: Annotated[int, Field(gt=0)]
     sha256: Annotated[str, Field(pattern=SHA256)]
     sources: Annotated[list[UrlSource | WheelSource | ArchiveSource], Field(min_length=1)]
+    # What a route's preparation needs to know to read the bytes right (e.g. patch_order); the
+    # converter that reads the file checks the values.
+    settings: dict[Annotated[str, Field(pattern=r"^[a-z][a-z0-9_]*$")], str] = {}
 
 
 class RouteSpec(_Model):
@@ -83,6 +86,9 @@ class RouteSpec(_Model):
     prefer_on_gpu: bool = False
     revision: str = ""
     description: str = ""
+    # Names of the recipe's files of other routes that the preparation checks itself against when
+    # they are on disk (never fetched for this route).
+    checked_against: list[str] = []
 
     @model_validator(mode="after")
     def _revision(self) -> Self:
@@ -90,6 +96,8 @@ class RouteSpec(_Model):
             raise ValueError(f"route {self.engine!r} needs preparation, so it needs a revision")
         if not self.needs_preparation and self.revision:
             raise ValueError(f"route {self.engine!r} has a revision but needs no preparation")
+        if self.checked_against and not self.needs_preparation:
+            raise ValueError(f"route {self.engine!r} is checked against files but has no preparation to check")
         return self
 
 
@@ -124,6 +132,14 @@ class RecipeSpec(_Model):
             bare = [e for e in engines if not self.files_of(e)]
             if bare:
                 raise ValueError(f"routes {bare} use none of the recipe's files")
+        for route in self.routes:
+            own = {f.name for f in self.files_of(route.engine)}
+            for name in route.checked_against:
+                if name not in {f.name for f in self.files} or name in own:
+                    raise ValueError(
+                        f"route {route.engine!r} is checked against {name!r}, "
+                        "which is not a file of the recipe's other routes"
+                    )
         return self
 
     def route(self, engine: str) -> RouteSpec | None:
@@ -132,6 +148,12 @@ class RecipeSpec(_Model):
     def files_of(self, engine: str) -> list[PinnedFileSpec]:
         """The files the route of `engine` uses (those naming no engine are every route's)."""
         return [f for f in self.files if not f.engines or engine in f.engines]
+
+    def checked_against(self, engine: str) -> list[PinnedFileSpec]:
+        """The files of other routes that the preparation of the route of `engine` checks itself against."""
+        route = self.route(engine)
+        names = route.checked_against if route is not None else []
+        return [f for f in self.files if f.name in names]
 
 
 class FeatureSpec(_Model):
@@ -245,22 +267,22 @@ def source_to_proto(source: UrlSource | WheelSource | ArchiveSource) -> catalogu
     )
 
 
+def file_to_proto(f: PinnedFileSpec) -> catalogue_pb2.PinnedFile:
+    return catalogue_pb2.PinnedFile(
+        folder=f.folder,
+        name=f.name,
+        size=f.size,
+        sha256=f.sha256,
+        role=f.role,
+        sources=[source_to_proto(s) for s in f.sources],
+        engines=f.engines,
+        settings=f.settings,
+    )
+
+
 def recipe_to_proto(recipe: RecipeSpec, engine: str = "") -> catalogue_pb2.Recipe:
     """The recipe as listed; with `engine`, as resolved for that route: only the files it uses."""
-    files = []
-    for f in recipe.files_of(engine) if engine else recipe.files:
-        sources = [source_to_proto(s) for s in f.sources]
-        files.append(
-            catalogue_pb2.PinnedFile(
-                folder=f.folder,
-                name=f.name,
-                size=f.size,
-                sha256=f.sha256,
-                role=f.role,
-                sources=sources,
-                engines=f.engines,
-            )
-        )
+    files = [file_to_proto(f) for f in (recipe.files_of(engine) if engine else recipe.files)]
     routes = [route_to_proto(r) for r in recipe.routes]
     return catalogue_pb2.Recipe(
         name=recipe.name,

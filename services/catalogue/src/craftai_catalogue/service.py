@@ -53,6 +53,7 @@ class CatalogueServicer(catalogue_pb2_grpc.CatalogueServiceServicer):
             recipe=recipes.recipe_to_proto(chosen.recipe, engine=chosen.route.engine),
             chosen=recipes.route_to_proto(chosen.route),
             reason=f"{chosen.reason}; {source}" if source else chosen.reason,
+            checked_against=[recipes.file_to_proto(f) for f in chosen.recipe.checked_against(chosen.route.engine)],
         )
 
     @handle_errors

@@ -81,5 +81,18 @@ def setup_command(route: common_pb2.RouteRef, *, several_engines: bool) -> str:
     return f"craftai setup {route.feature} --recipe {route.recipe}{engine}"
 
 
+def check_hint(ref: common_pb2.RouteRef, names: list[str], engines: list[str]) -> str:
+    """What to run so that a route's preparation can check itself against files of the recipe's
+    other routes that were not on disk (`names`, used by those `engines`)."""
+    first = [
+        setup_command(common_pb2.RouteRef(feature=ref.feature, recipe=ref.recipe, engine=e), several_engines=True)
+        for e in sorted(set(engines))
+    ]
+    again = setup_command(ref, several_engines=True)
+    return (
+        f"{', '.join(names)} was not on disk when it was prepared; to check it, run {' and '.join(first)}, then {again}"
+    )
+
+
 def pins_of(recipe: catalogue_pb2.Recipe) -> list[FilePin]:
     return [FilePin(f.folder, f.name, f.size, f.sha256) for f in recipe.files]

@@ -229,6 +229,12 @@ class Manifest:
     made_with: dict[str, str] = field(default_factory=dict)  # e.g. torch, onnx versions
     verification: dict[str, float] = field(default_factory=dict)  # measured differences vs the source
     created_at: float = 0.0
+    # Files of other routes the preparation checked itself against (name -> SHA-256), and, in plain
+    # words, what it could not check (no such file on disk then): the route's status says so.
+    checked_against: dict[str, str] = field(default_factory=dict)
+    unverified: str = ""
+    # The recipe's settings of the source files it was made with (file name -> setting -> value).
+    settings: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True)
@@ -238,6 +244,14 @@ class Manifest:
         data = json.loads(text)
         data["outputs"] = {name: OutputRecord(**record) for name, record in data["outputs"].items()}
         return cls(**data)
+
+
+def read_manifest(folder: Path) -> Manifest | None:
+    """The manifest of a prepared folder, or None where there is none it can read."""
+    try:
+        return Manifest.from_json((folder / MANIFEST).read_text())
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
 
 
 def check_prepared(folder: Path, key: str, sources: Sequence[FilePin], *, deep: bool) -> str | None:

@@ -177,14 +177,16 @@ def like_meta_refused(
     engine: str, where: str = "prompt", field: str = "single_mask_like_meta", reason: Reason = Reason.BAD_PROMPT
 ) -> ServiceError:
     """Meta's single-mask answer (a prompt's single_mask_like_meta, segment everything's
-    multimask_output=false) on a route that cannot answer it (the published decoder graph answers
-    only the three multimask outputs): refused before any model work, saying which route can."""
+    multimask_output=false) on a route that cannot answer it (an onnxruntime route whose decoder
+    graph answers only the three multimask outputs: its preparation could not add token 0):
+    refused before any model work, saying which route can."""
     return invalid_argument(
         reason,
         f"Meta's single-mask answer needs the single-mask output (token 0), which the {engine} route cannot "
-        "give: it runs the published decoder graph, whose outputs are the three multimask masks only; "
-        "open the session on engine torch (set up with: craftai setup image.segment --engine torch), "
-        f"or leave {field} unset for the three masks (the best of them, for a prompt)",
+        "give here: its decoder graph answers the three multimask masks only (its preparation could not add "
+        "token 0; craftai status says why); open the session on engine torch (set up with: craftai setup "
+        f"image.segment --engine torch), or leave {field} unset for the three masks (the best of them, for a "
+        "prompt)",
         field=f"{where}.{field}",
     )
 

@@ -26,13 +26,17 @@ weights were trained with (before ZhengPeng7/BiRefNet 5198d3f, 2024-11-05) stack
 patch, columns of the grid outer, rows inner, the three colours innermost (`get_patches_batch`);
 the code since stacks colour-major, then grid row, then grid column (einops
 `b c (hg h) (wg w) -> b (c hg wg) h w`). The two give different channels. `PatchOrder` names both;
-the pinned checkpoint is read with `TRAINED_ORDER` (docs/MATTE.md says why).
+which one a checkpoint was trained with is a setting of the recipe's weights (`patch_order`),
+proven against the published ONNX when the torch route is prepared (craftai_prepare's birefnet
+converter), and recorded in the prepared folder beside the weights (`PREPARED_SETTINGS`);
+docs/MATTE.md has the evidence.
 
 Shapes in comments are for a 1024² input, batch B.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -47,6 +51,8 @@ from craftai_models.deform_conv import deform_conv2d
 from craftai_models.swin import SwinTransformer, swin_t
 
 __all__ = [
+    "PREPARED_SETTINGS",
+    "PREPARED_WEIGHTS",
     "TRAINED_ORDER",
     "BiRefNet",
     "PatchOrder",
@@ -55,6 +61,8 @@ __all__ = [
     "fold_batchnorm",
     "image_to_patches",
     "load_birefnet",
+    "read_patch_order",
+    "write_patch_order",
 ]
 
 
@@ -65,7 +73,10 @@ class PatchOrder(Enum):
     CHANNEL_MAJOR = "channel-major"  # einops: channel = (colour·rows + row)·cols + col
 
 
-TRAINED_ORDER = PatchOrder.PATCH_MAJOR
+TRAINED_ORDER = PatchOrder.PATCH_MAJOR  # the order of the lite checkpoint the recipe pins (docs/MATTE.md)
+# The torch route's prepared folder: the checkpoint as published (a link or a copy) and its order.
+PREPARED_WEIGHTS = "model.safetensors"
+PREPARED_SETTINGS = "birefnet.json"
 # (B, C, gh, h, gw, w) -> the stacking order of each, then (h, w)
 _PATCH_AXES = {
     PatchOrder.CHANNEL_MAJOR: (0, 1, 2, 4, 3, 5),  # (B, C, gh, gw, h, w)
@@ -390,3 +401,16 @@ def load_birefnet(
     state = read_state_dict(path, expected_tensors(model), pin=pin)
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval()
+
+
+def write_patch_order(path: Path, order: PatchOrder) -> None:
+    """The prepared folder's record of the checkpoint's patch order (read back by `read_patch_order`)."""
+    path.write_text(json.dumps({"patch_order": order.value}) + "\n")
+
+
+def read_patch_order(path: Path) -> PatchOrder:
+    """The patch order a prepared folder records; ValueError in plain words when it names none."""
+    try:
+        return PatchOrder(json.loads(path.read_text())["patch_order"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path.name} records no patch order this network knows ({exc})") from exc

@@ -5,6 +5,12 @@ source ONNX through onnxruntime on a fixed probe (it raises ConversionError when
 Then every output is hashed into a manifest, synced, and the folder is renamed into
 `prepared/<folder>/<key>/` in one step: a crash at any point leaves either no prepared folder or a
 complete one. The key is the converter's revision plus the source hashes (craftai_common.store).
+
+A route may also be checked against files of the recipe's other routes when they are on disk
+(`checked_against` in the recipe data; BiRefNet's torch route against the published ONNX): those
+used are recorded in the manifest, and what could not be checked said there (the route's status
+shows it). A route prepared without such a file is prepared again by the next setup that finds it
+on disk, so that the check is made; a folder that fails it is gone.
 """
 
 from __future__ import annotations
@@ -20,18 +26,20 @@ from pathlib import Path
 
 import grpc
 
-from craftai_common.catalogue_client import pins_of
+from craftai_common.catalogue_client import check_hint, pins_of
 from craftai_common.errors import ServiceError, failed_precondition
 from craftai_common.hashing import sha256_file
 from craftai_common.store import (
     MANIFEST,
+    FilePin,
     Manifest,
     OutputRecord,
     Store,
     check_prepared,
     fsync_dir,
+    read_manifest,
 )
-from craftai_prepare.converters import ConversionError, Converter
+from craftai_prepare.converters import ConversionError, Converter, Inputs
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.reporter import Reporter
 from craftai_wire.v1 import catalogue_pb2
@@ -40,9 +48,9 @@ from craftai_wire.vocabulary import NoticeCode, Reason
 
 def converters() -> dict[str, Converter]:
     """Known conversions by revision. Imports are lazy: torch and onnx load only to convert."""
-    from craftai_prepare.converters import sam21, u2netp
+    from craftai_prepare.converters import birefnet, sam21, sam21_decoder, u2netp
 
-    return {c.revision: c for c in (u2netp.CONVERTER, sam21.CONVERTER)}
+    return {c.revision: c for c in (u2netp.CONVERTER, sam21.CONVERTER, sam21_decoder.CONVERTER, birefnet.CONVERTER)}
 
 
 def made_with() -> dict[str, str]:
@@ -59,9 +67,28 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
     pins = pins_of(recipe)
     key, target = store.prepared_place(resolved.chosen.revision, pins)
     problem = check_prepared(target, key, pins, deep=True)
+    references = [(spec, _pin(spec)) for spec in resolved.checked_against]
+    on_disk = [(spec, pin) for spec, pin in references if store.check_by_record(pin).verified]
+    settings = settings_of(recipe)
     if problem is None:
-        return None
-    if target.exists():
+        manifest = read_manifest(target)
+        unchecked = [pin.name for _, pin in on_disk if manifest is None or pin.name not in manifest.checked_against]
+        if manifest is not None and manifest.settings != settings:
+            reporter.notice(
+                NoticeCode.PREPARED_REFUSED,
+                f"the prepared folder {target.name} was made with other settings of its files "
+                f"({manifest.settings}, the recipe's are {settings}): preparing again",
+            )
+        elif not unchecked:
+            return None
+        else:
+            reporter.notice(
+                NoticeCode.PREPARED_REFUSED,
+                f"{', '.join(unchecked)} is on disk now, and the prepared folder {target.name} was not checked "
+                "against it: preparing again to check it",
+            )
+        _remove(target, store)
+    elif target.exists():
         reporter.notice(
             NoticeCode.PREPARED_REFUSED, f"refused the prepared folder {target.name}: {problem}; preparing again"
         )
@@ -86,8 +113,15 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
         done = min(done + 1, converter.steps)
 
     try:
-        sources = {spec.role or spec.name: store.model_path(pin) for spec, pin in zip(recipe.files, pins, strict=True)}
-        verification = converter.run(sources, work, step)
+        used = [(spec, pin) for spec, pin in on_disk if store.check_by_hash(pin).verified]
+        inputs = Inputs(
+            sources={
+                spec.role or spec.name: store.model_path(pin) for spec, pin in zip(recipe.files, pins, strict=True)
+            },
+            settings={spec.role or spec.name: dict(spec.settings) for spec in recipe.files},
+            references={spec.role or spec.name: store.model_path(pin) for spec, pin in used},
+        )
+        outcome = converter.run(inputs, work, step)
         reporter.progress("convert", converter.steps, converter.steps, "steps", "writing the manifest", force=True)
         outputs = {}
         for path in sorted(work.iterdir()):
@@ -99,8 +133,11 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
             sources={p.name: p.sha256 for p in pins},
             outputs=outputs,
             made_with=made_with(),
-            verification=verification,
+            verification=outcome.verification,
             created_at=time.time(),
+            checked_against={pin.name: pin.sha256 for _, pin in used},
+            unverified=outcome.unverified,
+            settings=settings,
         )
         (work / MANIFEST).write_text(manifest.to_json())
         _fsync(work / MANIFEST)
@@ -108,6 +145,13 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
         target.parent.mkdir(parents=True, exist_ok=True)
         os.rename(work, target)
         fsync_dir(target.parent)
+        if outcome.unverified:
+            missing = [spec for spec, _ in references if spec.name not in {pin.name for _, pin in used}]
+            hint = check_hint(route, [s.name for s in missing], [e for s in missing for e in s.engines])
+            reporter.notice(
+                NoticeCode.PREPARED_UNVERIFIED,
+                f"{route.recipe} ({route.engine}): {outcome.unverified}" + (f" ({hint})" if missing else ""),
+            )
     except ConversionError as exc:
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
@@ -121,6 +165,15 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return key
+
+
+def settings_of(recipe: catalogue_pb2.Recipe) -> dict[str, dict[str, str]]:
+    """The recipe's settings of a route's files, by file name (those that have any)."""
+    return {f.name: dict(f.settings) for f in recipe.files if f.settings}
+
+
+def _pin(spec: catalogue_pb2.PinnedFile) -> FilePin:
+    return FilePin(spec.folder, spec.name, spec.size, spec.sha256)
 
 
 def _fsync(path: Path) -> None:

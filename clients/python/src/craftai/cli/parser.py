@@ -176,7 +176,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--like-meta",
         action="store_true",
-        help="the one mask Meta's predictor answers (multimask_output=False); needs --engine torch",
+        help="the one mask Meta's predictor answers (multimask_output=False)",
     )
     s.add_argument("--recipe", default=None)
     s.add_argument("--engine", default=None, choices=ENGINES)
@@ -198,7 +198,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--single-mask",
         action="store_true",
-        help="one mask per point, Meta's single-mask answer (multimask_output=False); needs --engine torch",
+        help="one mask per point, Meta's single-mask answer (multimask_output=False)",
     )
     _format_flags(s, vocabulary.MaskFormat.RLE)
     s.add_argument("--recipe", default=None)

@@ -157,6 +157,26 @@ class PinnedFile(_message.Message):
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class SettingsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     FOLDER_FIELD_NUMBER: _builtins.int
     NAME_FIELD_NUMBER: _builtins.int
     SIZE_FIELD_NUMBER: _builtins.int
@@ -164,6 +184,7 @@ class PinnedFile(_message.Message):
     SOURCES_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     ENGINES_FIELD_NUMBER: _builtins.int
+    SETTINGS_FIELD_NUMBER: _builtins.int
     folder: _builtins.str
     name: _builtins.str
     size: _builtins.int
@@ -178,6 +199,12 @@ class PinnedFile(_message.Message):
         recipe (ResolveRouteResponse.recipe) lists only the files its own engine uses.
         """
 
+    @_builtins.property
+    def settings(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """What the recipe says about the bytes that a route needs to read them right, e.g. BiRefNet's
+        weights: patch_order = "patch-major" (docs/MATTE.md). Read by the route's preparation.
+        """
+
     def __init__(
         self,
         *,
@@ -188,10 +215,11 @@ class PinnedFile(_message.Message):
         sources: _abc.Iterable[Global___Source] | None = ...,
         role: _builtins.str = ...,
         engines: _abc.Iterable[_builtins.str] | None = ...,
+        settings: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["engines", b"engines", "folder", b"folder", "name", b"name", "role", b"role", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["engines", b"engines", "folder", b"folder", "name", b"name", "role", b"role", "settings", b"settings", "sha256", b"sha256", "size", b"size", "sources", b"sources"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -418,6 +446,7 @@ class ResolveRouteResponse(_message.Message):
     RECIPE_FIELD_NUMBER: _builtins.int
     CHOSEN_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
+    CHECKED_AGAINST_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """Plain words: why this route suits the machine, and, when the request gave no machine info,
     where the catalogue's came from (the infer service's answer, or "no GPU is assumed" and why).
@@ -430,6 +459,13 @@ class ResolveRouteResponse(_message.Message):
     def recipe(self) -> Global___Recipe: ...
     @_builtins.property
     def chosen(self) -> Global___Route: ...
+    @_builtins.property
+    def checked_against(self) -> _containers.RepeatedCompositeFieldContainer[Global___PinnedFile]:
+        """Files of the recipe's other routes that this route's preparation checks itself against when
+        they are on disk, never fetched for it (e.g. BiRefNet's published ONNX for the torch route:
+        the checkpoint's patch order is proven against it). Not part of the route's own files.
+        """
+
     def __init__(
         self,
         *,
@@ -437,10 +473,11 @@ class ResolveRouteResponse(_message.Message):
         recipe: Global___Recipe | None = ...,
         chosen: Global___Route | None = ...,
         reason: _builtins.str = ...,
+        checked_against: _abc.Iterable[Global___PinnedFile] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "recipe", b"recipe", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["chosen", b"chosen", "reason", b"reason", "recipe", b"recipe", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checked_against", b"checked_against", "chosen", b"chosen", "reason", b"reason", "recipe", b"recipe", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,13 +1,14 @@
 """Any-size matte with BiRefNet_lite (docs/MATTE.md, "BiRefNet_lite"): one pipeline for both
-routes (the network in PyTorch, or the published ONNX graph on onnxruntime).
+routes (the network in PyTorch, or the published ONNX graph on onnxruntime), the authors' inference
+around the network (their tutorial's torchvision transforms, nobg's post-processing):
 
-- the picture (RGB; a transparent one over white) is squashed to the network's square input, as
-  the authors' inference does (torchvision `Resize((1024, 1024))` on the picture: Pillow's
-  antialiased bilinear; here torch's antialiased bilinear, the same filter, on the device), /255,
-  ImageNet mean/std;
+- the picture (RGB; a transparent one over white) is squashed to the network's square input by
+  torchvision's `Resize((1024, 1024))` on the picture: Pillow's antialiased bilinear on the 8-bit
+  picture, in two 8-bit passes, horizontal first (here the same arithmetic on the device, bit for
+  bit: pipelines/pillow_resize.py), /255, ImageNet mean/std;
 - the network's logits -> sigmoid, as the authors' (no min-max normalisation);
-- back to the picture's size with the same filter (antialiased when reducing, plain bilinear when
-  enlarging);
+- back to the picture's size by plain bilinear interpolation (align_corners=False, no
+  antialiasing when reducing), as nobg's post-processing;
 - when the enlargement is at least 2× (the picture's long side 2048 px or more), refined at full
   resolution with the colour guided filter on the tiles near the subject's edge (the refinement
   InSPyReNet's pipeline has too: pipelines/matte_refine.py, radius ⌈3/scale⌉): below that it
@@ -32,6 +33,7 @@ from torch import Tensor
 
 from craftai_infer.pipelines.matte_refine import Refinement, refine_edges, refine_radius
 from craftai_infer.pipelines.normalise import normalise_imagenet
+from craftai_infer.pipelines.pillow_resize import resize_bilinear_u8
 
 __all__ = ["BirefnetSettings", "matte_birefnet_batch", "matte_birefnet_float"]
 
@@ -70,10 +72,11 @@ def input_bytes(height: int, width: int) -> int:
 
 
 def _resize(x: Tensor, height: int, width: int) -> Tensor:
-    """Bilinear with Pillow's antialiasing when reducing (torch's `antialias=True` is that filter)."""
+    """Plain bilinear (align_corners=False, no antialiasing): interpolation between the two nearest
+    samples, as nobg brings the authors' matte back."""
     if tuple(x.shape[-2:]) == (height, width):
         return x
-    return F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False, antialias=True)
+    return F.interpolate(x, size=(height, width), mode="bilinear", align_corners=False)
 
 
 def _pixels(rgb: np.ndarray, device: torch.device, upload: Upload | None) -> Tensor:
@@ -85,9 +88,11 @@ def _pixels(rgb: np.ndarray, device: torch.device, upload: Upload | None) -> Ten
 
 
 def network_input(pixels: Tensor, settings: BirefnetSettings = BirefnetSettings()) -> Tensor:
-    """(H, W, 3) uint8 on the device -> (1, 3, S, S) ImageNet-normalised."""
-    chw = pixels.permute(2, 0, 1).unsqueeze(0).float()
-    return normalise_imagenet(_resize(chw, settings.size, settings.size).clamp(0.0, 255.0))
+    """(H, W, 3) uint8 on the device -> (1, 3, S, S) ImageNet-normalised: the picture squashed by
+    Pillow's 8-bit bilinear resize, bit for bit (pipelines/pillow_resize.py), as the authors'
+    torchvision transforms squash it."""
+    squashed = resize_bilinear_u8(pixels, settings.size, settings.size)
+    return normalise_imagenet(squashed.permute(2, 0, 1).unsqueeze(0).float())
 
 
 def matte_from_logits(pixels: Tensor, logits: Tensor, settings: BirefnetSettings = BirefnetSettings()) -> Tensor:

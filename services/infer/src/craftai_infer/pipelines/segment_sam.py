@@ -12,7 +12,10 @@ onnxruntime route answers what the reference answers:
   an optional previous low-res answer (1x1x256x256 logits) with has_mask_input = 1;
 * decoder outputs -> answer: the three low-res logit maps, best first by predicted IoU (only the
   best unless all are asked), upscaled bilinearly (align_corners=False) straight to the picture size
-  and thresholded at 0; a mask with no pixel set is flagged empty (an answer, not an error);
+  and thresholded at 0; a mask with no pixel set is flagged empty (an answer, not an error); or,
+  for Meta's single mask (`single_mask_like_meta`), the single-mask token 0 where it is stable, else
+  the best of the three (`single_mask_by_stability`: the decoder graph the onnxruntime route
+  prepares answers token 0 too);
   optionally, before the upscale, Meta's clean-up of small holes and islands on the low-res logits
   (craftai_infer.pipelines.mask_cleanup; the low-res logits answered stay the decoder's).
 """
@@ -37,6 +40,8 @@ from craftai_models.sam2.contract import (
     FOREGROUND,
     IMAGE_SIZE,
     LOW_RES,
+    STABILITY_DELTA,
+    STABILITY_THRESHOLD,
 )
 
 MEAN = np.array(imagenet.MEAN, dtype=np.float32)
@@ -130,7 +135,8 @@ class SamPrompt:
     appends a padding point, which Meta's predictor does not do for a mask-only prompt, so a
     mask-only prompt would not mean the same thing on both. single_mask_like_meta: answer the one
     mask Meta's predictor answers with multimask_output=False (a route that has the single-mask
-    token only: the torch route; the feature refuses it elsewhere).
+    token only: the torch route, and the onnxruntime route on its prepared decoder; the feature
+    refuses it elsewhere).
     """
 
     points: Sequence[Sequence[float]] | npt.NDArray[Any] = ()
@@ -245,6 +251,25 @@ class SamMasks:
     def empty(self) -> Bool:
         """True where a mask selects no pixel: answered as *empty*, not as an error."""
         return np.asarray(self.fractions == 0.0)
+
+
+def single_mask_by_stability(single: F32, single_iou: F32, multi: F32, multi_ious: F32) -> tuple[F32, F32]:
+    """Meta's one answer (`_dynamic_multimask_via_stability`, as craftai_models.sam2.mask_decoder
+    runs it in torch) for one prompt: token 0's logits [1, 256, 256] and IoU [1] when its mask is
+    stable (area above +delta at least the threshold times the area above -delta, in float32 as
+    Meta's tensors; stable when nothing is above -delta), else the first of the three multimask
+    outputs [3, 256, 256] with the highest predicted IoU [3]. Any mask side: the rule counts pixels."""
+    token0 = np.asarray(single, dtype=np.float32)
+    side = token0.shape[-2:]
+    logits = token0.reshape(-1)
+    inner = np.count_nonzero(logits > np.float32(STABILITY_DELTA))
+    outer = np.count_nonzero(logits > np.float32(-STABILITY_DELTA))
+    stability = np.float32(inner) / np.float32(outer) if outer > 0 else np.float32(1.0)
+    if stability >= np.float32(STABILITY_THRESHOLD):
+        return token0.reshape(1, *side), np.asarray(single_iou, np.float32).reshape(1)
+    scores = np.asarray(multi_ious, np.float32).reshape(-1)
+    best = int(np.argmax(scores))  # the first of equal maxima, as torch's argmax
+    return np.asarray(multi, np.float32).reshape(-1, *side)[best : best + 1], scores[best : best + 1]
 
 
 def order_by_score(ious: F32, *, all_masks: bool = False) -> I64:

@@ -1,6 +1,8 @@
 """BiRefNet_lite for image.matte on torch: the network written in this project
-(craftai_models.birefnet), weights read from the pinned safetensors file as downloaded (no
-preparation; the loader has hashed it), the pipeline shared with the onnxruntime route
+(craftai_models.birefnet), from its prepared folder: the published safetensors file as downloaded
+(the loader has hashed it against the manifest) and the patch order it is read with, which the
+preparation proved against the published ONNX where that file was on disk (craftai_prepare's
+birefnet converter); the pipeline shared with the onnxruntime route
 (craftai_infer.pipelines.matte_birefnet)."""
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_biref
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
-from craftai_models.birefnet import fold_batchnorm, load_birefnet
+from craftai_models.birefnet import (
+    PREPARED_SETTINGS,
+    PREPARED_WEIGHTS,
+    fold_batchnorm,
+    load_birefnet,
+    read_patch_order,
+)
 from craftai_models.checkpoints import CheckpointRefusedError
 
 # fp32 on the GPU unless CRAFTAI_GPU_PRECISION asks for autocast: bf16 moved the calibrated
@@ -34,9 +42,11 @@ class BirefnetTorch(MatteRoute):
     batch would hold as many)."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
+        assert files.prepared is not None
         try:
-            self.network = load_birefnet(files.role("weights"), device=device)
-        except CheckpointRefusedError as exc:
+            order = read_patch_order(files.prepared / PREPARED_SETTINGS)
+            self.network = load_birefnet(files.prepared / PREPARED_WEIGHTS, device=device, order=order)
+        except (CheckpointRefusedError, ValueError) as exc:
             raise ModelRefusedError(str(exc)) from exc
         self.device = device
         self.settings = BirefnetSettings()

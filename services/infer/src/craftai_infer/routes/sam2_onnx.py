@@ -1,6 +1,13 @@
 """SAM 2 / 2.1 hiera tiny on onnxruntime: the published encoder.onnx and decoder.onnx (samexporter
-contract) run exactly as published, CUDA provider when the GPU is the chosen device, with the
-numpy pre- and post-processing of craftai_infer.pipelines.segment_sam (Meta's predictor's semantics)."""
+contract) from the route's prepared folder, CUDA provider when the GPU is the chosen device, with the
+numpy pre- and post-processing of craftai_infer.pipelines.segment_sam (Meta's predictor's semantics).
+
+The encoder is the published file; the decoder is the published graph with two more outputs, the
+single-mask token 0 it computes and slices off (craftai_prepare's sam21_decoder converter, checked
+bit for bit against the published graph when it was made): so this route answers Meta's single
+mask (`single_mask_like_meta`, segment everything with multimask_output false) as the torch route
+does. A decoder without those outputs (the published one as it is) answers the three multimask
+outputs only, and the route says so in its capabilities."""
 
 from __future__ import annotations
 
@@ -16,7 +23,15 @@ from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_cleanup import NO_CLEANUP, Cleanup
 from craftai_infer.pipelines.mask_generator import Candidates, Everything
 from craftai_infer.pipelines.picture import Picture
-from craftai_infer.pipelines.segment_sam import F32, SamMasks, SamPrompt, encode_prompt, postprocess, preprocess
+from craftai_infer.pipelines.segment_sam import (
+    F32,
+    SamMasks,
+    SamPrompt,
+    encode_prompt,
+    postprocess,
+    preprocess,
+    single_mask_by_stability,
+)
 from craftai_infer.routes import (
     Capabilities,
     DecodeRequest,
@@ -28,7 +43,15 @@ from craftai_infer.routes import (
 )
 from craftai_infer.scheduling import made_at_lower_priority
 from craftai_models.onnx_sessions import open_session, session_device
-from craftai_models.sam2.contract import DECODER_INPUTS, DECODER_OUTPUTS, ENCODER_INPUTS, ENCODER_OUTPUTS
+from craftai_models.sam2.contract import (
+    DECODER_INPUTS,
+    DECODER_OUTPUTS,
+    DECODER_SINGLE_OUTPUTS,
+    ENCODER_INPUTS,
+    ENCODER_OUTPUTS,
+    PREPARED_DECODER,
+    PREPARED_ENCODER,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,7 +71,8 @@ class SamEmbedding:
 
 
 class SamOnnxRunner:
-    """Two onnxruntime sessions (encoder.onnx, decoder.onnx) with the samexporter SAM 2 contract.
+    """Two onnxruntime sessions (encoder.onnx, decoder.onnx) with the samexporter SAM 2 contract;
+    `single_mask` where the decoder also answers token 0 (`DECODER_SINGLE_OUTPUTS`).
 
     Thread-safe as onnxruntime sessions are: run() may be called from several threads at once.
     With `bulk_niceness` (the CPU), the encoder and a second decoder session for the automatic
@@ -76,8 +100,11 @@ class SamOnnxRunner:
         self.grid_decoder = (
             made_at_lower_priority(bulk_niceness, lambda: opened(decoder_path)) if bulk_niceness else self.decoder
         )
-        _check_contract("encoder", self.encoder, ENCODER_INPUTS, ENCODER_OUTPUTS)
-        _check_contract("decoder", self.decoder, DECODER_INPUTS, DECODER_OUTPUTS)
+        _check_contract("encoder", self.encoder, ENCODER_INPUTS, (ENCODER_OUTPUTS,))
+        _check_contract(
+            "decoder", self.decoder, DECODER_INPUTS, (DECODER_OUTPUTS, DECODER_OUTPUTS + DECODER_SINGLE_OUTPUTS)
+        )
+        self.single_mask = tuple(o.name for o in self.decoder.get_outputs())[2:] == DECODER_SINGLE_OUTPUTS
 
     @property
     def providers(self) -> list[str]:
@@ -95,16 +122,23 @@ class SamOnnxRunner:
         return SamEmbedding(feats_0, feats_1, embed, int(picture.shape[0]), int(picture.shape[1]))
 
     def decode_raw(self, embedding: SamEmbedding, prompt: SamPrompt, *, grid: bool = False) -> tuple[F32, F32]:
-        """The decoder's own outputs for one prompt: low-res logits [3,256,256] and IoUs [3] (`grid`:
-        a point of the automatic mask generator, on its own session)."""
+        """The decoder's outputs for one prompt: low-res logits [3,256,256] and IoUs [3]; with
+        `single_mask_like_meta`, Meta's one answer [1,256,256] and [1] (token 0 or the best of three).
+        `grid`: a point of the automatic mask generator, on its own session."""
         feed = {
             "image_embed": embedding.image_embed,
             "high_res_feats_0": embedding.high_res_feats_0,
             "high_res_feats_1": embedding.high_res_feats_1,
             **encode_prompt(prompt, embedding.picture_height, embedding.picture_width),
         }
-        masks, ious = (self.grid_decoder if grid else self.decoder).run(list(DECODER_OUTPUTS), feed)
-        return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
+        decoder = self.grid_decoder if grid else self.decoder
+        if not prompt.single_mask_like_meta:
+            masks, ious = decoder.run(list(DECODER_OUTPUTS), feed)
+            return np.asarray(masks[0], dtype=np.float32), np.asarray(ious[0], dtype=np.float32)
+        if not self.single_mask:
+            raise ValueError("this decoder graph does not answer Meta's single-mask token (prepare the route)")
+        masks, ious, single, single_iou = decoder.run([*DECODER_OUTPUTS, *DECODER_SINGLE_OUTPUTS], feed)
+        return single_mask_by_stability(single[0], single_iou[0], masks[0], ious[0])
 
     def decode(
         self, embedding: SamEmbedding, prompt: SamPrompt, *, all_masks: bool = False, cleanup: Cleanup = NO_CLEANUP
@@ -116,35 +150,44 @@ class SamOnnxRunner:
 
     def grid(self, embedding: SamEmbedding, points: F32, settings: Everything) -> Candidates:
         """One batch of the automatic mask generator: the published decoder takes one prompt set a
-        call, so one call per point, then the filters on the host."""
-        decoded = [self.decode_raw(embedding, SamPrompt(points=[tuple(p)], labels=[1]), grid=True) for p in points]
+        call, so one call per point (Meta's single mask each with multimask_output false), then
+        the filters on the host."""
+        single = not settings.multimask_output
+        decoded = [
+            self.decode_raw(
+                embedding, SamPrompt(points=[tuple(p)], labels=[1], single_mask_like_meta=single), grid=True
+            )
+            for p in points
+        ]
         low_res = np.stack([d[0] for d in decoded])
         ious = np.stack([d[1] for d in decoded])
         h, w = embedding.picture_height, embedding.picture_width
         return mask_generator.batch_candidates(low_res, ious, points, h, w, settings=settings)
 
 
-def _check_contract(part: str, session: Any, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
+def _check_contract(part: str, session: Any, inputs: tuple[str, ...], outputs: tuple[tuple[str, ...], ...]) -> None:
+    """The session's inputs are `inputs` and its outputs one of `outputs`, else ValueError in words."""
     got_in = tuple(i.name for i in session.get_inputs())
     got_out = tuple(o.name for o in session.get_outputs())
-    if got_in != inputs or got_out != outputs:
+    if got_in != inputs or got_out not in outputs:
         raise ValueError(
             f"the {part} file is not a SAM 2 samexporter {part}: inputs {list(got_in)},"
-            f" outputs {list(got_out)}; expected {list(inputs)} -> {list(outputs)}"
+            f" outputs {list(got_out)}; expected {list(inputs)} -> {' or '.join(str(list(o)) for o in outputs)}"
         )
 
 
 class Sam2Onnx(SegmentRoute):
-    """Both graphs of one route; files by role "encoder" and "decoder" (already hash-checked). The
-    published graphs take one picture and one prompt set: nothing is batched."""
+    """Both graphs of one route, from its prepared folder (the loader hashed them against its
+    manifest). The graphs take one picture and one prompt set: nothing is batched."""
 
     capabilities = Capabilities()
 
     def __init__(self, files: RouteFiles, device: str) -> None:
+        assert files.prepared is not None
         try:
             self.runner = SamOnnxRunner(
-                files.role("encoder"),
-                files.role("decoder"),
+                files.prepared / PREPARED_ENCODER,
+                files.prepared / PREPARED_DECODER,
                 intra_op_threads=files.cpu_threads,
                 use_gpu=device.startswith("cuda"),
                 spin=files.cpu_spin,
@@ -157,6 +200,7 @@ class Sam2Onnx(SegmentRoute):
                 raise ModelRefusedError(f"onnxruntime cannot load them: {exc}") from exc
             raise
         self.device = self.runner.device
+        self.capabilities = Capabilities(single_mask_like_meta=self.runner.single_mask)
 
     def warm_up(self, step: Step) -> None:
         """Nothing to capture: onnxruntime plans its graphs when the session is made."""

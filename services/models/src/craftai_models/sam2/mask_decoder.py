@@ -20,13 +20,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .contract import STABILITY_DELTA, STABILITY_THRESHOLD
 from .layers import MLP, LayerNorm2d
 from .two_way_transformer import TwoWayTransformer
 
 NUM_MULTIMASK_OUTPUTS = 3
-# build_sam2's dynamic_multimask_stability_delta and _thresh (sam2/build_sam.py).
-STABILITY_DELTA = 0.05
-STABILITY_THRESHOLD = 0.98
 
 
 def stability_scores(logits: torch.Tensor, delta: float = STABILITY_DELTA) -> torch.Tensor:

@@ -22,7 +22,7 @@ below (fp32 on the CPU). Both are what the prepare step runs before publishing a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +34,7 @@ import torch
 from craftai_models import imagenet
 from craftai_models.onnx_sessions import open_session
 from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
-from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
+from craftai_prepare.converters import ConversionError, Converter, Step, own_files_only, write_weights
 from craftai_prepare.onnx_graph import OnnxGraph, attribute, attributes, constant_value, describe
 
 #: Bump whenever the converter's output could change (part of the prepared revision).
@@ -492,7 +492,7 @@ def check(found: Sequence[OutputDifference]) -> None:
 REVISION = f"u2netp-torch.{CONVERTER_VERSION}"
 
 
-def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:
+def prepare(sources: Mapping[str, Path], out: Path, step: Step) -> dict[str, float]:
     """Convert the published graph, check it against onnxruntime on the probe, write the weights."""
     step("reading the published ONNX graph")
     model = onnx.load(str(sources["network"]))
@@ -506,4 +506,4 @@ def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]
     return {f"max_abs_{d.name}": d.max_abs for d in found}
 
 
-CONVERTER = Converter(REVISION, prepare, steps=4)
+CONVERTER = Converter(REVISION, own_files_only(prepare), steps=4)

@@ -18,10 +18,11 @@ object-score head). Names therefore cannot be trusted, so this converter follows
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 from craftai_models.sam2.contract import WEIGHTS
-from craftai_prepare.converters import ConversionError, Converter, Step, write_weights
+from craftai_prepare.converters import ConversionError, Converter, Step, own_files_only, write_weights
 from craftai_prepare.converters.sam21.assembly import convert, convert_decoder, convert_encoder, load_onnx
 from craftai_prepare.converters.sam21.ops import GraphMismatchError
 from craftai_prepare.converters.sam21.probe import (
@@ -53,7 +54,7 @@ CONVERTER_VERSION = 1
 REVISION = f"sam21-torch.{CONVERTER_VERSION}"
 
 
-def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]:
+def prepare(sources: Mapping[str, Path], out: Path, step: Step) -> dict[str, float]:
     """Convert the encoder/decoder pair, check it against onnxruntime on the probe, write the weights."""
     step("reading the published encoder and decoder graphs")
     encoder, decoder = load_onnx(sources["encoder"]), load_onnx(sources["decoder"])
@@ -74,7 +75,7 @@ def prepare(sources: dict[str, Path], out: Path, step: Step) -> dict[str, float]
     }
 
 
-CONVERTER = Converter(REVISION, prepare, steps=4)
+CONVERTER = Converter(REVISION, own_files_only(prepare), steps=4)
 
 __all__ = [
     "CONVERTER",
