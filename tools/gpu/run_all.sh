@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,bench}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,bench,fairly}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -45,6 +45,9 @@ run bench 580 python3 -m tools.bench.run --out "$out/bench"
 run fusion 420 python3 -m tools.gpu.decoder_fusion --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
 run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"
 run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
+# Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
+run fairly 580 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
+    --json "$out/interactive-gpu.json"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"
