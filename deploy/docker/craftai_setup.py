@@ -22,8 +22,8 @@ import time
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from craftai import AiClient, CraftAiError
-from craftai_wire.v1 import common_pb2, prepare_pb2
+from craftai import AiClient, CraftAiError, SetupOutput
+from craftai_wire.v1 import common_pb2
 
 SERVICES = ("catalogue", "prepare", "infer")
 
@@ -71,11 +71,11 @@ def setup(ai: AiClient, spec: str) -> None:
                 print(f"  {event.stage}: {event.done:,}/{event.total:,} {event.unit} {event.message}", flush=True)
         elif isinstance(event, common_pb2.Notice):
             print(f"  note: {event.message}", flush=True)
-        elif isinstance(event, prepare_pb2.SetupResult):
-            r = event.route
+        elif isinstance(event, SetupOutput):
+            r = event.proto.route
             what = "already set up (files checked)" if event.already_done else "set up"
             print(f"craftai-setup: {r.feature} {r.recipe} ({r.engine}): {what}", flush=True)
-            for f in event.files:
+            for f in event.proto.files:
                 print(f"  {f.folder}/{f.name} {f.size:,} bytes sha256 {f.sha256} from {f.source}", flush=True)
 
 

@@ -330,7 +330,9 @@ def test_pictures_refused_by_segment_too(segmenting: AiClient, session: SegmentS
     assert not session.segment(points=[(32, 24, True)]).reopened
 
 
-def test_sessions_per_app_are_limited_with_a_retry_info(segmenting: AiClient, segment_server: servers.Process) -> None:
+def test_sessions_per_app_are_limited_with_a_retry_info(
+    segmenting: AiClient, segment_server: servers.Process, session: SegmentSession
+) -> None:
     """CRAFTAI_MAX_SESSIONS_PER_APP=1 here: the app holding `session` is refused a second one before
     any work, and so is another app id under the same local `*` key: the ids a `*` key admits are
     one tenant, so made-up ids do not multiply the limit (an app with a key of its own is a tenant
