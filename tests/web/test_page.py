@@ -134,7 +134,9 @@ def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, phot
     page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
     assert page.locator("#cutout").is_visible() and "checker" in (page.get_attribute("#cutout", "class") or "")
     shown = _pixels(page, "cutout")
-    cutout = np.asarray(Image.open(io.BytesIO(sdk.remove_background(photo, cutout=True, recipe="u2netp").cutout_png)))
+    cutout = np.asarray(
+        Image.open(io.BytesIO(sdk.remove_background(photo, outputs="matte,cutout", recipe="u2netp").cutout_png))
+    )
     assert shown.shape == cutout.shape
     np.testing.assert_array_equal(shown[..., 3], cutout[..., 3])
     assert 0.05 < (cutout[..., 3] > 127).mean() < 0.95  # a real cutout: some subject, some background
@@ -257,7 +259,7 @@ def test_a_file_that_is_not_a_picture_shows_the_services_words(page: Page, tmp_p
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list: milk, eggs\n")
     with pytest.raises(CraftAiError) as raised:
-        sdk.remove_background(notes, recipe="u2netp")
+        sdk.remove_background(notes, outputs="matte", recipe="u2netp")
     page.set_input_files("#file", str(notes))
     page.click("#remove")
     page.wait_for_selector("#error:not([hidden])", timeout=60_000)
