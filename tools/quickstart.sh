@@ -33,7 +33,7 @@ echo "== setting up image.matte with u2netp"
 "$craftai" setup image.matte --recipe u2netp
 
 echo "== removing the backgrounds"
-"$craftai" remove-background "$out"/photos/* -o "$out"
+"$craftai" remove-background "$out"/photos/* -o "$out" --outputs matte,cutout
 
 echo "== status"
 "$craftai" status image.matte

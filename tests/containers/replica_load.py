@@ -70,7 +70,7 @@ class Client:
                 self.reopened += int(answer.reopened)
                 outcome = {"replica": self.session.replica, "reopened": answer.reopened}
             else:
-                self.ai.remove_background(self.picture, recipe="u2netp", engine="onnxruntime")
+                self.ai.remove_background(self.picture, outputs="matte", recipe="u2netp", engine="onnxruntime")
                 outcome = {}
         except Exception as exc:  # every failure is what the test looks for: recorded, never raised
             self.errors.append(f"{kind}: {type(exc).__name__}: {exc}")

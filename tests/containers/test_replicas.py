@@ -304,7 +304,7 @@ def test_a_replica_stopped_with_sigterm_finishes_its_call_in_flight_and_gets_no_
         served_before = [st.metric(r.metrics(), "craftai_requests", method="Matte") for r in pool.replicas]
         served = [0.0, 0.0]
         for _ in range(8):  # until both subchannels are connected and SERVING: both in this client's turn
-            ai.remove_background(picture, recipe="u2netp", engine="onnxruntime")
+            ai.remove_background(picture, outputs="matte", recipe="u2netp", engine="onnxruntime")
             served = [
                 st.metric(r.metrics(), "craftai_requests", method="Matte") - before
                 for r, before in zip(pool.replicas, served_before, strict=True)
@@ -322,7 +322,7 @@ def test_a_replica_stopped_with_sigterm_finishes_its_call_in_flight_and_gets_no_
         time.sleep(0.5)  # the health update reaches the clients' channels
         other_before = st.metric(other.metrics(), "craftai_requests", method="Matte")
         for _ in range(6):
-            ai.remove_background(picture, recipe="u2netp", engine="onnxruntime")
+            ai.remove_background(picture, outputs="matte", recipe="u2netp", engine="onnxruntime")
         new_calls_done = time.monotonic()
         assert st.metric(other.metrics(), "craftai_requests", method="Matte") == other_before + 6
         caller.join(300)

@@ -30,7 +30,7 @@ U2NETP = "models/u2netp/u2netp.onnx"
 
 
 def _matte(ai: AiClient, picture: Path | bytes, engine: str = "onnxruntime") -> NDArray[np.uint8]:
-    result = ai.remove_background(picture, recipe="u2netp", engine=engine)
+    result = ai.remove_background(picture, outputs="matte", recipe="u2netp", engine=engine)
     assert (result.recipe, result.engine, result.device) == ("u2netp", engine, "cpu")
     return np.asarray(Image.open(io.BytesIO(result.matte_png)))
 
@@ -166,7 +166,9 @@ def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_w
 
     with set_up.client("tests") as ai:
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(picture, recipe="u2netp", engine="onnxruntime", on_progress=kill_during_the_model)
+            ai.remove_background(
+                picture, outputs="matte", recipe="u2netp", engine="onnxruntime", on_progress=kill_during_the_model
+            )
         assert caught.value.code == grpc.StatusCode.UNAVAILABLE, caught.value
         assert stages[-1] == "model"
 
@@ -176,7 +178,7 @@ def test_infer_killed_mid_stream_answers_unavailable_and_a_retry_after_restart_w
         result = None
         for _ in range(20):
             try:
-                result = ai.remove_background(picture, recipe="u2netp", engine="onnxruntime")
+                result = ai.remove_background(picture, outputs="matte", recipe="u2netp", engine="onnxruntime")
                 break
             except CraftAiError as exc:
                 assert exc.code == grpc.StatusCode.UNAVAILABLE, exc

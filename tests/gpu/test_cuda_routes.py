@@ -53,8 +53,8 @@ def test_u2netp_torch_route_on_cuda_equals_onnxruntime(matte_server: servers.Pro
         list(ai.setup("image.matte", "u2netp", "torch"))
         for name in ("chelsea.png", "astronaut.png", "rocket.jpg"):
             data = photos[name].read_bytes()
-            ours = ai.remove_background(data, recipe="u2netp", engine="torch")
-            reference = ai.remove_background(data, recipe="u2netp", engine="onnxruntime")
+            ours = ai.remove_background(data, outputs="matte", recipe="u2netp", engine="torch")
+            reference = ai.remove_background(data, outputs="matte", recipe="u2netp", engine="onnxruntime")
             assert (ours.engine, ours.device[:4], reference.engine) == ("torch", "cuda", "onnxruntime")
             diff = np.abs(_grey(ours.matte_png) - _grey(reference.matte_png))
             print(f"u2netp {name}: max |d| {diff.max()}, mean {diff.mean():.4f} (of 255)")
@@ -302,7 +302,7 @@ def test_inspyrenet_service_answers_from_cuda(
     mattes = {}
     for name, process in inspyrenet_servers.items():
         with AiClient(app_id="tests", target=process.address) as ai:
-            answer = ai.remove_background(data, recipe="inspyrenet-swinb")
+            answer = ai.remove_background(data, outputs="matte", recipe="inspyrenet-swinb")
         assert answer.device[:4] == ("cpu" if name == "cpu" else "cuda"), name
         mattes[name] = _grey(answer.matte_png)
     # The randomised checkpoint's matte is one value everywhere: what this shows is that each

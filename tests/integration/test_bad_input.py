@@ -140,14 +140,14 @@ def matte(matte_server: servers.Process) -> Iterator[AiClient]:
 
 
 def _serving(ai: AiClient) -> None:
-    assert ai.remove_background(_encode(Image.new("RGB", (40, 30), (10, 200, 30)), "PNG")).width == 40
+    assert ai.remove_background(_encode(Image.new("RGB", (40, 30), (10, 200, 30)), "PNG"), outputs="matte").width == 40
 
 
 @pytest.mark.parametrize("name", list(REFUSALS))
 def test_a_bad_picture_is_refused_in_plain_words_and_the_server_goes_on(name: str, matte: AiClient) -> None:
     data, reason, words = REFUSALS[name]
     with pytest.raises(CraftAiError) as caught:
-        matte.remove_background(data)
+        matte.remove_background(data, outputs="matte")
     error = caught.value
     assert (error.code, error.reason) == (grpc.StatusCode.INVALID_ARGUMENT, reason), error
     assert words in error.message, error.message
@@ -156,7 +156,7 @@ def test_a_bad_picture_is_refused_in_plain_words_and_the_server_goes_on(name: st
 
 
 def test_a_1x1_picture_is_answered(matte: AiClient) -> None:
-    result = matte.remove_background(_encode(Image.new("RGB", (1, 1), (200, 30, 30)), "PNG"), cutout=True)
+    result = matte.remove_background(_encode(Image.new("RGB", (1, 1), (200, 30, 30)), "PNG"), outputs="matte,cutout")
     assert (result.width, result.height) == (1, 1)
     assert Image.open(io.BytesIO(result.matte_png)).size == (1, 1)
     assert Image.open(io.BytesIO(result.cutout_png)).mode == "RGBA"
@@ -165,16 +165,16 @@ def test_a_1x1_picture_is_answered(matte: AiClient) -> None:
 def test_a_cmyk_jpeg_is_matted_as_its_rgb_conversion(matte: AiClient) -> None:
     data = _cmyk_jpeg()
     as_rgb = _encode(Image.open(io.BytesIO(data)).convert("RGB"), "PNG")
-    result = matte.remove_background(data, cutout=True)
+    result = matte.remove_background(data, outputs="matte,cutout")
     assert (result.width, result.height) == (451, 300)
-    assert result.matte_png == matte.remove_background(as_rgb).matte_png
+    assert result.matte_png == matte.remove_background(as_rgb, outputs="matte").matte_png
     assert Image.open(io.BytesIO(result.cutout_png)).mode == "RGBA"
 
 
 def test_a_16_bit_picture_is_scaled_to_8_bits_not_clipped(matte: AiClient) -> None:
     data, eight = _grey16_png()
-    result = matte.remove_background(data, cutout=True)
-    assert result.matte_png == matte.remove_background(_encode(eight, "PNG")).matte_png
+    result = matte.remove_background(data, outputs="matte,cutout")
+    assert result.matte_png == matte.remove_background(_encode(eight, "PNG"), outputs="matte").matte_png
     clipped = Image.open(io.BytesIO(data)).convert("L")  # what a naive conversion would see: all white
     assert np.asarray(clipped).min() == 255 and np.asarray(eight).std() > 10
 
@@ -182,7 +182,7 @@ def test_a_16_bit_picture_is_scaled_to_8_bits_not_clipped(matte: AiClient) -> No
 def test_unknown_feature_recipe_and_engine_are_named(matte: AiClient, matte_server: servers.Process) -> None:
     picture = _encode(Image.new("RGB", (8, 8)), "PNG")
     with pytest.raises(CraftAiError) as caught:
-        matte.remove_background(picture, recipe="no-such-recipe")
+        matte.remove_background(picture, outputs="matte", recipe="no-such-recipe")
     assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.NOT_FOUND, "UNKNOWN_RECIPE")
     assert "u2netp" in caught.value.message  # it lists what exists
     with pytest.raises(CraftAiError) as caught:
@@ -359,7 +359,7 @@ def test_a_damaged_jpeg_is_refused_by_both_features_alike(
     data = damaged_jpegs()[name]
     answers = []
     for call in (
-        lambda: matte.remove_background(data),
+        lambda: matte.remove_background(data, outputs="matte"),
         lambda: segmenting.segment_once(data, points=[(1, 1, True)]),
     ):
         with pytest.raises(CraftAiError) as caught:

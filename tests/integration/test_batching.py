@@ -22,12 +22,16 @@ def test_concurrent_mattes_on_the_torch_route_are_batched(
     names = ["chelsea.png", "astronaut.png", "coffee.png", "rocket.jpg"]
     with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
         list(ai.setup("image.matte", "u2netp", "torch"))
-        alone = {n: ai.remove_background(photos[n], engine="torch") for n in names}  # one at a time
+        alone = {n: ai.remove_background(photos[n], outputs="matte", engine="torch") for n in names}  # one at a time
         (route,) = ai.runtime().loaded
         assert (route.requests, route.batches) == (4, 4)
         with ThreadPoolExecutor(max_workers=4) as pool:
             together = dict(
-                zip(names, pool.map(lambda n: ai.remove_background(photos[n], engine="torch"), names), strict=True)
+                zip(
+                    names,
+                    pool.map(lambda n: ai.remove_background(photos[n], outputs="matte", engine="torch"), names),
+                    strict=True,
+                )
             )
         (route,) = ai.runtime().loaded
         assert route.requests == 8 and route.batches < 8, (route.requests, route.batches)

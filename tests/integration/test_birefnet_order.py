@@ -133,5 +133,5 @@ def test_a_checkpoint_trained_in_the_other_order_is_refused_and_not_served(tmp_p
         assert _torch(ai).state == RouteState.DOWNLOADED
         assert not list((store / "prepared" / RECIPE).iterdir())
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(_tiny_png(), recipe=RECIPE, engine="torch")
+            ai.remove_background(_tiny_png(), outputs="matte", recipe=RECIPE, engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP"

@@ -80,7 +80,7 @@ def test_the_three_services_as_separate_processes(
             infer=processes["infer"].address,
         ) as ai:
             list(ai.setup("image.matte"))
-            result = ai.remove_background(photos["astronaut.png"])
+            result = ai.remove_background(photos["astronaut.png"], outputs="matte")
             assert (result.width, result.height) == (512, 512)
             (state,) = [s for s in ai.status("image.matte", "u2netp") if s.route.engine == "onnxruntime"]
             assert state.state == RouteState.READY  # the catalogue asked the infer service

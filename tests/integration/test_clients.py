@@ -82,7 +82,7 @@ def test_remove_background_answers_the_services_own_bytes(
 ) -> None:
     stages: list[str] = []
     result = matte_ai.remove_background(
-        photos["chelsea.png"], cutout=True, recipe="u2netp", on_progress=lambda p: stages.append(p.stage)
+        photos["chelsea.png"], outputs="matte,cutout", recipe="u2netp", on_progress=lambda p: stages.append(p.stage)
     )
     raw = _raw_matte(matte_server.address, photos["chelsea.png"].read_bytes())
     assert result.matte_png == raw.matte.data and result.cutout_png == raw.cutout.data
@@ -99,7 +99,7 @@ def test_an_array_or_a_pillow_image_answers_what_its_file_answers(
     image = Image.open(photos["chelsea.png"]).convert("RGB")
     raw = _raw_matte(matte_server.address, photos["chelsea.png"].read_bytes())
     for picture in (np.asarray(image), image):
-        result = matte_ai.remove_background(picture, recipe="u2netp")
+        result = matte_ai.remove_background(picture, outputs="matte", recipe="u2netp")
         assert result.matte_png == raw.matte.data, type(picture)
     behind = np.zeros((30, 40, 3), np.uint8)
     behind[:, :, 2] = 255

@@ -65,7 +65,7 @@ def test_prepared_once_then_only_checked(torch_server: servers.Process, photos: 
         downloaded = _state(ai, "torch")
         assert downloaded.state == RouteState.DOWNLOADED and downloaded.needs_preparation
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos["chelsea.png"], engine="torch")
+            ai.remove_background(photos["chelsea.png"], outputs="matte", engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP"
         assert "craftai setup image.matte --recipe u2netp --engine torch" in caught.value.message
 
@@ -93,8 +93,8 @@ def test_torch_mattes_agree_with_onnxruntime(torch_server: servers.Process, phot
     with AiClient(app_id="tests", target=torch_server.address) as ai:
         _events(ai)
         for name, path in photos.items():
-            ours = ai.remove_background(path, engine="torch")
-            theirs = ai.remove_background(path, engine="onnxruntime")
+            ours = ai.remove_background(path, outputs="matte", engine="torch")
+            theirs = ai.remove_background(path, outputs="matte", engine="onnxruntime")
             assert (ours.engine, theirs.engine) == ("torch", "onnxruntime")
             a = np.asarray(Image.open(io.BytesIO(ours.matte_png))) > 127
             b = np.asarray(Image.open(io.BytesIO(theirs.matte_png))) > 127
@@ -114,7 +114,7 @@ def test_a_prepared_folder_of_another_revision_is_not_reused(
         current.rename(other)  # an older revision's folder: never to be used for this one
         assert _state(ai, "torch").state == RouteState.DOWNLOADED
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos["chelsea.png"], engine="torch")
+            ai.remove_background(photos["chelsea.png"], outputs="matte", engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP" and "not prepared" in caught.value.message
         result = _events(ai)[-1]
         assert isinstance(result, SetupOutput) and result.prepared_now
@@ -124,11 +124,11 @@ def test_a_prepared_folder_of_another_revision_is_not_reused(
         manifest = current / "manifest.json"
         manifest.write_text(manifest.read_text().replace(current.name, other.name))
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos["chelsea.png"], engine="torch")
+            ai.remove_background(photos["chelsea.png"], outputs="matte", engine="torch")
         assert f"it was prepared as {other.name}" in caught.value.message
         events = _events(ai)
         assert any(isinstance(e, common_pb2.Notice) and e.code == "PREPARED_REFUSED" for e in events)
-        assert ai.remove_background(photos["chelsea.png"], engine="torch").engine == "torch"
+        assert ai.remove_background(photos["chelsea.png"], outputs="matte", engine="torch").engine == "torch"
 
 
 def test_infer_refuses_a_prepared_folder_whose_outputs_do_not_match(
@@ -143,7 +143,7 @@ def test_infer_refuses_a_prepared_folder_whose_outputs_do_not_match(
         data[-100] ^= 0xFF
         weights.write_bytes(bytes(data))
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos["chelsea.png"], engine="torch")
+            ai.remove_background(photos["chelsea.png"], outputs="matte", engine="torch")
         error = caught.value
         assert error.code == grpc.StatusCode.FAILED_PRECONDITION
         assert "u2netp.safetensors has SHA-256" in error.message and "where its manifest says" in error.message

@@ -139,7 +139,7 @@ def test_the_gpu_running_out_of_memory_under_concurrent_requests(
     with servers.running(process), AiClient("tests", target=process.address) as ai:
         list(ai.setup("image.matte", "u2netp"))
         with concurrent.futures.ThreadPoolExecutor(6) as pool:
-            results = list(pool.map(lambda _: ai.remove_background(photos["chelsea.png"]), range(6)))
+            results = list(pool.map(lambda _: ai.remove_background(photos["chelsea.png"], outputs="matte"), range(6)))
         assert {r.matte_png for r in results} == {results[0].matte_png}
         notices = [n for r in results for n in r.notices]
         assert len(notices) == 1 and "the GPU failed" in notices[0]
@@ -147,4 +147,4 @@ def test_the_gpu_running_out_of_memory_under_concurrent_requests(
         (loaded,) = ai.runtime().loaded
         assert loaded.device == "cpu"
         assert _health(process.address) == health_pb2.HealthCheckResponse.SERVING
-        assert ai.remove_background(photos["chelsea.png"]).notices == []
+        assert ai.remove_background(photos["chelsea.png"], outputs="matte").notices == []

@@ -21,11 +21,11 @@ def test_matte_falls_back_to_the_cpu_once(tmp_path: Path, local_catalogue: Path,
     process = servers.embedded(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(local_catalogue), **INJECT})
     with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
         list(ai.setup("image.matte", "u2netp"))
-        first = ai.remove_background(photos["chelsea.png"])
+        first = ai.remove_background(photos["chelsea.png"], outputs="matte")
         assert first.device == "cpu" and first.width == 451
         (notice,) = first.notices
         assert "the GPU failed (OutOfMemoryError: CUDA out of memory" in notice and "keeps using" in notice
-        second = ai.remove_background(photos["chelsea.png"])
+        second = ai.remove_background(photos["chelsea.png"], outputs="matte")
         assert second.device == "cpu" and second.notices == []
         assert second.matte_png == first.matte_png
         (loaded,) = ai.runtime().loaded

@@ -117,11 +117,11 @@ def test_made_up_app_ids_cannot_starve_an_app_with_its_own_key(
         )
         flooders = [AiClient(f"made-up-{n}", target=server.address, retries=NO_RETRY) for n in range(FLOODERS)]
         try:
-            victim.remove_background(small)  # the model loaded once
-            alone, _ = timed(lambda: victim.remove_background(small), 3)
-            flood_alone, _ = timed(lambda: flooders[0].remove_background(large), 2)
+            victim.remove_background(small, outputs="matte")  # the model loaded once
+            alone, _ = timed(lambda: victim.remove_background(small, outputs="matte"), 3)
+            flood_alone, _ = timed(lambda: flooders[0].remove_background(large, outputs="matte"), 2)
             with Flood(flooders, large).running() as flood:
-                during, answers = timed(lambda: victim.remove_background(small), 3)
+                during, answers = timed(lambda: victim.remove_background(small, outputs="matte"), 3)
         finally:
             for ai in (victim, *flooders):
                 ai.close()
@@ -174,7 +174,7 @@ def _warm(ai: AiClient, picture: bytes) -> None:
     """The model loaded and at its own high water: u2netp runs two pictures at once on a CPU, and
     onnxruntime keeps the memory of its largest runs (not pictures: not the budget's)."""
     with futures.ThreadPoolExecutor(UNREAD) as pool:
-        list(pool.map(lambda _: ai.remove_background(picture, cutout=True), range(UNREAD)))
+        list(pool.map(lambda _: ai.remove_background(picture, outputs="matte,cutout"), range(UNREAD)))
 
 
 def _declared_big_png(side: int = SIDE) -> bytes:
@@ -201,7 +201,7 @@ def test_large_pictures_wait_for_the_decode_budget_and_memory_is_given_back(
         _reset_peak(pid)
         started = time.monotonic()
         with futures.ThreadPoolExecutor(8) as pool:  # two apps, as each may have UNREAD calls in progress
-            results = list(pool.map(lambda n: clients[n % 2].remove_background(big), range(8)))
+            results = list(pool.map(lambda n: clients[n % 2].remove_background(big, outputs="matte"), range(8)))
         took = time.monotonic() - started
         peak = _status(pid)["VmHWM"]
         time.sleep(1.5)  # the trim, once the budget is idle
@@ -325,7 +325,9 @@ def test_streams_a_client_never_reads_are_ended_and_their_slots_and_memory_freed
             while bounded.logs().count("(CRAFTAI_STALLED_WRITE_SECONDS)") < ended_before + UNREAD:
                 assert time.monotonic() < deadline, "the unread streams were not ended"
                 time.sleep(0.2)
-            assert ai.remove_background(photos["chelsea.png"]).width == 451  # the app's slots are free again
+            assert (
+                ai.remove_background(photos["chelsea.png"], outputs="matte").width == 451
+            )  # the app's slots are free again
             time.sleep(1.5)
             freed = _status(pid)["VmRSS"]
             for stream in unread:
@@ -470,10 +472,10 @@ def test_every_line_a_server_writes_is_json_and_a_warning_is_logged_once_per_req
     warning line per request, and nothing is printed raw on stderr."""
     bad_exif = _bad_exif_jpeg()
     with AiClient("tests", target=matte_server.address, retries=NO_RETRY) as ai:
-        ids = [ai.remove_background(bad_exif).request_id for _ in range(3)]
+        ids = [ai.remove_background(bad_exif, outputs="matte").request_id for _ in range(3)]
         for data in damaged_jpegs().values():  # refused (test_bad_input.py): here, what the log says
             with contextlib.suppress(CraftAiError):
-                ai.remove_background(data)
+                ai.remove_background(data, outputs="matte")
     output = matte_server.logs().splitlines()
     for line in output:
         entry = json.loads(line)  # every line: raises on a raw one

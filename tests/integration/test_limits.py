@@ -51,7 +51,7 @@ class Flood:
     def _flooding(self, ai: AiClient) -> None:
         while not self._stop.is_set():
             try:
-                ai.remove_background(self.picture)
+                ai.remove_background(self.picture, outputs="matte")
                 self.answered[0] += 1
             except CraftAiError as error:
                 if error.reason == "TOO_MANY_REQUESTS":
@@ -89,10 +89,10 @@ def test_one_app_flooding_cannot_starve_another(server: servers.Process, photos:
     quiet = AiClient("quiet-app", target=server.address, retries=Retries(attempts=0))
     flood = AiClient("flood-app", target=server.address, retries=Retries(attempts=0))
     with quiet, flood:
-        quiet.remove_background(picture)  # warm: the model is loaded once
-        alone, _ = timed(lambda: quiet.remove_background(picture), 3)
+        quiet.remove_background(picture, outputs="matte")  # warm: the model is loaded once
+        alone, _ = timed(lambda: quiet.remove_background(picture, outputs="matte"), 3)
         with Flood([flood] * FLOODERS, picture).running() as flooding:
-            during, answers = timed(lambda: quiet.remove_background(picture), 4)
+            during, answers = timed(lambda: quiet.remove_background(picture, outputs="matte"), 4)
     assert all(answer.width == 451 for answer in answers)
     answered, refusals, other_errors = flooding.answered, flooding.refusals, flooding.other_errors
 

@@ -43,7 +43,7 @@ def ai(matte_server: servers.Process) -> AiClient:
 
 def test_mattes_equal_rembgs_algorithm_on_real_photos(ai: AiClient, photos: dict[str, Path], u2netp_file: Path) -> None:
     for name, path in photos.items():
-        result = ai.remove_background(path, cutout=True)
+        result = ai.remove_background(path, outputs="matte,cutout")
         matte = np.asarray(Image.open(io.BytesIO(result.matte_png)))
         reference = rembg_reference(path, u2netp_file)
         assert matte.shape == reference.shape == (result.height, result.width), name
@@ -62,7 +62,7 @@ def test_mattes_equal_rembgs_algorithm_on_real_photos(ai: AiClient, photos: dict
 def test_jpeg_and_webp_in(ai: AiClient, photos: dict[str, Path], fmt: str) -> None:
     out = io.BytesIO()
     Image.open(photos["chelsea.png"]).convert("RGB").save(out, format=fmt, quality=90)
-    result = ai.remove_background(out.getvalue())
+    result = ai.remove_background(out.getvalue(), outputs="matte")
     assert Image.open(io.BytesIO(result.matte_png)).size == (451, 300)
     assert result.cutout_png == b""
 
@@ -72,7 +72,7 @@ def test_exif_rotated_portrait_gets_a_matte_of_its_displayed_size(ai: AiClient, 
     exif[0x0112] = 8  # displayed rotated 90° counter-clockwise
     out = io.BytesIO()
     Image.open(photos["coffee.png"]).convert("RGB").save(out, format="JPEG", exif=exif)
-    result = ai.remove_background(out.getvalue())
+    result = ai.remove_background(out.getvalue(), outputs="matte")
     assert (result.width, result.height) == (400, 600)
 
 
@@ -88,17 +88,17 @@ def test_bad_pictures_are_refused_and_the_server_keeps_serving(
     ai: AiClient, photos: dict[str, Path], data: bytes, reason: str, words: str
 ) -> None:
     with pytest.raises(CraftAiError) as caught:
-        ai.remove_background(data)
+        ai.remove_background(data, outputs="matte")
     assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT and caught.value.reason == reason
     assert words in caught.value.message
-    assert ai.remove_background(photos["chelsea.png"]).width == 451
+    assert ai.remove_background(photos["chelsea.png"], outputs="matte").width == 451
 
 
 def test_a_picture_over_the_size_limit_is_refused(ai: AiClient) -> None:
     out = io.BytesIO()
     Image.new("L", (20000, 40)).save(out, format="PNG")
     with pytest.raises(CraftAiError) as caught:
-        ai.remove_background(out.getvalue())
+        ai.remove_background(out.getvalue(), outputs="matte")
     assert caught.value.reason == "PICTURE_TOO_LARGE" and "20000x40 pixels" in caught.value.message
 
 
@@ -108,7 +108,7 @@ def test_a_route_not_set_up_says_which_command_sets_it_up(tmp_path: Path, photos
         AiClient(app_id="tests", target=server.address) as fresh,
         pytest.raises(CraftAiError) as caught,
     ):
-        fresh.remove_background(photos["chelsea.png"])
+        fresh.remove_background(photos["chelsea.png"], outputs="matte")
     error = caught.value
     assert error.code == grpc.StatusCode.FAILED_PRECONDITION and error.reason == "ROUTE_NOT_SET_UP"
     assert "set up image.matte first" in error.message

@@ -196,7 +196,7 @@ def test_a_file_that_does_not_fit_the_network_is_refused_naming_the_keys(
         assert caught.value.reason == "PREPARATION_FAILED"
         assert words in caught.value.message, caught.value.message
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(_tiny_png(), recipe=RECIPE, engine="torch")
+            ai.remove_background(_tiny_png(), outputs="matte", recipe=RECIPE, engine="torch")
         assert caught.value.reason == "ROUTE_NOT_SET_UP"
 
 

@@ -61,7 +61,7 @@ def test_setup_load_and_matte_at_the_pictures_size(
         picture = Image.open(photos["chelsea.png"]).resize((61, 41))
         out = io.BytesIO()
         picture.save(out, format="PNG")
-        matte = ai.remove_background(out.getvalue(), recipe="inspyrenet-swinb", cutout=True)
+        matte = ai.remove_background(out.getvalue(), outputs="matte,cutout", recipe="inspyrenet-swinb")
         assert (matte.recipe, matte.engine, matte.device) == ("inspyrenet-swinb", "torch", "cpu")
         image = Image.open(io.BytesIO(matte.matte_png))
         assert (image.mode, image.size) == ("L", (61, 41))
@@ -111,7 +111,7 @@ def test_other_bytes_are_refused_by_hash(
         (tmp_path / "store" / STORE_FILE).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(made["missing-key"].path, tmp_path / "store" / STORE_FILE)
         with AiClient(app_id="tests", target=other.address) as ai, pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos_png(), recipe="inspyrenet-swinb")
+            ai.remove_background(photos_png(), outputs="matte", recipe="inspyrenet-swinb")
         assert caught.value.reason == "ROUTE_NOT_SET_UP" and made["random"].pin.sha256 in caught.value.message
 
 
@@ -142,6 +142,6 @@ def test_a_file_that_does_not_fit_the_network_is_refused_naming_the_keys(
     process = servers.embedded(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(recipes)})
     with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
         with pytest.raises(CraftAiError) as caught:
-            ai.remove_background(photos_png(), recipe="inspyrenet-swinb")
+            ai.remove_background(photos_png(), outputs="matte", recipe="inspyrenet-swinb")
         assert caught.value.code == grpc.StatusCode.FAILED_PRECONDITION and caught.value.reason == "MODEL_REFUSED"
         assert words in caught.value.message, caught.value.message

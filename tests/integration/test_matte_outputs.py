@@ -132,7 +132,7 @@ def test_a_background_picture_scaled_to_cover_and_its_transparency_kept(
 
 
 def test_the_mask_at_the_callers_threshold(ai: AiClient, chelsea: bytes) -> None:
-    matte = _pixels(ai.remove_background(chelsea).matte_png)
+    matte = _pixels(ai.remove_background(chelsea, outputs="matte").matte_png)
     for threshold in (0.0, 0.2, 0.9, 1.0):
         result = ai.remove_background(chelsea, outputs="mask", threshold=threshold)
         assert result.mask is not None and result.matte is None  # only the selection

@@ -31,11 +31,11 @@ def test_a_steady_stream_of_mattes_faults_in_no_fresh_memory(
     pid = matte_server.popen.pid
     with AiClient("memory-reuse", target=matte_server.address) as ai:
         for _ in range(3):  # warm: the route's session, the pools' threads, the heaps at their size
-            ai.remove_background(data)
+            ai.remove_background(data, outputs="matte")
         counts = []
         for _ in range(CALLS):
             before = _minor_faults(pid)
-            ai.remove_background(data)
+            ai.remove_background(data, outputs="matte")
             counts.append(_minor_faults(pid) - before)
     # The median: a trim the machine's load let in between two calls (idle 0.5 s) is not the rule.
     per_call = statistics.median(counts)

@@ -74,10 +74,10 @@ def test_metrics_per_rpc_and_app_and_the_services_own(
     matte_server: servers.Process, client: AiClient, photos: dict[str, Path]
 ) -> None:
     before = _metrics(matte_server)
-    client.remove_background(photos["chelsea.png"])
-    client.remove_background(photos["chelsea.png"])
+    client.remove_background(photos["chelsea.png"], outputs="matte")
+    client.remove_background(photos["chelsea.png"], outputs="matte")
     with pytest.raises(CraftAiError):
-        client.remove_background(b"not a picture")
+        client.remove_background(b"not a picture", outputs="matte")
     matte = {"service": "craftai.v1.InferService", "method": "Matte", "app": "observed-app"}
     after = _metrics_once(
         matte_server, lambda s: sum(_matching(s, "craftai_request_duration_seconds_count", **matte)) >= 3
@@ -118,7 +118,7 @@ def _log_lines(process: servers.Process) -> list[dict[str, object]]:
 def test_json_logs_carry_the_request_id_the_client_set(
     matte_server: servers.Process, client: AiClient, photos: dict[str, Path]
 ) -> None:
-    result = client.remove_background(photos["chelsea.png"], request_id="trace-me-42")
+    result = client.remove_background(photos["chelsea.png"], outputs="matte", request_id="trace-me-42")
     assert result.request_id == "trace-me-42"
     entries = _log_lines(matte_server)
     assert entries and all({"time", "level", "service", "logger", "message"} <= set(e) for e in entries)

@@ -78,12 +78,12 @@ def test_an_app_with_its_key_and_certificate_is_served_across_the_three_services
     secure: dict[str, servers.Process], pki: certs.Pki, photos: dict[str, Path]
 ) -> None:
     with _client(secure, pki) as ai:
-        result = ai.remove_background(photos["chelsea.png"], request_id="security-matte-1")
+        result = ai.remove_background(photos["chelsea.png"], outputs="matte", request_id="security-matte-1")
         assert (result.width, result.height) == (451, 300) and result.request_id == "security-matte-1"
         states = {(r.route.recipe, r.route.engine): r.state for r in ai.status("image.matte")}
         assert states[("u2netp", "onnxruntime")] == RouteState.READY  # catalogue asked infer
     with _client(secure, pki, app="batch", key=BATCH_KEY) as ai:
-        assert ai.remove_background(photos["chelsea.png"]).width == 451
+        assert ai.remove_background(photos["chelsea.png"], outputs="matte").width == 451
     # infer asked the catalogue as craftai-internal, with the service key, over mutual TLS.
     assert '"app_id": "craftai-internal"' in secure["catalogue"].logs()
     assert '"request_id": "security-matte-1"' in secure["catalogue"].logs()  # the id travelled with it
@@ -113,7 +113,7 @@ def test_a_missing_or_wrong_key_is_unauthenticated_and_logged_without_the_key(
 ) -> None:
     monkeypatch.setenv("CRAFTAI_APP_KEY_FILE", str(tmp_path / "no-key-here"))  # else the SDK sends the local key
     with _client(secure, pki, app=app, key=key) as ai, pytest.raises(CraftAiError) as caught:
-        ai.remove_background(photos["chelsea.png"])
+        ai.remove_background(photos["chelsea.png"], outputs="matte")
     assert (caught.value.code, caught.value.reason) == (grpc.StatusCode.UNAUTHENTICATED, reason)
     assert caught.value.request_id  # the server's id for this refusal, as logged
     logs = secure["infer"].logs()
@@ -192,7 +192,7 @@ def test_tls_without_client_certificates_and_keys_from_the_environment(
         monkeypatch.setenv("CRAFTAI_APP_KEY", EDITOR_KEY)
         with AiClient("any-app", target=process.address) as ai:
             list(ai.setup("image.matte", "u2netp"))
-            assert ai.remove_background(photos["chelsea.png"]).width == 451
+            assert ai.remove_background(photos["chelsea.png"], outputs="matte").width == 451
         monkeypatch.delenv("CRAFTAI_TLS_CA")
         started = time.monotonic()
         with AiClient("any-app", target=process.address) as ai, pytest.raises(CraftAiError) as caught:

@@ -43,7 +43,7 @@ def rembg_mattes(
 
 
 def _matte(ai: AiClient, path: Path, engine: str | None = None) -> npt.NDArray[np.uint8]:
-    answer = ai.remove_background(path, engine=engine)
+    answer = ai.remove_background(path, outputs="matte", engine=engine)
     assert answer.engine == (engine or "onnxruntime") and answer.device == "cpu"
     return np.asarray(Image.open(io.BytesIO(answer.matte_png)))
 

@@ -132,9 +132,12 @@ def test_what_is_not_a_colour_is_said_so(given: calls.Colour) -> None:
 
 
 def test_matte_options_default_to_what_the_other_options_imply() -> None:
-    assert calls.matte_options().outputs == ("matte",)
-    assert calls.matte_options(cutout=True).outputs == ("matte", "cutout")
-    assert calls.matte_options(bg_blur=4.0, threshold=0.3).outputs == ("matte", "composite", "mask")
+    assert calls.matte_options().outputs == ("cutout",)
+    assert calls.matte_options(cutout=True).outputs == ("cutout",)
+    assert calls.matte_options(bg_color="#fff").outputs == ("composite",)  # the picture over that background
+    assert calls.matte_options(threshold=0.3).outputs == ("mask",)
+    assert calls.matte_options(bg_blur=4.0, threshold=0.3).outputs == ("composite", "mask")
+    assert calls.matte_options(bg_image=b"picture", cutout=True).outputs == ("cutout", "composite")
     assert calls.matte_options(outputs="cutout, composite", bg_color="#fff").outputs == ("cutout", "composite")
     assert calls.matte_options(outputs=["mask"], cutout=True).outputs == ("mask", "cutout")
     jpeg = calls.matte_options(outputs="matte,composite", format="jpg")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import httpx
 import pytest
 
 from craftai import AiClient
-from craftai_dev import servers, web
+from craftai_dev import catalogues, servers, web
 from craftai_dev.segment import SetUpStore
 
 API_APP = "api-tests"  # the API tests' app id (the page uses the gateway's default, craftai-web)
@@ -20,11 +21,17 @@ def services(
     sam_store: SetUpStore, model_files: servers.FileServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[servers.Process]:
     """`craftai serve` with image.segment (SAM fixture) and image.matte (u2netp, set up now
-    through its prepare service); one kept picture per app (the 429 case costs no encoder run)."""
+    through its prepare service); one kept picture per app (the 429 case costs no encoder run).
+    BiRefNet_lite's files are fetched from a loopback path that has none: its setup fails at once
+    (SOURCES_FAILED), as offline, for the page's error test."""
     root = tmp_path_factory.mktemp("web-services")
     store, recipes = web.both_features_store(
         sam_store.store, sam_store.recipes, f"{model_files.url}/good/u2netp.onnx", root
     )
+    data = tomllib.loads(recipes.read_text())
+    for pinned in catalogues.recipe(data, "birefnet-lite")["files"]:
+        pinned["sources"] = [{"url": f"{model_files.url}/missing/{pinned['role']}"}]
+    catalogues.write(recipes, data)
     env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_MAX_SESSIONS_PER_APP": "1"}
     with servers.running(servers.embedded(store, root, env)) as process:
         with AiClient(app_id="tests", target=process.address) as ai:

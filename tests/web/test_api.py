@@ -73,7 +73,7 @@ def test_status_names_the_device_and_the_routes(http: httpx.Client, sdk: AiClien
 
 
 def test_remove_background_raw_body_and_multipart(http: httpx.Client, sdk: AiClient, photo: Path) -> None:
-    expected = sdk.remove_background(photo, cutout=True, recipe="u2netp")
+    expected = sdk.remove_background(photo, outputs="matte,cutout", recipe="u2netp")
     raw = http.post("/api/v1/remove-background?recipe=u2netp", content=photo.read_bytes())
     assert raw.status_code == 200 and raw.headers["content-type"] == "image/png"
     assert raw.content == expected.cutout_png  # the default output is the cutout
@@ -119,6 +119,120 @@ def test_remove_background_takes_the_sdks_options(http: httpx.Client, sdk: AiCli
     with pytest.raises(ValueError) as raised:
         sdk.remove_background(photo, outputs="matte", bg_color="#2a6df4")
     assert refused.status_code == 400 and _error(refused)["message"] == str(raised.value)  # the SDK's own words
+
+
+def test_the_default_outputs_are_the_sdks(http: httpx.Client, sdk: AiClient, photo: Path) -> None:
+    """No outputs named: the cutout; a background makes it the composite, a threshold the mask, as
+    the SDK answers without outputs (one rule: craftai.calls.default_outputs)."""
+    data = photo.read_bytes()
+    over = http.post("/api/v1/remove-background?bg_color=%232a6df4&format=jpeg", content=data)
+    expected = sdk.remove_background(photo, bg_color="#2a6df4", format="jpeg")
+    assert expected.composite is not None and expected.cutout is None
+    assert over.status_code == 200 and over.headers["content-type"] == "image/jpeg"
+    assert over.content == expected.composite.data
+    mask = http.post("/api/v1/remove-background?threshold=0.3", content=data)
+    expected_mask = sdk.remove_background(photo, threshold=0.3).mask
+    assert expected_mask is not None and 'filename="mask.png"' in mask.headers["content-disposition"]
+    assert mask.content == expected_mask.data
+    form = http.post(
+        "/api/v1/remove-background",
+        files={"picture": ("c.png", data, "image/png"), "background": ("b.png", _png(64, 48), "image/png")},
+    )
+    assert form.status_code == 200 and 'filename="composite.png"' in form.headers["content-disposition"]
+
+
+def test_parameters_an_endpoint_does_not_take_are_refused_by_name(http: httpx.Client, photo: Path) -> None:
+    data = photo.read_bytes()
+    rembg = http.post("/api/v1/remove-background?only_mask=true", content=data)
+    error = _error(rembg)
+    assert rembg.status_code == 400 and (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "UNKNOWN_PARAMETER")
+    assert "query parameter 'only_mask'" in error["message"] and "outputs=matte" in error["message"]
+    assert error["violations"][0]["field"] == "only_mask" and "threshold" in error["message"]  # the known ones listed
+    both = http.post("/api/v1/remove-background?model=u2netp&bgc=255,0,0,255", content=data)
+    assert "'bgc', 'model'" in _error(both)["message"] and "recipe=u2netp" in _error(both)["message"]
+    form = http.post("/api/v1/remove-background", files={"picture": ("c.png", data, "image/png")}, data={"om": "1"})
+    assert form.status_code == 400 and "form field 'om'" in _error(form)["message"]
+    stray = http.post(
+        "/api/v1/remove-background",
+        files={"picture": ("c.png", data, "image/png"), "backdrop": ("b.png", _png(8, 8), "image/png")},
+    )
+    assert stray.status_code == 400 and "file field 'backdrop'" in _error(stray)["message"]
+    status = http.get("/api/v1/status?verbose=1")
+    assert status.status_code == 400 and _error(status)["reason"] == "UNKNOWN_PARAMETER"
+    setup = http.post("/api/v1/setup", json={"feature": "image.matte", "recipes": "u2netp"})
+    assert setup.status_code == 400 and "JSON field 'recipes'" in _error(setup)["message"]
+    assert "recipe" in _error(setup)["message"].split("it takes ", 1)[1]
+    opened = http.post("/api/v1/sessions?engine=onnxruntime&size=9", content=data)
+    assert opened.status_code == 400 and "'size'" in _error(opened)["message"]
+
+
+def test_every_error_has_a_code_and_a_reason(http: httpx.Client, gateway: servers.Process) -> None:
+    """The framework's own refusals too: no such path, a method the path does not take, a form
+    without its boundary, a body that is not JSON."""
+    for answer, status, code, reason in (
+        (http.get("/api/v1/nothing-here"), 404, "NOT_FOUND", "NOT_FOUND"),
+        (http.delete("/api/v1/status"), 405, "UNIMPLEMENTED", "METHOD_NOT_ALLOWED"),
+        (
+            http.post("/api/v1/sessions", content=b"--x\r\n", headers={"Content-Type": "multipart/form-data"}),
+            400,
+            "INVALID_ARGUMENT",
+            "BAD_REQUEST",
+        ),
+        (
+            http.post("/api/v1/setup", content=b"{feature:", headers={"Content-Type": "application/json"}),
+            400,
+            "INVALID_ARGUMENT",
+            "BAD_REQUEST",
+        ),
+    ):
+        error = _error(answer)
+        assert (answer.status_code, error["code"], error["reason"]) == (status, code, reason), error
+    assert http.delete("/api/v1/status").headers["allow"] == "GET"
+    assert "takes GET, not DELETE" in _error(http.delete("/api/v1/status"))["message"]
+    not_json = _error(http.post("/api/v1/setup", content=b"{feature:", headers={"Content-Type": "application/json"}))
+    assert not_json["message"].startswith("the body is not valid JSON") and "at character" in not_json["message"]
+
+
+def test_a_missing_key_is_explained_in_http_terms(gateway: servers.Process) -> None:
+    """The services' words name the SDK's app_key= and the server's key file: an HTTP caller is
+    told about the Authorization header instead, and learns no path of the server."""
+    answer = httpx.get(f"{gateway.address}/api/v1/status")
+    error = _error(answer)
+    assert answer.status_code == 401 and error["reason"] == "MISSING_APP_KEY"
+    assert "Authorization: Bearer <app key>" in error["message"] and "Craftai-App-Id" in error["message"]
+    assert "app_key=" not in error["message"] and "app.key" not in error["message"]
+    assert servers.CONFIG_VARIABLE not in error["message"] and ".config" not in error["message"]
+
+
+def test_the_schema_says_how_to_authenticate_and_what_is_answered(http: httpx.Client) -> None:
+    schema = http.get("/api/v1/openapi.json").json()
+    assert schema["components"]["securitySchemes"]["bearer"] == {
+        **schema["components"]["securitySchemes"]["bearer"],
+        "type": "http",
+        "scheme": "bearer",
+    }
+    assert '"422"' not in json.dumps(schema) and "HTTPValidationError" not in json.dumps(schema)
+    for path, operations in schema["paths"].items():
+        for method, operation in operations.items():
+            assert {"bearer": []} in operation["security"], (path, method)
+            assert "Craftai-App-Id" in [p["name"] for p in operation["parameters"]], (path, method)
+            for status in ("400", "401", "403", "429", "503"):
+                answer = operation["responses"][status]["content"]["application/json"]["schema"]
+                assert answer == {"$ref": "#/components/schemas/ErrorAnswer"}, (path, method, status)
+    matte = schema["paths"]["/api/v1/remove-background"]["post"]["responses"]
+    assert {"409", "413", "404"} <= set(matte)
+    assert {"502", "507"} <= set(schema["paths"]["/api/v1/setup"]["post"]["responses"])
+
+
+def test_the_docs_ui_is_served_from_the_gateway(gateway: servers.Process) -> None:
+    page = httpx.get(f"{gateway.address}/docs")
+    assert page.status_code == 200 and "SwaggerUIBundle" in page.text
+    assert "/docs/assets/swagger-ui-bundle.js" in page.text and "/api/v1/openapi.json" in page.text
+    assert "://" not in page.text.replace("http://www.w3.org", "")  # nothing from elsewhere
+    for asset, kind in (("swagger-ui-bundle.js", "javascript"), ("swagger-ui.css", "text/css")):
+        served = httpx.get(f"{gateway.address}/docs/assets/{asset}")
+        assert served.status_code == 200 and kind in served.headers["content-type"] and len(served.content) > 10_000
+    assert httpx.get(f"{gateway.address}/api").headers["location"] == "/docs"  # where rembg's UI is
 
 
 @pytest.fixture(scope="module")
@@ -250,7 +364,7 @@ def test_setup_streams_server_sent_events(http: httpx.Client) -> None:
 
 def _bad_picture_message(sdk: AiClient) -> str:
     with pytest.raises(CraftAiError) as raised:
-        sdk.remove_background(b"this is not a picture", recipe="u2netp")
+        sdk.remove_background(b"this is not a picture", outputs="matte", recipe="u2netp")
     return raised.value.message
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import httpx
 import numpy as np
 import numpy.typing as npt
 import pytest
@@ -134,7 +135,9 @@ def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, phot
     page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
     assert page.locator("#cutout").is_visible() and "checker" in (page.get_attribute("#cutout", "class") or "")
     shown = _pixels(page, "cutout")
-    cutout = np.asarray(Image.open(io.BytesIO(sdk.remove_background(photo, cutout=True, recipe="u2netp").cutout_png)))
+    cutout = np.asarray(
+        Image.open(io.BytesIO(sdk.remove_background(photo, outputs="matte,cutout", recipe="u2netp").cutout_png))
+    )
     assert shown.shape == cutout.shape
     np.testing.assert_array_equal(shown[..., 3], cutout[..., 3])
     assert 0.05 < (cutout[..., 3] > 127).mean() < 0.95  # a real cutout: some subject, some background
@@ -257,15 +260,175 @@ def test_a_file_that_is_not_a_picture_shows_the_services_words(page: Page, tmp_p
     notes = tmp_path / "notes.txt"
     notes.write_text("shopping list: milk, eggs\n")
     with pytest.raises(CraftAiError) as raised:
-        sdk.remove_background(notes, recipe="u2netp")
+        sdk.remove_background(notes, outputs="matte", recipe="u2netp")
     page.set_input_files("#file", str(notes))
     page.click("#remove")
     page.wait_for_selector("#error:not([hidden])", timeout=60_000)
-    assert page.locator("#error").inner_text() == raised.value.message
+    assert page.locator("#error-message").inner_text() == raised.value.message
     assert page.evaluate("() => document.body.dataset.error") == "BAD_PICTURE"
+    assert "PNG, JPEG or WebP" in page.locator("#error-fix").inner_text()  # what to do about it
 
 
-def test_a_route_not_set_up_is_set_up_from_the_page_with_progress(page: Page) -> None:
+def _blob(page: Page, link: str) -> bytes:
+    """The bytes a download link of the page holds (its blob URL read in the page)."""
+    data = page.evaluate(
+        """async (id) => {
+          const bytes = new Uint8Array(await (await fetch(document.getElementById(id).href)).arrayBuffer());
+          let text = "";
+          for (let i = 0; i < bytes.length; i += 0x8000) text += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+          return btoa(text);
+        }""",
+        link,
+    )
+    return base64.b64decode(data)
+
+
+def _solid_png(path: Path, colour: tuple[int, int, int]) -> Path:
+    Image.new("RGB", (90, 60), colour).save(path)
+    return path
+
+
+def test_a_background_picture_jpeg_and_a_threshold_go_to_the_service(
+    page: Page, photo: Path, sdk: AiClient, tmp_path: Path
+) -> None:
+    backdrop = _solid_png(tmp_path / "green.png", (20, 160, 60))
+    _choose(page, photo)
+    page.select_option("#background", "picture")
+    page.set_input_files("#bg-file", str(backdrop))
+    page.select_option("#format", "jpeg")
+    page.fill("#threshold", "0.3")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    expected = sdk.remove_background(
+        photo, outputs="composite,mask", bg_image=backdrop.read_bytes(), threshold=0.3, format="jpeg", recipe="u2netp"
+    )
+    assert expected.composite is not None and expected.mask is not None
+    assert _blob(page, "download-composite") == expected.composite.data  # the service's JPEG, byte for byte
+    assert (page.get_attribute("#download-composite", "download") or "").endswith(".composite.jpg")
+    assert _blob(page, "download-mask") == expected.mask.data  # at the page's threshold
+    page.select_option("#format", "png")
+    page.fill("#threshold", "")
+    page.select_option("#background", "none")
+
+
+def test_a_new_background_is_made_in_the_page_without_running_the_model(
+    page: Page, photo: Path, sdk: AiClient, tmp_path: Path
+) -> None:
+    """After a run, a new colour, picture or blur is laid under the cutout by the page: no request
+    is sent; where the cutout is clear the new background shows, where it is opaque the cutout."""
+    _choose(page, photo)
+    page.select_option("#background", "color")
+    page.fill("#bg-color", "#2a6df4")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    cutout = np.asarray(Image.open(io.BytesIO(_blob(page, "download-cutout"))))
+    clear, alpha = cutout[..., 3] == 0, cutout[..., 3:].astype(float) / 255
+    assert clear.sum() > 1000 and (alpha > 0.9).sum() > 1000
+    sent: list[str] = []
+    page.on("request", lambda request: sent.append(request.url) if "/api/" in request.url else None)
+
+    composed = int(page.evaluate("() => Number(document.body.dataset.composed || 0)"))
+    page.fill("#bg-color", "#e0301e")  # an input event, as dragging the colour picker sends
+    page.wait_for_selector(f"body[data-composed='{composed + 1}']", timeout=30_000)
+    shown = _pixels(page, "composite")[..., :3].astype(float)
+    assert (shown[clear] == (0xE0, 0x30, 0x1E)).all()
+    over = cutout[..., :3] * alpha + np.array([0xE0, 0x30, 0x1E]) * (1 - alpha)  # the cutout over the colour
+    assert np.abs(shown - over).max() <= 2  # 8-bit premultiplied arithmetic in the canvas
+    assert (page.get_attribute("#download-composite", "href") or "").startswith("blob:")
+
+    page.select_option("#background", "picture")
+    page.set_input_files("#bg-file", str(_solid_png(tmp_path / "yellow.png", (250, 210, 20))))
+    page.wait_for_selector(f"body[data-composed='{composed + 2}']", timeout=30_000)
+    assert (_pixels(page, "composite")[clear][:, :3] == (250, 210, 20)).all()
+    page.select_option("#background", "blur")
+    page.wait_for_selector(f"body[data-composed='{composed + 3}']", timeout=30_000)
+    assert not sent, sent  # no model run, no upload: nothing went to the API
+    page.select_option("#background", "none")
+    assert page.locator("#composite").is_hidden()
+
+
+def test_a_failed_setup_stays_shown_with_its_fix(page: Page) -> None:
+    """The setup's error stays after the routes are refreshed (it used to be cleared at once)."""
+    card = page.locator(".route[data-feature='image.matte']")
+    card.locator("select").select_option("birefnet-lite/onnxruntime")
+    statuses = int(page.evaluate("() => Number(document.body.dataset.statuses || 0)"))
+    page.locator(".route[data-feature='image.matte'] button.setup").click()
+    page.wait_for_selector(f"body[data-statuses='{statuses + 1}']", timeout=60_000)  # refreshed after the failure
+    assert page.locator("#error").is_visible()
+    assert page.evaluate("() => document.body.dataset.error") == "SOURCES_FAILED"
+    assert page.locator("#error-message").inner_text()  # the services' words
+    assert "bring them by hand" in page.locator("#error-fix").inner_text()
+    page.locator(".route[data-feature='image.matte'] select").select_option("u2netp/onnxruntime")
+
+
+def test_the_page_fits_a_390_px_screen(page: Page, photo: Path) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    try:
+        _choose(page, photo)
+        page.evaluate("() => { delete document.body.dataset.cutout; }")
+        page.click("#remove")
+        page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+        assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+        for control in page.locator("button:visible, select:visible, a:visible, canvas:visible").all():
+            box = control.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390 + 0.5, box
+    finally:
+        page.set_viewport_size({"width": 1200, "height": 1000})
+
+
+def test_blob_urls_are_revoked_and_the_icon_is_served(
+    browser: BrowserContext, gateway: servers.Process, key: str, photo: Path
+) -> None:
+    """A page of its own that counts blob URLs: after three runs, only those its links show are
+    alive; no request of the page, its icon included, is answered with an error."""
+    opened = browser.new_page()
+    failed: list[str] = []
+    opened.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    opened.add_init_script(
+        """(() => {
+          const made = URL.createObjectURL, gone = URL.revokeObjectURL;
+          window.liveBlobs = new Set();
+          URL.createObjectURL = (blob) => { const u = made(blob); window.liveBlobs.add(u); return u; };
+          URL.revokeObjectURL = (u) => { window.liveBlobs.delete(u); gone(u); };
+        })();"""
+    )
+    try:
+        opened.goto(f"{gateway.address}/#key={key}")
+        opened.wait_for_selector("body[data-ready=true]")
+        _choose(opened, photo)
+        for _ in range(3):
+            opened.evaluate("() => { delete document.body.dataset.cutout; }")
+            opened.click("#remove")
+            opened.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+        live = opened.evaluate("() => [...window.liveBlobs]")
+        shown = opened.evaluate("() => [...document.querySelectorAll('a[href^=\"blob:\"]')].map((a) => a.href)")
+        assert sorted(live) == sorted(shown) and len(shown) == 3, (live, shown)  # cutout, matte, mask
+        icon = httpx.get(f"{gateway.address}/favicon.ico")
+        assert icon.status_code == 200 and icon.headers["content-type"] == "image/png"
+        assert opened.evaluate("() => document.querySelector('link[rel=icon]').href").endswith("/favicon.ico")
+        assert not failed, failed
+    finally:
+        opened.close()
+
+
+def test_the_docs_ui_renders_offline(browser: BrowserContext, gateway: servers.Process) -> None:
+    """Swagger UI at /docs in the browser: every operation shown, every file it loads the gateway's own."""
+    opened = browser.new_page()
+    asked: list[str] = []
+    opened.on("request", lambda request: asked.append(request.url))
+    try:
+        opened.goto(f"{gateway.address}/docs")
+        opened.wait_for_selector(".opblock", timeout=60_000)
+        assert opened.locator(".opblock").count() >= 7
+        assert opened.locator("button.authorize").count() == 1  # the security schemes are read
+        assert asked and all(url.startswith(gateway.address) or url.startswith("data:") for url in asked), asked
+    finally:
+        opened.close()
+
+
+def test_a_route_not_set_up_is_set_up_from_the_page_with_progress(page: Page, photo: Path) -> None:
     card = page.locator(".route[data-feature='image.matte']")
     card.locator("select").select_option("u2netp/torch")
     card = page.locator(".route[data-feature='image.matte']")
@@ -274,3 +437,12 @@ def test_a_route_not_set_up_is_set_up_from_the_page_with_progress(page: Page) ->
     page.wait_for_selector(".route[data-feature='image.matte'] progress", timeout=30_000)
     page.wait_for_selector(".route[data-feature='image.matte'][data-ready=true]", timeout=240_000)
     assert "prepared" in page.locator(".route[data-feature='image.matte'] .state").inner_text()
+    # Its first run loads it: the badge says so once the run is answered (it used to stay "prepared").
+    _choose(page, photo)
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=120_000)
+    page.wait_for_function(
+        "() => document.querySelector(\".route[data-feature='image.matte'] .state\").textContent === 'ready'",
+        timeout=30_000,
+    )

@@ -221,7 +221,7 @@ def run(
     Even clients begin with a matte and odd ones with a session, so that a short run has both."""
     with AiClient("load-warmup", target=address) as ai:
         for picture in pictures:  # every picture through both routes: buffers and arenas at their size
-            ai.remove_background(picture)
+            ai.remove_background(picture, outputs="matte")
             with ai.open_session(picture) as warm:
                 warm.segment(points=[(warm.width / 2, warm.height / 2, True)])
         budget = ai.runtime().limits.session_budget_bytes

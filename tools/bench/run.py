@@ -208,7 +208,7 @@ def matte_grpc(out: Path, device: str, tiny: bool, checkpoint: Any = None) -> di
                     picture = harness.jpeg(size)
                     matte = functools.partial(ai.remove_background, picture, recipe="inspyrenet-swinb")
                     samples = harness.timed_ms(matte, *((1, 0) if tiny else (20, 2)))
-                    server = ai.remove_background(picture, recipe="inspyrenet-swinb")
+                    server = ai.remove_background(picture, outputs="matte", recipe="inspyrenet-swinb")
                     result[f"{size[0]}x{size[1]}"] = {
                         "round_trip_ms": harness.percentiles(samples),
                         "server_stages_ms": server.timing_ms,
@@ -293,7 +293,9 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
                 list(spinning[0].setup("image.matte", "u2netp", "onnxruntime"))
 
                 def mattes(client: AiClient, engine: str | None) -> list[np.ndarray]:
-                    answers = [client.remove_background(p, recipe="u2netp", engine=engine) for p in pictures]
+                    answers = [
+                        client.remove_background(p, outputs="matte", recipe="u2netp", engine=engine) for p in pictures
+                    ]
                     return [np.asarray(Image.open(io.BytesIO(a.matte_png))) for a in answers]
 
                 ours_masks = mattes(clients[0], None)
@@ -304,7 +306,9 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
                 def through(served: list[AiClient], engine: str | None = None) -> Callable[[int], Callable[[], Any]]:
                     def make(i: int) -> Callable[[], Any]:
                         client = served[i]
-                        return cycling(lambda data: client.remove_background(data, recipe="u2netp", engine=engine))(i)
+                        return cycling(
+                            lambda data: client.remove_background(data, outputs="matte", recipe="u2netp", engine=engine)
+                        )(i)
 
                     return make
 

@@ -224,7 +224,7 @@ def colour(value: Colour) -> tuple[int, int, int, int]:
 class MatteOptions:
     """What a remove_background call asks for (built and checked by `matte_options`)."""
 
-    outputs: tuple[str, ...] = (Output.MATTE,)  # Output's names
+    outputs: tuple[str, ...] = (Output.CUTOUT,)  # Output's names
     formats: Mapping[str, str] = field(default_factory=dict)  # output -> ImageFormat's name; png where not named
     naive: bool = False  # cutout and composite: the picture's own colours, no foreground estimation
     bg_color: tuple[int, int, int, int] | None = None
@@ -279,6 +279,19 @@ def _formats(names: Sequence[Output], format: str | Mapping[str, str] | None) ->
     return made
 
 
+def default_outputs(*, cutout: bool = False, background: bool = False, threshold: bool = False) -> list[Output]:
+    """The outputs of a remove_background call that names none: the SDK's, the `craftai` command's
+    and the HTTP API's alike (docs/API.md, "The default outputs"), so that one picture and one set of
+    options give the same files everywhere. The outputs the options describe (a background: the
+    composite; a threshold: the mask), else the cutout, what "remove the background" means to a
+    person; `cutout` adds the cutout to the others."""
+    names = [Output.COMPOSITE] if background else []
+    names += [Output.MASK] if threshold else []
+    if cutout or not names:
+        names.insert(0, Output.CUTOUT)
+    return names
+
+
 def matte_options(
     *,
     outputs: str | Iterable[str] | None = None,
@@ -294,19 +307,16 @@ def matte_options(
 ) -> MatteOptions:
     """The options of a remove_background call, checked (ValueError in plain words).
 
-    Without `outputs`: the matte, the cutout when `cutout`, the composite when a background is
-    given, the mask when a threshold is. With `outputs` ("matte,cutout" or a list), exactly those
-    (`cutout=True` adds the cutout); a background without the composite, or a threshold without the
-    mask, is refused as a likely mistake.
+    Without `outputs`: `default_outputs` (the cutout; the composite instead when a background is
+    given, the mask when a threshold is; `cutout=True` keeps the cutout beside them). With `outputs`
+    ("matte,cutout" or a list), exactly those (`cutout=True` adds the cutout); a background without
+    the composite, or a threshold without the mask, is refused as a likely mistake.
     """
     backgrounds = [b for b in (bg_color, bg_blur, bg_image) if b is not None]
     if len(backgrounds) > 1:
         raise ValueError("give one background: a colour, a blur radius or a picture")
     if outputs is None:
-        names = [Output.MATTE]
-        names += [Output.CUTOUT] if cutout else []
-        names += [Output.COMPOSITE] if backgrounds else []
-        names += [Output.MASK] if threshold is not None else []
+        names = default_outputs(cutout=cutout, background=bool(backgrounds), threshold=threshold is not None)
     else:
         names = _names(outputs)
         if cutout and Output.CUTOUT not in names:
@@ -341,7 +351,7 @@ def matte_request(
 ) -> infer_pb2.MatteRequest:
     """The Matte request for a picture; `options` True/False is the matte with/without the cutout."""
     if isinstance(options, bool):
-        options = matte_options(cutout=options)
+        options = matte_options(outputs=[Output.MATTE], cutout=options)
     request = infer_pb2.MatteRequest(
         route=route_ref(MATTE_FEATURE, recipe, engine),
         outputs=[

@@ -316,8 +316,9 @@ def remove_background(
     own with `naive=True`), "composite" (the subject over `bg_color` ("#rrggbb[aa]" or
     (r, g, b[, a])), a blur of the picture of `bg_blur` pixels, or `bg_image`, scaled to
     cover; white when none is given), "mask" (alpha > `threshold`, default 0.5) — as a list
-    or "matte,cutout". Without `outputs`: the matte, plus the cutout when `cutout=True`, the
-    composite when a background is given, the mask when a threshold is.
+    or "matte,cutout". Without `outputs`: the cutout; the composite instead when a background is
+    given, the mask when a threshold is (`cutout=True` keeps the cutout beside them): the same
+    default as the `craftai` command's and the HTTP API's (calls.default_outputs).
     format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
     background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
     0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).

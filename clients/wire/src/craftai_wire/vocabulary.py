@@ -171,6 +171,7 @@ class GatewayReason(StrEnum):
     to the services, or could not read); docs/WEB.md lists them with their HTTP statuses."""
 
     BAD_REQUEST = "BAD_REQUEST"  # a request the gateway could not make into a call (the field named)
+    UNKNOWN_PARAMETER = "UNKNOWN_PARAMETER"  # a query parameter, form field or JSON field the endpoint does not take
     NOT_FOUND = "NOT_FOUND"  # no such path
     METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
     UPLOAD_TOO_LARGE = "UPLOAD_TOO_LARGE"

@@ -15,12 +15,15 @@ its router. uvicorn's protocol (craftai.web.connections) bounds connections and 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator
+from typing import Any
 
+import grpc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -32,10 +35,12 @@ from craftai.web.connections import HeadLimit
 from craftai.web.errors import bad_request, error_response
 from craftai.web.hosts import HostCheck
 from craftai.web.keycheck import KeyCheck, Verifier
-from craftai.web.routes import API, matte, page, sessions, setup, status
+from craftai.web.parameters import unknown
+from craftai.web.routes import API, docs, matte, page, sessions, setup, status
+from craftai.web.schema import install
 from craftai.web.settings import WebSettings
 from craftai.web.uploads import BodyLimit, BodyRules
-from craftai_wire.vocabulary import GatewayReason
+from craftai_wire.vocabulary import GatewayReason, Reason
 
 EXPOSED_HEADERS = [
     "X-Request-Id",
@@ -51,12 +56,16 @@ EXPOSED_HEADERS = [
     "Retry-After",
 ]
 OPENAPI = f"{API}/openapi.json"
+# The framework's own HTTP errors (no such path, a method the path does not take, a multipart body
+# without its boundary, ...) with a code and a reason like every other error.
 HTTP_REASONS = {
-    404: GatewayReason.NOT_FOUND,
-    405: GatewayReason.METHOD_NOT_ALLOWED,
-    408: GatewayReason.REQUEST_TIMEOUT,
-    413: GatewayReason.UPLOAD_TOO_LARGE,
+    400: (grpc.StatusCode.INVALID_ARGUMENT, GatewayReason.BAD_REQUEST),
+    404: (grpc.StatusCode.NOT_FOUND, GatewayReason.NOT_FOUND),
+    405: (grpc.StatusCode.UNIMPLEMENTED, GatewayReason.METHOD_NOT_ALLOWED),
+    408: (grpc.StatusCode.DEADLINE_EXCEEDED, GatewayReason.REQUEST_TIMEOUT),
+    413: (grpc.StatusCode.INVALID_ARGUMENT, GatewayReason.UPLOAD_TOO_LARGE),
 }
+log = logging.getLogger("craftai.web")
 
 
 def build(settings: WebSettings | None = None) -> FastAPI:
@@ -80,16 +89,18 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         version="1",
         description="Remove backgrounds and select objects over HTTP; the same services, keys and limits as gRPC.",
         openapi_url=OPENAPI,
-        docs_url=None,  # Swagger UI loads its script from a CDN: the schema is served, the UI is not
+        docs_url=None,  # FastAPI's loads Swagger UI from a CDN: craftai.web.routes.docs serves it offline
         redoc_url=None,
         lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.in_flight = InFlight()
     _answer_errors(app)
-    for family in (status, setup, matte, sessions, page):
+    for family in (status, setup, matte, sessions, page, docs):
         app.include_router(family.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")
+    app.mount(docs.ASSETS, docs.assets(), name="docs-assets")
+    install(app)
 
     # Added innermost first: the last added runs first.
     rules = BodyRules(
@@ -129,14 +140,58 @@ def _answer_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Response:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        problems = list(exc.errors())
+        extra = [p for p in problems if p.get("type") == "extra_forbidden"]
+        if extra:
+            refusal = unknown([_where(p) for p in extra], _fields(request), "JSON field")
+            if refusal is not None:
+                return error_response(refusal)
+        first = problems[0] if problems else {}
+        where = _where(first)
+        if first.get("type") == "json_invalid":
+            at = first.get("loc", ("body", 0))[-1]
+            detail = (first.get("ctx") or {}).get("error", "not JSON")
+            message = f"the body is not valid JSON: {detail} at character {at}"
+            return error_response(bad_request(message, field="body"))
+        if where == "" and first.get("type") == "missing":
+            return error_response(bad_request("the request needs a JSON body (Content-Type: application/json)"))
         return error_response(
-            bad_request(f"{where or 'the request'}: {first.get('msg', 'not understood')}", field=where)
+            bad_request(f"{where or 'the request'}: {first.get('msg', 'not understood')}", field=where or None)
         )
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
-        reason = HTTP_REASONS.get(exc.status_code, "")
-        body = {"error": {"status": exc.status_code, "code": "", "reason": reason, "message": str(exc.detail)}}
-        return JSONResponse(body, status_code=exc.status_code)
+        code, reason = HTTP_REASONS.get(exc.status_code, (grpc.StatusCode.INVALID_ARGUMENT, GatewayReason.BAD_REQUEST))
+        message = str(exc.detail)
+        allowed = (exc.headers or {}).get("Allow")
+        if exc.status_code == 404:
+            message = f"no such path: {request.url.path} (the HTTP API is under {API}/, its docs at /docs)"
+        elif exc.status_code == 405 and allowed:
+            message = f"{request.url.path} takes {allowed}, not {request.method}"
+        answer = error_response(CraftAiError(code, message, reason), exc.status_code)
+        answer.headers.update(exc.headers or {})
+        return answer
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception) -> Response:
+        log.exception("the gateway failed on %s %s", request.method, request.url.path)
+        error = CraftAiError(
+            grpc.StatusCode.INTERNAL, f"internal error in the gateway ({type(exc).__name__})", Reason.INTERNAL
+        )
+        return error_response(error, 500)
+
+
+def _where(problem: Any) -> str:
+    """A validation problem's field, as dotted names (without pydantic's leading "body")."""
+    return ".".join(str(part) for part in problem.get("loc", ()) if part != "body")
+
+
+def _fields(request: Request) -> list[str]:
+    """The JSON fields the endpoint's body takes (its model's), for an unknown field's message."""
+    route = request.scope.get("route")
+    body = getattr(getattr(route, "dependant", None), "body_params", [])
+    names: list[str] = []
+    for param in body:
+        model = getattr(param.field_info, "annotation", None)
+        names += list(getattr(model, "model_fields", {}))
+    return names

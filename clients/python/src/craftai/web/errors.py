@@ -61,14 +61,38 @@ def http_status(error: CraftAiError) -> int:
     return BY_CODE.get(error.code, 500)
 
 
-def error_body(error: CraftAiError) -> dict[str, Any]:
+def spoken_over_http(error: CraftAiError) -> str:
+    """The error's message for an HTTP caller: the services' words about credentials name the SDK's
+    arguments, gRPC metadata and the server's key file, none of which an HTTP caller has (nor should
+    learn a server path from); the gateway says it in headers instead."""
+    app = error.metadata.get("app", "")
+    if error.reason == Reason.MISSING_APP_KEY:
+        return (
+            f"app '{app}' sent no key: send it as 'Authorization: Bearer <app key>' "
+            "(or the header Craftai-App-Key), the app id in Craftai-App-Id; the link `craftai serve --web` "
+            "prints carries the local key, and `craftai keys add <app id>` makes one"
+        )
+    if error.reason == Reason.BAD_APP_KEY:
+        return (
+            f"the key sent for app '{app}' is not one of its keys here: check 'Authorization: Bearer <app key>' "
+            "and the app id in Craftai-App-Id"
+        )
+    if error.reason in (Reason.MISSING_APP_ID, Reason.BAD_APP_ID):
+        return (
+            "the app id (the header Craftai-App-Id) must be 1 to 64 letters, digits, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return error.message
+
+
+def error_body(error: CraftAiError, status: int | None = None) -> dict[str, Any]:
     """The JSON of an error: {"error": {status, code, reason, message, violations, request_id}}."""
     return {
         "error": {
-            "status": http_status(error),
+            "status": status or http_status(error),
             "code": error.code.name,
-            "reason": error.reason,
-            "message": error.message,
+            "reason": error.reason or error.code.name,  # none from the services: gRPC's own (UNAVAILABLE, …)
+            "message": spoken_over_http(error),
             "violations": [{"field": f, "description": d} for f, d in error.violations],
             "metadata": error.metadata,
             "request_id": error.request_id,
@@ -76,9 +100,9 @@ def error_body(error: CraftAiError) -> dict[str, Any]:
     }
 
 
-def error_headers(error: CraftAiError) -> dict[str, str]:
+def error_headers(error: CraftAiError, status: int | None = None) -> dict[str, str]:
     headers: dict[str, str] = {}
-    status = http_status(error)
+    status = status or http_status(error)
     if error.retry_after is not None:
         headers["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
     elif status == 503:
@@ -90,8 +114,11 @@ def error_headers(error: CraftAiError) -> dict[str, str]:
     return headers
 
 
-def error_response(error: CraftAiError) -> JSONResponse:
-    return JSONResponse(error_body(error), status_code=http_status(error), headers=error_headers(error))
+def error_response(error: CraftAiError, status: int | None = None) -> JSONResponse:
+    """The error's answer, at its status (the table above) unless `status` is given (an HTTP error
+    of the framework's own, whose status is already decided)."""
+    status = status or http_status(error)
+    return JSONResponse(error_body(error, status), status_code=status, headers=error_headers(error, status))
 
 
 def raw_answer(error: CraftAiError) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 PICTURE_BODY: dict[str, Any] = {
     "required": True,
@@ -41,21 +41,52 @@ MATTE_BODY: dict[str, Any] = {
         },
     },
 }
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"description": words}
-    for status, words in (
-        (400, "a bad picture, prompt or option"),
-        (401, "no app key"),
-        (403, "a key that is not the app's"),
-        (404, "unknown session, feature, recipe or engine"),
-        (408, "the request's headers or body came too slowly"),
-        (409, "the route is not set up"),
-        (413, "the upload or the picture is too large"),
-        (429, "the app's limits (Retry-After)"),
-        (431, "the request's headers are too large"),
-        (503, "the services are draining or down, or the gateway holds too many uploads (Retry-After)"),
-    )
+STATUS_WORDS = {
+    400: "a bad picture, prompt or option, a parameter the endpoint does not take (UNKNOWN_PARAMETER), a body "
+    "the gateway cannot read (BAD_REQUEST)",
+    401: "no app key: send 'Authorization: Bearer <app key>' (WWW-Authenticate says so)",
+    403: "a key that is not the app's",
+    404: "an unknown session, feature, recipe or engine",
+    408: "the request's headers or body came too slowly",
+    409: "the route is not set up (POST /api/v1/setup)",
+    412: "the recipe is unavailable, or its files or preparation were refused",
+    413: "the upload or the picture is too large",
+    429: "the app's limits (Retry-After)",
+    431: "the request's headers are too large",
+    500: "an error of the gateway or the services (INTERNAL)",
+    502: "every download source of a pinned file failed (SOURCES_FAILED)",
+    503: "the services are draining or down, or the gateway holds too many uploads (Retry-After)",
+    504: "a deadline passed",
+    507: "the store's disk is full (NO_SPACE)",
 }
+COMMON = (400, 401, 403, 408, 429, 431, 500, 503, 504)  # what any call may be answered
+
+
+class ErrorDetail(BaseModel):
+    """An error: the status, the gRPC code name, the reason for programs and the message for people."""
+
+    status: int
+    code: str = Field(description="the gRPC status code's name: INVALID_ARGUMENT, NOT_FOUND, …")
+    reason: str = Field(description="craftai_wire.vocabulary's Reason or GatewayReason: ROUTE_NOT_SET_UP, …")
+    message: str
+    violations: list[dict[str, str]] = Field(default_factory=list, description="[{field, description}]")
+    metadata: dict[str, str] = Field(default_factory=dict)
+    request_id: str = ""
+
+
+class ErrorAnswer(BaseModel):
+    """Every error's JSON (docs/WEB.md, Errors)."""
+
+    error: ErrorDetail
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """The error statuses an endpoint answers (COMMON and `statuses`), each with the error's schema."""
+    return {
+        status: {"description": STATUS_WORDS[status], "model": ErrorAnswer} for status in sorted({*COMMON, *statuses})
+    }
+
+
 EVENT_STREAM = {
     "description": "server-sent events: progress, notice, then result (or error)",
     "content": {"text/event-stream": {}},
@@ -66,7 +97,13 @@ EVERYTHING_ANSWERS = {
 }
 
 
-class PointIn(BaseModel):
+class Strict(BaseModel):
+    """A JSON body whose unknown fields are refused, named (craftai.web.parameters), not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class PointIn(Strict):
     """A click in picture pixels (x right, y down, origin top-left); background when not foreground."""
 
     x: float
@@ -74,7 +111,7 @@ class PointIn(BaseModel):
     foreground: bool = True
 
 
-class PromptIn(BaseModel):
+class PromptIn(Strict):
     """One object's prompt: clicks, a box, a previous answer's low-res logits (base64)."""
 
     points: list[PointIn | tuple[float, float] | tuple[float, float, bool]] = Field(
@@ -97,7 +134,7 @@ class SegmentIn(PromptIn):
     low_res: bool = Field(False, description="answer each mask's low-res logits (base64) to send back as mask_input")
 
 
-class EverythingIn(BaseModel):
+class EverythingIn(Strict):
     """Meta's automatic mask generator's parameters (unset: its defaults) and the answer's formats."""
 
     points_per_side: int | None = Field(None, description="a grid of n x n single clicks (32)")
@@ -116,7 +153,7 @@ class EverythingIn(BaseModel):
         return self.model_dump(exclude={"formats", "polygon_tolerance"}, exclude_none=True)
 
 
-class SetupIn(BaseModel):
+class SetupIn(Strict):
     feature: str = Field(description="image.matte or image.segment")
     recipe: str | None = None
     engine: str | None = None

@@ -56,7 +56,8 @@ class BodyLimit:
       a request that does not fit is answered 503 with Retry-After, on its headers;
     - while the gateway waits for it, a body gets `timeout_seconds` plus one second per `min_rate`
       bytes received: a client that sends nothing, or too slowly, is answered 408 and its
-      connection closed (only the time spent waiting on the client counts).
+      connection closed (only the time spent waiting on the client counts); once the body is
+      whole, nothing more is timed (an answer streamed for minutes waits on the client's leaving).
     """
 
     def __init__(self, app: ASGIApp, rules: BodyRules) -> None:
@@ -93,9 +94,12 @@ class BodyLimit:
         rules.held += reserved
         received = 0
         waited = 0.0
+        whole = False
 
         async def counted() -> Message:
-            nonlocal received, waited
+            nonlocal received, waited, whole
+            if whole:  # the body is in: what is awaited now is the client leaving (an event stream's
+                return await receive()  # answer may take minutes), which is not the body's pace
             allowance = rules.timeout_seconds + received / rules.min_rate - waited
             started = time.monotonic()
             try:
@@ -109,6 +113,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > rules.max_upload_bytes:
                     raise BodyTooLarge(rules.max_upload_bytes)
+                whole = not message.get("more_body", False)
             return message
 
         try:

@@ -4,25 +4,33 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from craftai.web.answers import answered, b64, formats, number, route_headers, text, wants
 from craftai.web.callers import Caller
-from craftai.web.models import ERRORS, MATTE_BODY
+from craftai.web.models import MATTE_BODY, errors
+from craftai.web.parameters import known_query, query_names, refuse_unknown
 from craftai.web.routes import API
-from craftai.web.uploads import read_upload
+from craftai.web.uploads import PICTURE_FIELDS, read_upload
 
-router = APIRouter(prefix=API)
+router = APIRouter(prefix=API, dependencies=[Depends(known_query)])
+FILE_FIELDS = frozenset({"background", *PICTURE_FIELDS})
 TRUE = ("true", "1", "yes", "on")
 
 
-@router.post("/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=ERRORS)
+@router.post("/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=errors(404, 409, 412, 413))
 async def remove_background(
     request: Request,
     ai: Caller,
     *,
-    outputs: Annotated[str, Query(description="any of matte, cutout, composite, mask: 'matte,cutout'")] = "cutout",
+    outputs: Annotated[
+        str | None,
+        Query(
+            description="any of matte, cutout, composite, mask: 'matte,cutout'. Unset: the cutout; the composite "
+            "instead with a background, the mask with a threshold (the SDK's and the command's default)"
+        ),
+    ] = None,
     naive: Annotated[bool, Query(description="cutout and composite: the picture's own colours")] = False,
     bg_color: Annotated[str | None, Query(description="the composite over #rrggbb[aa] or r,g,b[,a]")] = None,
     bg_blur: Annotated[float | None, Query(description="the composite over the picture blurred, in pixels")] = None,
@@ -41,10 +49,15 @@ async def remove_background(
 ) -> Response:
     """Remove the background of a picture (multipart field `picture`, or the raw body; the
     composite's background picture as the multipart field `background`). The options are the
-    SDK's remove_background's (a form's text fields may give them too). One output: its image
+    SDK's remove_background's (a form's text fields may give them too), with its default outputs:
+    the cutout; the composite instead when a background is given, the mask when a threshold is.
+    A parameter it does not take is refused (400 UNKNOWN_PARAMETER), not ignored. One output: its image
     bytes with their content type; several, or `answer=json` / Accept: application/json: JSON
     with each output base64."""
     upload = await read_upload(request)
+    route = request.scope["route"]
+    refuse_unknown(upload.fields, query_names(route), "form field")
+    refuse_unknown(upload.files, FILE_FIELDS, "file field")
     given = {
         "outputs": outputs,
         "naive": str(naive).lower(),
@@ -58,10 +71,10 @@ async def remove_background(
         "engine": engine,
         "answer": answer,
     } | upload.fields
-    names = [n.strip() for n in str(given["outputs"]).split(",") if n.strip()]
+    asked = text(given["outputs"])
     result = await ai.remove_background(
         upload.picture,
-        outputs=names,
+        outputs=None if asked is None else [n.strip() for n in asked.split(",") if n.strip()],
         naive=str(given["naive"]).lower() in TRUE,
         bg_color=text(given["bg_color"]),
         bg_blur=number(given["bg_blur"], "bg_blur", float),

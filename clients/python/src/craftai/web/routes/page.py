@@ -1,4 +1,4 @@
-"""The page (/ and /static/), the words it shares with the services (/vocabulary.js), and /healthz."""
+"""The page (/, /static/ and /favicon.ico), the words it shares with the services (/vocabulary.js), and /healthz."""
 
 from __future__ import annotations
 
@@ -31,6 +31,12 @@ async def healthz() -> dict[str, bool]:
 @router.get("/")
 async def page() -> Response:
     return Response((STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+
+
+@router.get("/favicon.ico")
+async def favicon() -> Response:
+    """The page's icon where browsers and tools look for it first (a PNG: every browser takes it there)."""
+    return Response((STATIC / "favicon.png").read_bytes(), media_type="image/png")
 
 
 @router.get("/vocabulary.js")

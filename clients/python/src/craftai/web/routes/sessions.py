@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
 from craftai.outputs import EverythingOutput, Prompt, SegmentOutput
@@ -14,20 +14,24 @@ from craftai.web.answers import answered, everything, logits, mask, points, rout
 from craftai.web.callers import Caller
 from craftai.web.errors import bad_request
 from craftai.web.events import progress_stream
-from craftai.web.models import ERRORS, EVERYTHING_ANSWERS, PICTURE_BODY, EverythingIn, SegmentIn
+from craftai.web.models import EVERYTHING_ANSWERS, PICTURE_BODY, EverythingIn, SegmentIn, errors
+from craftai.web.parameters import known_query, refuse_unknown
 from craftai.web.routes import API
-from craftai.web.uploads import read_upload
+from craftai.web.uploads import PICTURE_FIELDS, read_upload
 from craftai_wire.v1 import common_pb2
 
-router = APIRouter(prefix=f"{API}/sessions")
+router = APIRouter(prefix=f"{API}/sessions", dependencies=[Depends(known_query)])
+FORM_FIELDS = frozenset({"recipe", "engine"})
 
 
-@router.post("", status_code=201, openapi_extra={"requestBody": PICTURE_BODY}, responses=ERRORS)
+@router.post("", status_code=201, openapi_extra={"requestBody": PICTURE_BODY}, responses=errors(404, 409, 412, 413))
 async def open_session(
     request: Request, ai: Caller, recipe: str | None = None, engine: str | None = None
 ) -> JSONResponse:
     """Open a segment session on a picture (the image encoder runs now): its id and size."""
     upload = await read_upload(request)
+    refuse_unknown(upload.fields, FORM_FIELDS, "form field")
+    refuse_unknown(upload.files, PICTURE_FIELDS, "file field")
     session = await ai.open_session(
         upload.picture, upload.fields.get("recipe", recipe), upload.fields.get("engine", engine)
     )
@@ -45,7 +49,7 @@ async def open_session(
     return JSONResponse(body, status_code=201, headers={"Location": f"{API}/sessions/{session.session_id}"})
 
 
-@router.post("/{session_id}/segment", responses=ERRORS)
+@router.post("/{session_id}/segment", responses=errors(404, 413))
 async def segment(
     session_id: str,
     body: SegmentIn,
@@ -99,7 +103,7 @@ async def segment(
     return JSONResponse({"session_id": session_id, **answered(result), "masks": masks}, headers=headers)
 
 
-@router.post("/{session_id}/everything", responses={200: EVERYTHING_ANSWERS, **ERRORS})
+@router.post("/{session_id}/everything", responses={200: EVERYTHING_ANSWERS, **errors(404, 413)})
 async def segment_everything(session_id: str, body: EverythingIn, request: Request, ai: Caller) -> Response:
     """Every object of the session's picture (Meta's automatic mask generator: a grid of single
     clicks, filtered, de-duplicated), best predicted IoU first, masks as RLE unless `formats`
@@ -118,7 +122,7 @@ async def segment_everything(session_id: str, body: EverythingIn, request: Reque
     return await progress_stream(call, everything)
 
 
-@router.delete("/{session_id}", status_code=204, responses=ERRORS)
+@router.delete("/{session_id}", status_code=204, responses=errors())
 async def close_session(session_id: str, ai: Caller) -> Response:
     """Forget the session's picture on the server (nothing happens if it is already gone)."""
     await ai.resume_session(session_id).close()

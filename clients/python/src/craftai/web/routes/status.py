@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
 from craftai.errors import CraftAiError
 from craftai.web.answers import message
 from craftai.web.callers import Caller
-from craftai.web.models import ERRORS
+from craftai.web.models import errors
+from craftai.web.parameters import known_query
 from craftai.web.routes import API
 
-router = APIRouter(prefix=API)
+router = APIRouter(prefix=API, dependencies=[Depends(known_query)])
 
 
-@router.get("/status", responses=ERRORS)
+@router.get("/status", responses=errors())
 async def status(ai: Caller) -> dict[str, Any]:
     """The infer service's device and engines, every route's state, and the route each feature
     would use on this installation (the catalogue's advice)."""

@@ -27,7 +27,9 @@ const state = {
   history: [],
   sequence: 0,
   masks: 0, // overlay updates so far (tests wait on body[data-masks])
-  urls: [],
+  urls: {}, // slot -> the blob URL shown there (revoked when the slot gets another, or the picture changes)
+  made: null, // the last cutout made: {file, cutout (Blob), format} (the composite is re-made from it)
+  composed: 0, // composites made in the page (tests wait on body[data-composed])
 };
 
 class ApiError extends Error {
@@ -36,8 +38,36 @@ class ApiError extends Error {
     super(error.message || `the gateway answered ${status}`);
     this.status = status;
     this.reason = error.reason || "";
+    this.code = error.code || "";
   }
 }
+
+class Unreachable extends Error {
+  // fetch itself failed: the gateway did not answer at all.
+  constructor() {
+    super("the gateway did not answer");
+    this.reason = "UNREACHABLE";
+  }
+}
+
+// What to do about an error, where its message alone does not say (the services' messages name
+// their own fixes, e.g. the command that sets a route up).
+const FIXES = {
+  [Reason.BAD_PICTURE]: "Choose a PNG, JPEG or WebP picture.",
+  [Reason.EMPTY_PICTURE]: "Choose a PNG, JPEG or WebP picture.",
+  [Reason.PICTURE_TOO_LARGE]: "Choose a smaller picture.",
+  [Reason.UPLOAD_TOO_LARGE]: "Choose a smaller picture.",
+  [Reason.ROUTE_NOT_SET_UP]: "Press Set up on the route above: it downloads and prepares it once.",
+  [Reason.SOURCES_FAILED]: "This machine could not download the files: bring them by hand (docs/STORE.md), then Set up again.",
+  [Reason.FILE_MISMATCH]: "The downloaded file is not the pinned one: Set up again, or bring the file by hand (docs/STORE.md).",
+  [Reason.MISSING_APP_KEY]: "Open the link `craftai serve --web` printed (it carries the key), or enter a key above.",
+  [Reason.BAD_APP_KEY]: "Open the link `craftai serve --web` printed (it carries the key), or enter a key above.",
+  [Reason.TOO_MANY_SESSIONS]: "Pictures kept for this app id are at their limit: close other tabs, or wait a few minutes.",
+  [Reason.SESSION_NOT_FOUND]: "Choose the picture again.",
+  [Reason.SHUTTING_DOWN]: "The services are stopping: start `craftai serve` again, then retry.",
+  UNAVAILABLE: "The services do not answer: is `craftai serve` running?",
+  UNREACHABLE: "The gateway does not answer: is `craftai serve --web` still running? Then open its link again.",
+};
 
 // -- keys ------------------------------------------------------------------------------------
 
@@ -65,7 +95,12 @@ async function api(path, { method = "GET", body, type, accept, json } = {}) {
     extra["Content-Type"] = type;
   }
   if (accept) extra["Accept"] = accept;
-  const response = await fetch(API + path, { method, body, headers: headers(extra) });
+  let response;
+  try {
+    response = await fetch(API + path, { method, body, headers: headers(extra) });
+  } catch {
+    throw new Unreachable();
+  }
   if (!response.ok) {
     let parsed = null;
     try { parsed = await response.json(); } catch { /* not JSON: the status says it */ }
@@ -79,7 +114,9 @@ async function api(path, { method = "GET", body, type, accept, json } = {}) {
 // -- what is shown -----------------------------------------------------------------------------
 
 function showError(error) {
-  $("error").textContent = error ? error.message : "";
+  // The error stays until the next action begins (busy clears it), whatever is refreshed meanwhile.
+  $("error-message").textContent = error ? error.message : "";
+  $("error-fix").textContent = error ? (FIXES[error.reason] || FIXES[error.code] || "") : "";
   $("error").hidden = !error;
   document.body.dataset.error = error ? (error.reason || "error") : "";
 }
@@ -97,10 +134,19 @@ async function busy(work) {
   }
 }
 
-function url(blob) {
+function url(slot, blob) {
+  // A blob URL for one place of the page; the one it replaces there is revoked (its bytes freed).
+  forget(slot);
   const made = URL.createObjectURL(blob);
-  state.urls.push(made);
+  state.urls[slot] = made;
   return made;
+}
+
+function forget(...slots) {
+  for (const slot of slots.length ? slots : Object.keys(state.urls)) {
+    if (state.urls[slot]) URL.revokeObjectURL(state.urls[slot]);
+    delete state.urls[slot];
+  }
 }
 
 function bytes(base64) {
@@ -186,6 +232,18 @@ async function loadStatus() {
   state.status = await response.json();
   chooseRoutes();
   renderRoutes();
+  state.statuses = (state.statuses || 0) + 1;
+  document.body.dataset.statuses = String(state.statuses);
+}
+
+async function refreshStatus() {
+  // The routes' badges after a call that may have changed them (set up, loaded on first use);
+  // never clears the error the call left.
+  try {
+    await loadStatus();
+  } catch (error) {
+    if ($("error").hidden) showError(error);
+  }
 }
 
 function* events(text) {
@@ -238,7 +296,7 @@ async function setUp(feature, card, button) {
       }
     });
   });
-  await busy(loadStatus);
+  await refreshStatus();
 }
 
 // -- the picture ------------------------------------------------------------------------------
@@ -246,6 +304,8 @@ async function setUp(feature, card, button) {
 async function choose(file) {
   if (!file) return;
   forgetSession();
+  forget();
+  state.made = null;
   state.file = file;
   state.prompt = { points: [], box: null };
   state.history = [];
@@ -286,7 +346,33 @@ function matteOptions() {
   if (background === "blur") options.bg_blur = $("bg-blur").value;
   if (background !== "none") outputs.push("composite");
   if ($("naive").checked) options.naive = "true";
+  if ($("threshold").value !== "") options.threshold = $("threshold").value;
   return { outputs: outputs.join(","), answer: "json", ...options };
+}
+
+function backgroundPicture() {
+  return $("background").value === "picture" ? $("bg-file").files[0] : undefined;
+}
+
+function suffix(format) {
+  return format === "jpeg" ? "jpg" : format;
+}
+
+function stem() {
+  return (state.file.name || "picture").replace(/\.[^.]*$/, "");
+}
+
+function link(name, blob, format) {
+  // A download of one output: a link of its own, in the downloads' row.
+  let found = $(`download-${name}`);
+  if (!found) {
+    found = document.createElement("a");
+    found.id = `download-${name}`;
+    $("downloads").append(found);
+  }
+  found.href = url(`download-${name}`, blob);
+  found.download = `${stem()}.${name}.${suffix(format)}`;
+  found.textContent = `${name[0].toUpperCase()}${name.slice(1)} (${format.toUpperCase()})`;
 }
 
 async function draw(canvas, blob) {
@@ -300,8 +386,18 @@ async function draw(canvas, blob) {
 
 async function removeBackground() {
   await busy(async () => {
+    const backdrop = backgroundPicture();
+    if ($("background").value === "picture" && !backdrop) throw new Error("choose the background picture first");
+    let body = state.file;
+    let type = state.file.type || "application/octet-stream";
+    if (backdrop) { // the picture and its background in one form (the fetch sets its boundary)
+      body = new FormData();
+      body.append("picture", state.file, state.file.name || "picture");
+      body.append("background", backdrop, backdrop.name || "background");
+      type = undefined;
+    }
     const response = await api(`/remove-background?${query("image.matte", matteOptions())}`, {
-      method: "POST", body: state.file, type: state.file.type || "application/octet-stream",
+      method: "POST", body, type,
     });
     const result = await response.json();
     const blobs = {};
@@ -311,20 +407,64 @@ async function removeBackground() {
     await draw($("cutout"), blobs.cutout);
     $("composite").hidden = !blobs.composite;
     if (blobs.composite) await draw($("composite"), blobs.composite);
-    const links = $("downloads");
-    links.replaceChildren();
-    const stem = (state.file.name || "picture").replace(/\.[^.]*$/, "");
-    for (const [name, image] of Object.entries(result.outputs)) {
-      const link = document.createElement("a");
-      link.id = `download-${name}`;
-      link.href = url(blobs[name]);
-      link.download = `${stem}.${name}.${image.format === "jpeg" ? "jpg" : image.format}`;
-      link.textContent = `${name[0].toUpperCase()}${name.slice(1)} (${image.format.toUpperCase()})`;
-      links.append(link);
-    }
+    forget(...Object.keys(state.urls).filter((slot) => slot.startsWith("download-")));
+    $("downloads").replaceChildren();
+    for (const [name, image] of Object.entries(result.outputs)) link(name, blobs[name], image.format);
+    state.made = { file: state.file, cutout: blobs.cutout, format: result.outputs.cutout.format };
     $("cutout-caption").textContent = `${result.recipe} / ${result.engine} on ${result.device}, ${ms(result.timing_ms)}`;
     $("cutout-view").hidden = false;
     document.body.dataset.cutout = "shown";
+  });
+  await refreshStatus(); // the route answered: loaded now
+}
+
+async function backdropOf(kind, width, height) {
+  // The background alone, at the picture's size: a colour, the picture blurred, or another
+  // picture scaled to cover (the middle kept), as the service makes it.
+  const canvas = new OffscreenCanvas(width, height);
+  const context = canvas.getContext("2d");
+  if (kind === "color") {
+    context.fillStyle = $("bg-color").value;
+    context.fillRect(0, 0, width, height);
+  } else if (kind === "blur") {
+    context.filter = `blur(${Number($("bg-blur").value) || 1}px)`;
+    context.drawImage(await createImageBitmap(state.file), 0, 0, width, height);
+  } else {
+    const picture = await createImageBitmap(backgroundPicture());
+    const scale = Math.max(width / picture.width, height / picture.height);
+    const [w, h] = [picture.width * scale, picture.height * scale];
+    context.drawImage(picture, (width - w) / 2, (height - h) / 2, w, h);
+  }
+  return canvas;
+}
+
+async function recompose() {
+  // Only the background changed since the cutout was made: the composite is the new background
+  // with the cutout laid over it, here in the page (no model runs, no upload).
+  const kind = $("background").value;
+  if (!state.made || state.made.file !== state.file || $("cutout-view").hidden) return;
+  if (kind === "none") {
+    $("composite").hidden = true;
+    forget("download-composite");
+    $("download-composite")?.remove();
+    return;
+  }
+  if (kind === "picture" && !backgroundPicture()) return; // the next choice of a file composes
+  await busy(async () => {
+    const cutout = await createImageBitmap(state.made.cutout);
+    const canvas = $("composite");
+    canvas.width = cutout.width;
+    canvas.height = cutout.height;
+    const context = canvas.getContext("2d");
+    context.clearRect(0, 0, canvas.width, canvas.height);
+    context.drawImage(await backdropOf(kind, cutout.width, cutout.height), 0, 0);
+    context.drawImage(cutout, 0, 0);
+    canvas.hidden = false;
+    const format = $("format").value === "jpeg" ? "jpeg" : "png";
+    const blob = await new Promise((done) => canvas.toBlob(done, `image/${format}`, 0.9));
+    link("composite", blob, format);
+    state.composed += 1;
+    document.body.dataset.composed = String(state.composed);
   });
 }
 
@@ -364,6 +504,7 @@ async function toggleSelect() {
     setSelecting(true);
     $("info").textContent = `select: ${state.session.recipe} / ${state.session.engine} on ${state.session.device}`;
   });
+  await refreshStatus(); // the route answered: loaded now
 }
 
 function change(next) {
@@ -417,7 +558,7 @@ function clearMask() {
   const overlay = $("overlay");
   overlay.getContext("2d").clearRect(0, 0, overlay.width, overlay.height);
   $("mask-caption").textContent = "";
-  $("download-mask").hidden = true;
+  $("download-selection").hidden = true;
 }
 
 async function segment() {
@@ -440,9 +581,9 @@ async function segment() {
     const share = Number(response.headers.get("X-Craftai-Selected-Fraction"));
     $("mask-caption").textContent = response.headers.get("X-Craftai-Empty") === "true"
       ? "nothing selected" : `${(share * 100).toFixed(1)} % of the picture, predicted IoU ${iou.toFixed(3)}`;
-    const link = $("download-mask");
-    link.href = url(blob);
-    link.hidden = false;
+    const download = $("download-selection");
+    download.href = url("selection", blob);
+    download.hidden = false;
     state.masks += 1;
     document.body.dataset.masks = String(state.masks);
   });
@@ -518,13 +659,14 @@ async function everything() {
     }
     if (!result) throw new Error("the gateway's answer ended before its result: try again");
     await paintEverything(result.masks);
-    $("download-mask").hidden = true;
+    $("download-selection").hidden = true;
     $("mask-caption").textContent = `${result.masks.length} objects (of ${result.candidates} candidates from ` +
       `${result.points} clicks), ${ms(result.timing_ms)}`;
     state.masks += 1;
     document.body.dataset.masks = String(state.masks);
     document.body.dataset.everything = String(result.masks.length);
   });
+  await refreshStatus();
 }
 
 function pictureXY(event) {
@@ -571,6 +713,9 @@ function listen() {
     choose(event.dataTransfer.files[0]);
   });
   $("remove").addEventListener("click", removeBackground);
+  for (const [id, event] of [["background", "change"], ["bg-color", "input"], ["bg-blur", "change"], ["bg-file", "change"]]) {
+    $(id).addEventListener(event, recompose);
+  }
   $("select").addEventListener("click", toggleSelect);
   $("everything").addEventListener("click", everything);
   $("undo").addEventListener("click", () => {
@@ -588,7 +733,10 @@ function listen() {
     $("key-panel").hidden = true;
     busy(loadStatus);
   });
-  window.addEventListener("pagehide", forgetSession);
+  window.addEventListener("pagehide", () => {
+    forgetSession();
+    forget();
+  });
 }
 
 // What the page's tests read (and a curious developer's console): the prompt as sent.
