@@ -62,6 +62,7 @@ class Reason(StrEnum):
     MODEL_REFUSED = "MODEL_REFUSED"
     NO_SPACE = "NO_SPACE"
     UNSAFE_STORE = "UNSAFE_STORE"
+    STORE_PERMISSIONS = "STORE_PERMISSIONS"  # a store path this service may not read or write: the fix said
     CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
     LIMIT_REACHED = "LIMIT_REACHED"
     INTERNAL = "INTERNAL"
@@ -72,6 +73,8 @@ class NoticeCode(StrEnum):
 
     SOURCE_FAILED = "SOURCE_FAILED"  # a download source failed; the next one is tried
     FILE_MISMATCH = "FILE_MISMATCH"  # a file in the store was not the pinned one and is replaced
+    FILE_ADOPTED = "FILE_ADOPTED"  # a pinned file another user placed by hand, made the service's own
+    FILE_NOT_BROUGHT = "FILE_NOT_BROUGHT"  # the SDK's: a file of the route not under setup's from_path
     PREPARED_REFUSED = "PREPARED_REFUSED"  # a prepared folder did not match its manifest: prepared again
     PREPARED_UNVERIFIED = "PREPARED_UNVERIFIED"  # prepared, but a file to check it against was not on disk
     FELL_BACK_TO_CPU = "FELL_BACK_TO_CPU"  # the GPU failed; answered on the CPU, which the route keeps
