@@ -8,6 +8,7 @@ its own, so that the server it starts is its own and never the machine's 50051."
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -25,7 +26,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from craftai import AiClient, CraftAiError
+from craftai import AiClient, AsyncAiClient, CraftAiError, FeatureInfo
 from craftai.local_server import answering, shared
 from craftai_dev import servers
 
@@ -128,13 +129,18 @@ def test_two_first_commands_start_one_server_which_status_shows_and_stop_stops(h
     )
 
 
-def test_the_sdk_starts_the_server_which_stops_itself_when_idle(
+def test_the_asyncio_client_starts_the_server_which_stops_itself_when_idle(
     home: Home, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("CRAFTAI_SHARED_IDLE_MINUTES", "0.05")  # 3 s: the setting scaled down
-    with caplog.at_level(logging.WARNING, logger="craftai.local_server"), AiClient(app_id="tests") as ai:
-        features = ai.features()
-    assert {f.name for f in features} == {"image.matte", "image.segment"}
+
+    async def features() -> list[FeatureInfo]:  # the asyncio client (the command tests the blocking one)
+        async with AsyncAiClient(app_id="tests") as ai:
+            return await ai.features()
+
+    with caplog.at_level(logging.WARNING, logger="craftai.local_server"):
+        found = asyncio.run(features())
+    assert {f.name for f in found} == {"image.matte", "image.segment"}
     assert [r.message for r in caplog.records if STARTED in r.message] != []
     server = shared()
     assert server is not None and server.idle_minutes == 0.05
