@@ -26,7 +26,12 @@ def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Pat
     # SAM 2.1 tiny is available since issue 15: a recipe of unconfirmed bytes is added for `status` to list.
     data = catalogues.add_unconfirmed(tomllib.loads(local_catalogue.read_text()))
     recipes = catalogues.write(tmp_path / "recipes.toml", data)
-    process = servers.embedded(tmp_path / "store", tmp_path, {"CRAFTAI_RECIPES": str(recipes)})
+    # An infer service without the openvino engine (its package hidden from this server's Python).
+    hidden = tmp_path / "no-openvino"
+    hidden.mkdir()
+    (hidden / "sitecustomize.py").write_text('import sys\nsys.modules["openvino"] = None\n')
+    env = {"CRAFTAI_RECIPES": str(recipes), "PYTHONPATH": str(hidden)}
+    process = servers.embedded(tmp_path / "store", tmp_path, env)
     with servers.running(process):
         before = _craftai(process.address, "status", "image.matte")
         assert before.returncode == 0 and "u2netp" in before.stdout and "missing" in before.stdout
@@ -56,6 +61,10 @@ def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Pat
 
         status = _craftai(process.address, "status")
         assert "ready" in status.stdout and "unavailable" in status.stdout
+        assert f"server: {process.address}\n" in status.stdout
+        (openvino,) = [line for line in status.stdout.splitlines() if " u2netp " in line and "openvino" in line]
+        assert "prepared" in openvino  # its files are there ...
+        assert "the infer service cannot run it: its openvino engine is not installed there" in openvino  # ... but
 
 
 def test_errors_are_plain_words_and_exit_1(tmp_path: Path, matte_server: servers.Process) -> None:
@@ -63,7 +72,7 @@ def test_errors_are_plain_words_and_exit_1(tmp_path: Path, matte_server: servers
     bad.write_bytes(b"not a picture")
     run = _craftai(matte_server.address, "remove-background", str(bad), "-o", str(tmp_path / "o"))
     assert run.returncode == 1
-    assert run.stderr.strip() == f"craftai: {NOT_A_PICTURE}"
+    assert run.stderr.strip() == f"craftai: {bad}: {NOT_A_PICTURE}"  # the one input named
     run = _craftai(matte_server.address, "setup", "image.blur")
     assert run.returncode == 1 and "unknown feature 'image.blur'" in run.stderr
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -12,6 +13,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_status import rpc_status
 
 from craftai_dev import servers
+from craftai_dev.files import U2NETP_SHA256, u2netp_onnx
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import (
     catalogue_pb2,
@@ -40,6 +42,17 @@ def channel(matte_server: servers.Process) -> grpc.Channel:
     return loopback_channel(matte_server.address)
 
 
+def _brought_u2netp() -> Iterator[prepare_pb2.SetupUpload]:
+    """SetupFrom's stream: the route, then u2netp.onnx brought by the caller."""
+    data = u2netp_onnx().read_bytes()
+    route = common_pb2.RouteRef(feature="image.matte", recipe="u2netp", engine="onnxruntime")
+    yield prepare_pb2.SetupUpload(route=prepare_pb2.SetupRequest(route=route))
+    file = prepare_pb2.BroughtFile(folder="u2netp", name="u2netp.onnx", size=len(data), sha256=U2NETP_SHA256)
+    yield prepare_pb2.SetupUpload(file=file)
+    for start in range(0, len(data), 1 << 20):
+        yield prepare_pb2.SetupUpload(chunk=data[start : start + (1 << 20)])
+
+
 def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
     c = catalogue_pb2_grpc.CatalogueServiceStub(channel)
     p = prepare_pb2_grpc.PrepareServiceStub(channel)
@@ -51,6 +64,7 @@ def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
         ),
         "GetRouteStates": lambda: c.GetRouteStates(catalogue_pb2.GetRouteStatesRequest(), metadata=APP, timeout=10),
         "Setup": lambda: list(p.Setup(prepare_pb2.SetupRequest(route=MATTE), metadata=APP, timeout=60)),
+        "SetupFrom": lambda: list(p.SetupFrom(_brought_u2netp(), metadata=APP, timeout=60)),
         "GetRuntime": lambda: i.GetRuntime(infer_pb2.GetRuntimeRequest(), metadata=APP, timeout=10),
         "Load": lambda: list(i.Load(infer_pb2.LoadRequest(route=MATTE), metadata=APP, timeout=60)),
         "Matte": lambda: list(

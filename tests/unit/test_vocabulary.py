@@ -35,6 +35,7 @@ from craftai_wire.vocabulary import (
     MASK_FORMATS,
     OUTPUT_KINDS,
     OUTPUT_OF,
+    RECIPES_OF,
     ROUTE_STATES,
     Engine,
     Feature,
@@ -42,6 +43,7 @@ from craftai_wire.vocabulary import (
     NoticeCode,
     Output,
     Reason,
+    Recipe,
     RouteState,
 )
 
@@ -134,6 +136,15 @@ def test_the_features_of_the_catalogue_and_of_infer_are_the_vocabularys() -> Non
     assert {recipe.feature for recipe in data.recipes} == set(Feature)
     assert (matte.FEATURE, segment.FEATURE) == (Feature.MATTE, Feature.SEGMENT)
     assert (calls.MATTE_FEATURE, calls.SEGMENT_FEATURE) == (Feature.MATTE, Feature.SEGMENT)
+
+
+def test_the_recipes_of_the_catalogue_are_the_vocabularys_by_feature() -> None:
+    data = recipes.load()
+    found = {feature: tuple(r.name for r in data.recipes if r.feature == feature) for feature in Feature}
+    assert {feature: set(names) for feature, names in found.items()} == {
+        feature: set(names) for feature, names in RECIPES_OF.items()
+    }
+    assert set(Recipe) == {recipe.name for recipe in data.recipes}
 
 
 def test_the_notice_infer_sends_is_the_vocabularys() -> None:

@@ -56,6 +56,8 @@ GET_ROUTE_STATES = Unary(
     "catalogue", "GetRouteStates", catalogue_pb2.GetRouteStatesRequest, catalogue_pb2.GetRouteStatesResponse
 )
 SETUP = Stream("prepare", "Setup", prepare_pb2.SetupRequest, prepare_pb2.SetupResult, "setup")
+# A stream both ways: its request is a stream of SetupUpload messages (craftai.brought.messages).
+SETUP_FROM = Stream("prepare", "SetupFrom", prepare_pb2.SetupUpload, prepare_pb2.SetupResult, "setup")
 GET_RUNTIME = Unary("infer", "GetRuntime", infer_pb2.GetRuntimeRequest, infer_pb2.Runtime)
 MATTE = Stream("infer", "Matte", infer_pb2.MatteRequest, infer_pb2.MatteResult, "inference")
 OPEN_SESSION = Stream("infer", "OpenSession", infer_pb2.OpenSessionRequest, infer_pb2.OpenSessionResult, "inference")

@@ -2,7 +2,7 @@
 
     from craftai import AiClient
 
-    with AiClient(app_id="my-editor") as ai:          # the embedded server on 127.0.0.1:50051
+    with AiClient(app_id="my-editor") as ai:          # the local server (started when none answers)
         for event in ai.setup("image.matte"):
             print(event)
         result = ai.remove_background("photo.jpg", outputs="matte,cutout,composite", bg_color="#2a6df4")
@@ -37,16 +37,19 @@ transport (channels, metadata, the retry loop, the one stream reader), session (
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import os
 from collections.abc import AsyncGenerator, Generator
+from pathlib import Path
 from typing import Generic, Self, TypeVar
 
 import grpc
 
 import craftai.methods as ops
-from craftai.calls import SETUP, setup_request
+from craftai.brought import bring, upload
+from craftai.calls import RESOLVE_ROUTE, SETUP, SETUP_FROM, resolve_request, setup_request
 from craftai.installation import (
     FeatureInfo,
     FileOutcome,
@@ -136,6 +139,7 @@ __all__ = [
 
 
 TransportT = TypeVar("TransportT", Transport, AsyncTransport)
+SETUP_WHAT = "the setup stream"
 
 
 class _Client(Generic[TransportT]):
@@ -160,6 +164,7 @@ class _Client(Generic[TransportT]):
         certificate_chain: bytes | str | os.PathLike[str] | None = None,
         private_key: bytes | str | os.PathLike[str] | None = None,
         retries: Retries | None = None,
+        start_server: bool = True,
     ) -> None:
         connection = Connection.from_arguments(
             app_id,
@@ -173,6 +178,7 @@ class _Client(Generic[TransportT]):
             root_certificates=root_certificates,
             certificate_chain=certificate_chain,
             private_key=private_key,
+            start_server=start_server,
         )
         self.app_id = app_id
         self.transport: TransportT = self._transport_type(connection, deadlines or Deadlines(), retries or Retries())
@@ -208,11 +214,17 @@ class AiClient(_Client[Transport]):
 
     `target` is the address of a server hosting all three (the embedded `craftai serve`); pass
     `catalogue`, `prepare` and `infer` to reach separate deployments. Defaults come from
-    CRAFTAI_ADDRESS (else 127.0.0.1:50051), and, unless `target` is given, from
-    CRAFTAI_CATALOGUE_ADDRESS, CRAFTAI_PREPARE_ADDRESS and CRAFTAI_INFER_ADDRESS for each service
-    (so `craftai setup` works against separate deployments). CRAFTAI_APP_ID is not read: the app
-    names itself. The key and TLS settings are described in craftai.transport; `credentials`
-    (any grpc.ChannelCredentials) replaces the TLS settings when given.
+    CRAFTAI_ADDRESS, and, unless `target` is given, from CRAFTAI_CATALOGUE_ADDRESS,
+    CRAFTAI_PREPARE_ADDRESS and CRAFTAI_INFER_ADDRESS for each service (so `craftai setup` works
+    against separate deployments). CRAFTAI_APP_ID is not read: the app names itself. The key and
+    TLS settings are described in craftai.transport; `credentials` (any grpc.ChannelCredentials)
+    replaces the TLS settings when given.
+
+    With no address anywhere, the client talks to the local server (127.0.0.1:CRAFTAI_PORT, else
+    127.0.0.1:50051), and a call that finds none there starts the shared one in the background
+    (craftai.local_server: one per user, stopped after CRAFTAI_SHARED_IDLE_MINUTES without a
+    call), saying so in one warning; `start_server=False` (or CRAFTAI_AUTOSTART=off) never
+    starts one. An address given on purpose never starts anything.
     """
 
     _transport_type = Transport
@@ -246,16 +258,36 @@ class AiClient(_Client[Transport]):
     segment_once = ops.blocking(ops.segment_once)
 
     def setup(
-        self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
+        self,
+        feature: str,
+        recipe: str | None = None,
+        engine: str | None = None,
+        *,
+        from_path: str | os.PathLike[str] | None = None,
+        request_id: str | None = None,
     ) -> Generator[SetupEvent, None, None]:
         """Download, verify and prepare a route; yields Progress and Notice events, then the
         SetupOutput.
 
+        `from_path` (a file, a folder, a zip archive such as the publisher's): the route's files are
+        taken from there instead of downloaded (offline), found by size and SHA-256 and streamed
+        to the prepare service, which checks every byte and places them (craftai.brought); the
+        files it does not hold are checked or fetched by the service as usual (a Notice says so).
+        ValueError when it holds none of them.
+
         Leaving the loop early does not stop the preparation on the server: the next call joins it
         (and so does a retry after the connection was lost: progress then starts again).
         """
-        request = setup_request(feature, recipe, engine)
-        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
+        request_id = request_id or new_request_id()
+        if from_path is None:
+            events = self.transport.stream(SETUP, setup_request(feature, recipe, engine), request_id, what=SETUP_WHAT)
+        else:
+            resolved = self.transport.unary(RESOLVE_ROUTE, resolve_request(feature, recipe, engine), request_id)
+            found, notices = bring(resolved, Path(from_path))
+            yield from notices
+            events = self.transport.stream(
+                SETUP_FROM, lambda: upload(resolved.route, found.found), request_id, what=SETUP_WHAT
+            )
         with contextlib.closing(events):
             for event in events:
                 if not isinstance(event, Retrying):
@@ -310,12 +342,28 @@ class AsyncAiClient(_Client[AsyncTransport]):
     segment_once = ops.awaiting(ops.segment_once)
 
     async def setup(
-        self, feature: str, recipe: str | None = None, engine: str | None = None, *, request_id: str | None = None
+        self,
+        feature: str,
+        recipe: str | None = None,
+        engine: str | None = None,
+        *,
+        from_path: str | os.PathLike[str] | None = None,
+        request_id: str | None = None,
     ) -> AsyncGenerator[SetupEvent, None]:
-        """AiClient.setup: progress and notices, then the result; leaving early never stops the
-        preparation on the server."""
-        request = setup_request(feature, recipe, engine)
-        events = self.transport.stream(SETUP, request, request_id or new_request_id(), what="the setup stream")
+        """AiClient.setup: progress and notices, then the result (from files brought by hand with
+        `from_path`, read off the event loop); leaving early never stops the preparation on the
+        server."""
+        request_id = request_id or new_request_id()
+        if from_path is None:
+            events = self.transport.stream(SETUP, setup_request(feature, recipe, engine), request_id, what=SETUP_WHAT)
+        else:
+            resolved = await self.transport.unary(RESOLVE_ROUTE, resolve_request(feature, recipe, engine), request_id)
+            found, notices = await asyncio.to_thread(bring, resolved, Path(from_path))
+            for notice in notices:
+                yield notice
+            events = self.transport.stream(
+                SETUP_FROM, lambda: upload(resolved.route, found.found), request_id, what=SETUP_WHAT
+            )
         try:
             async for event in events:
                 if not isinstance(event, Retrying):

@@ -57,6 +57,7 @@ class RetryPlan:
     policy: Retries
     attempt: int = 0
     waited: float = 0.0
+    started_server: bool = False  # this call started the shared local server once (no more)
 
     def pause(self, error: CraftAiError, reached: bool) -> float | None:
         """Seconds to sleep before the next try; None when the error is an answer, no try is left,
@@ -66,6 +67,15 @@ class RetryPlan:
             return None
         backoff = min(policy.backoff * 2**self.attempt, policy.max_backoff)
         return min(error.retry_after if error.retry_after is not None else backoff, policy.max_backoff)
+
+    def start_server(self, error: CraftAiError, allowed: bool) -> bool:
+        """Whether to look for the shared local server (and start it when none answers) before
+        deciding on `error`: once a call, only where the client may (`allowed`: no address given),
+        after the channel's own UNAVAILABLE (nothing answered)."""
+        if not allowed or self.started_server or error.code != grpc.StatusCode.UNAVAILABLE or error.reason:
+            return False
+        self.started_server = True
+        return True
 
     def wait_left(self, elapsed: float) -> float:
         """Seconds this try may still wait for the server, `elapsed` being spent on it already."""

@@ -32,9 +32,13 @@ log = logging.getLogger("craftai.serve")
 GATEWAY_START_SECONDS = 60.0
 
 
-def run(host: str | None, port: int | None, store: Path | None, web: WebSettings | None = None) -> int:
-    """Serve until SIGTERM or Ctrl-C; with `web`, the web gateway too (its own port and process),
-    calling these services at the address they listen on."""
+def run(
+    host: str | None, port: int | None, store: Path | None, web: WebSettings | None = None, idle_minutes: float = 0.0
+) -> int:
+    """Serve until SIGTERM or Ctrl-C (or `idle_minutes` without a call, the shared local server's
+    way to end); with `web`, the web gateway too (its own port and process), calling these
+    services at the address they listen on. Logs are JSON lines, or text for people on a terminal
+    (unless CRAFTAI_LOG_FORMAT says which)."""
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
@@ -47,7 +51,8 @@ def run(host: str | None, port: int | None, store: Path | None, web: WebSettings
         raise SystemExit(f"craftai serve needs the service packages (pip install 'craftai[server]'): {exc}") from exc
 
     overrides = {k: v for k, v in (("host", host), ("port", port), ("store", store)) if v is not None}
-    infer_settings = InferSettings(**overrides)  # type: ignore[arg-type]
+    terminal = {"log_format": "text"} if "CRAFTAI_LOG_FORMAT" not in os.environ and sys.stderr.isatty() else {}
+    infer_settings = InferSettings(**overrides, **terminal)  # type: ignore[arg-type]
     configure_logging(infer_settings, "serve")
     mounts = [
         catalogue.build(CatalogueSettings(**overrides), embedded=True),  # type: ignore[arg-type]
@@ -61,7 +66,8 @@ def run(host: str | None, port: int | None, store: Path | None, web: WebSettings
         def beside(address: str) -> contextlib.AbstractAsyncContextManager[str]:
             return gateway_process(web.model_copy(update={"target": web.target or address}), *logging_of)
 
-    exit_process(asyncio.run(serve(infer_settings, mounts, beside)))  # nothing of the models outlives the stop
+    code = asyncio.run(serve(infer_settings, mounts, beside, idle_seconds=idle_minutes * 60))
+    exit_process(code)  # nothing of the models outlives the stop
 
 
 def environment(web: WebSettings) -> dict[str, str]:

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import logging
 import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -35,6 +36,8 @@ from google.protobuf.message import Message
 
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
+from craftai.local_server import DEFAULT_PORT, answering, autostart_allowed, local_address, no_server, one_address
+from craftai.local_server import ensure as ensure_server
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
 from craftai.replicas import Replicas, pinned_options
 from craftai_wire import local_tls
@@ -44,13 +47,20 @@ from craftai_wire.metadata import APP_ID_KEY, APP_KEY_KEY, REQUEST_ID_KEY
 from craftai_wire.v1 import catalogue_pb2_grpc, common_pb2, infer_pb2_grpc, prepare_pb2_grpc
 from craftai_wire.vocabulary import Reason
 
-DEFAULT_ADDRESS = "127.0.0.1:50051"
+DEFAULT_ADDRESS = f"127.0.0.1:{DEFAULT_PORT}"  # the local server's, unless CRAFTAI_PORT moves it
 MiB = 1 << 20
 Pem = bytes | str | os.PathLike[str]
 ProgressCallback = Callable[[common_pb2.Progress], None]
 RequestT = TypeVar("RequestT", bound=Message)
 AnswerT = TypeVar("AnswerT", bound=Message)
 StreamEvent = common_pb2.Progress | common_pb2.Notice | Retrying
+Requests = Callable[[], Iterator[RequestT]]  # a call's stream of requests, made anew for each try
+
+
+def say_started(line: str) -> None:
+    """The one line a client says when it started the shared local server (a warning: it shows
+    where logging is not set up; the `craftai` command prints it)."""
+    logging.getLogger("craftai.local_server").warning(line)
 
 
 def new_request_id() -> str:
@@ -91,6 +101,9 @@ class Connection:
     # the calls a gateway makes for a caller (`Transport.for_app`): over the channel the gateway's
     # own client makes, with the caller's key or none (a 1-tuple), never the gateway's or the local key
     callers_key: tuple[str | None] | None = None
+    # no address was given anywhere: a call that finds no server at the local address starts the
+    # shared one (craftai.local_server), unless start_server=False or CRAFTAI_AUTOSTART=off
+    starts_server: bool = False
 
     @classmethod
     def from_arguments(
@@ -107,12 +120,17 @@ class Connection:
         root_certificates: Pem | None = None,
         certificate_chain: Pem | None = None,
         private_key: Pem | None = None,
+        start_server: bool = True,
     ) -> Connection:
         """AiClient's arguments, with the defaults its docstring names (CRAFTAI_ADDRESS, the
-        per-service addresses unless `target` is given, the key and TLS variables)."""
+        per-service addresses unless `target` is given, the key and TLS variables); with no address
+        anywhere, the local server's (which a call starts when none answers, unless told not to)."""
         if not app_id:
             raise ValueError("app_id is required: it names your app to the services")
-        base = target or os.environ.get("CRAFTAI_ADDRESS") or DEFAULT_ADDRESS
+        variables = ("CRAFTAI_ADDRESS", "CRAFTAI_CATALOGUE_ADDRESS", "CRAFTAI_PREPARE_ADDRESS", "CRAFTAI_INFER_ADDRESS")
+        given = any((target, catalogue, prepare, infer)) or any(os.environ.get(v) for v in variables)
+        starts = start_server and not given and autostart_allowed()
+        base = target or os.environ.get("CRAFTAI_ADDRESS") or local_address()
         if credentials is None:
             roots = _pem(root_certificates, "CRAFTAI_TLS_CA")
             chain = _pem(certificate_chain, "CRAFTAI_TLS_CLIENT_CERT")
@@ -128,7 +146,7 @@ class Connection:
             "infer": infer or (None if target else env("CRAFTAI_INFER_ADDRESS")) or base,
         }
         given_key = app_key or env("CRAFTAI_APP_KEY") or None
-        return cls(app_id, addresses, credentials, given_key, client_options(max_message_bytes))
+        return cls(app_id, addresses, credentials, given_key, client_options(max_message_bytes), starts_server=starts)
 
     def security(self, address: str) -> Security:
         """How to call `address` now. TLS or a key given on purpose are used as given; otherwise a
@@ -164,7 +182,9 @@ class Connection:
         return tuple(items)
 
     def explain(self, error: CraftAiError, address: str, security: Security) -> CraftAiError:
-        """`error`, with what the client did with the local key when that is what went wrong."""
+        """`error`, with what to do about it when the client can tell: no server at the address,
+        a server whose TLS the client could not check (naming the certificate it looked for), or
+        what it did with the local key."""
         if error.reason == Reason.MISSING_APP_KEY and security.app_key is None and self.callers_key is None:
             if security.pinned is None:
                 why = (
@@ -174,28 +194,43 @@ class Connection:
             else:
                 why = f"no local key at {local_key_file()}"
             error.message = f"{error.message} (this client: {why})"
-        elif error.code == grpc.StatusCode.UNAVAILABLE and not error.reason and security.pinned is not None:
-            error.message = (
-                f"{error.message} (this client pins the local server's certificate {local_tls.certificate_file()} "
-                "to send it the local key: a program on this port that does not hold it, or a server speaking "
-                "plain text, is sent nothing; a server beyond loopback needs TLS of its own or CRAFTAI_LOCAL_TLS=off "
-                "with an explicit key)"
-            )
-        elif (
-            error.code == grpc.StatusCode.UNAVAILABLE
-            and not error.reason
-            and security.pinned is None
-            and self.credentials is None
-            and is_loopback(address)
-            and local_tls.pinned_certificate() is not None
-        ):
-            error.message = (
-                f"{error.message} (if this is a local `craftai serve`: it speaks TLS with its own certificate, "
-                f"which the SDK pins by itself only when it sends the local key; with a key of your own, pass "
-                f"root_certificates={local_tls.certificate_file()})"
-            )
+        elif error.code == grpc.StatusCode.UNAVAILABLE and not error.reason:
+            error.message = self._unanswered(error.message, address, security)
         error.args = (error.message,)
         return error
+
+    def _unanswered(self, message: str, address: str, security: Security) -> str:
+        """UNAVAILABLE from the channel: nothing listens there, or the TLS handshake failed."""
+        detail = message.removeprefix("the service did not answer (UNAVAILABLE): ")
+        plain = one_address(address)
+        if plain is not None and not answering(plain):
+            return f"{no_server(address)} ({detail})"
+        if security.pinned is not None:
+            return (
+                f"the server at {address} did not prove to be the local server: this client pins the certificate "
+                f"{local_tls.certificate_file()} (the local server's, made by the first `craftai serve` of this "
+                "config folder) to send it the local key, and the server does not hold it. A server started with "
+                "another config folder (HOME, XDG_CONFIG_HOME or CRAFTAI_CONFIG_DIR) than this client's has its own: "
+                "run the client with that server's CRAFTAI_CONFIG_DIR; another program on this port, a server "
+                f"speaking plain text, or one beyond loopback is sent nothing ({detail})"
+            )
+        if self.credentials is None and is_loopback(address) and local_tls.enabled():
+            certificate = local_tls.certificate_file()
+            if local_tls.pinned_certificate() is None:
+                looked = f"it looked for the local server's certificate at {certificate}, which is not there"
+                fix = (
+                    "the server was started with another config folder (HOME, XDG_CONFIG_HOME or "
+                    "CRAFTAI_CONFIG_DIR) than this client's: run the client with that server's CRAFTAI_CONFIG_DIR, "
+                    "or pass root_certificates=<that folder>/local-tls.crt (CRAFTAI_TLS_CA)"
+                )
+            else:
+                looked = "a client with a key of its own does not pin the local certificate by itself"
+                fix = f"pass root_certificates={certificate} (CRAFTAI_TLS_CA) with your key"
+            return (
+                f"the server at {address} speaks TLS (a local `craftai serve` does, with a certificate of its own) "
+                f"and this client had no certificate to check it with: {looked}; {fix} ({detail})"
+            )
+        return message
 
 
 STUBS: dict[ServiceName, Any] = {
@@ -361,8 +396,17 @@ class Transport:
         return getattr(STUBS[service](channel), name), security, False
 
     def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
-        """Before another try: raise `error` when the plan says it is not worth one; else sleep its
-        pause and wait (within what is left of `wait_seconds`) for the server to be reachable."""
+        """Before another try: when no address was given and nothing answers, start the shared
+        local server and try at once; else raise `error` when the plan says it is not worth
+        another try, or sleep its pause and wait (within what is left of `wait_seconds`) for the
+        server to be reachable."""
+        if plan.start_server(error, self.connection.starts_server):
+            ensure_server(address, say_started)  # started now, or by another command meanwhile
+            with self._lock:  # a fresh channel: the old one backs off after its failed connection
+                kept = self._channels.pop(address, None)
+                if kept is not None:
+                    self._retired.append(kept[0])
+            return
         pause = plan.pause(error, address in self._reached)
         if pause is None:
             raise error
@@ -400,7 +444,7 @@ class Transport:
     def stream(
         self,
         rpc: Stream[RequestT, AnswerT],
-        request: RequestT,
+        request: RequestT | Requests[RequestT],
         request_id: str,
         *,
         what: str = "the stream",
@@ -414,13 +458,15 @@ class Transport:
         `retries`, after a `Retrying` event: what it gave before is void and progress starts again.
         A long try that delivered events before it failed (a setup whose connection the server
         renewed after CRAFTAI_MAX_CONNECTION_AGE_SECONDS) does not use up the tries. A session's
-        stream (`replica`) on its replica's own channel raises ReplicaLostError instead."""
+        stream (`replica`) on its replica's own channel raises ReplicaLostError instead. A stream of
+        requests (SetupFrom) is given as `Requests`: each try sends a new one from its start."""
         address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
         while True:
             call, security, pinned = self._call(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
-            events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            sent = request() if callable(request) else request
+            events = call(sent, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
             attempt = StreamTry(rpc, request_id, what)
             try:
                 for event in events:  # read to the end: the result is the last message, then the status

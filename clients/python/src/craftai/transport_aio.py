@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -23,6 +23,7 @@ import grpc.aio
 
 from craftai.calls import ServiceName, Stream, Unary
 from craftai.errors import CraftAiError
+from craftai.local_server import ensure as ensure_server
 from craftai.policy import Deadlines, Retries, Retrying, RetryPlan
 from craftai.replicas import AsyncReplicas, pinned_options
 from craftai.transport import (
@@ -31,15 +32,25 @@ from craftai.transport import (
     Connection,
     ProgressCallback,
     Reading,
+    Requests,
     RequestT,
     Security,
     StreamEvent,
     StreamTry,
     new_request_id,
     pinned_key,
+    say_started,
 )
 from craftai_wire.channels import balancing_options
 from craftai_wire.targets import balanced
+
+
+async def _off_the_loop(requests: Iterator[RequestT]) -> AsyncIterator[RequestT]:
+    """A stream of requests made by blocking code (files read as they are sent), each taken on a
+    worker thread so that the event loop never waits on a disk."""
+    done = object()
+    while (item := await asyncio.to_thread(next, requests, done)) is not done:
+        yield item  # type: ignore[misc]
 
 
 def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.aio.Channel:
@@ -119,8 +130,13 @@ class AsyncTransport:
         return getattr(STUBS[service](channel), name), security, False
 
     async def _wait_again(self, address: str, error: CraftAiError, plan: RetryPlan) -> None:
-        """Before another try: raise `error` when the plan says it is not worth one; else sleep its
-        pause and wait (within what is left of `wait_seconds`) for the server to be reachable."""
+        """Transport._wait_again, awaited (the shared local server started on a worker thread)."""
+        if plan.start_server(error, self.connection.starts_server):
+            await asyncio.to_thread(ensure_server, address, say_started)  # now, or by another command meanwhile
+            kept = self._channels.pop(address, None)  # a fresh channel: the old one backs off
+            if kept is not None:
+                self._retired.append(kept[0])
+            return
         await asyncio.sleep(0)  # let the READY watcher see a state it was told about
         pause = plan.pause(error, address in self._reached)
         if pause is None:
@@ -158,7 +174,7 @@ class AsyncTransport:
     async def stream(
         self,
         rpc: Stream[RequestT, AnswerT],
-        request: RequestT,
+        request: RequestT | Requests[RequestT],
         request_id: str,
         *,
         what: str = "the stream",
@@ -173,7 +189,8 @@ class AsyncTransport:
         while True:
             call, security, pinned = await self._method(rpc.service, rpc.name, replica)
             metadata = self.connection.metadata(request_id, security.app_key)
-            events = call(request, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            sent = _off_the_loop(request()) if callable(request) else request
+            events = call(sent, timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
             attempt = StreamTry(rpc, request_id, what)
             try:
                 async for event in events:  # read to the end: the result is the last message, then the status

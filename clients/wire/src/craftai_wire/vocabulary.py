@@ -4,7 +4,7 @@ command line, the web gateway and (through the gateway) the page.
 `Reason` is the machine-readable contract of every error (google.rpc.ErrorInfo.reason); docs/API.md
 lists them with what a caller does about each; `GatewayReason` are the web gateway's own (HTTP
 only; docs/WEB.md). `NoticeCode` names the notices a stream carries.
-`Feature` and `Engine` are the names a `RouteRef` carries as strings. `Output`, `ImageFormat` and
+`Feature`, `Recipe` and `Engine` are the names a `RouteRef` carries as strings. `Output`, `ImageFormat` and
 `MaskFormat` are the names apps use (the SDK's arguments, the command line, HTTP) for what the
 wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS` and `MASK_FORMATS` are the one mapping
 between the two, and `ROUTE_STATES` the same for a route's state. They are Python enums of
@@ -62,6 +62,7 @@ class Reason(StrEnum):
     MODEL_REFUSED = "MODEL_REFUSED"
     NO_SPACE = "NO_SPACE"
     UNSAFE_STORE = "UNSAFE_STORE"
+    STORE_PERMISSIONS = "STORE_PERMISSIONS"  # a store path this service may not read or write: the fix said
     CATALOGUE_UNREACHABLE = "CATALOGUE_UNREACHABLE"
     LIMIT_REACHED = "LIMIT_REACHED"
     INTERNAL = "INTERNAL"
@@ -72,6 +73,8 @@ class NoticeCode(StrEnum):
 
     SOURCE_FAILED = "SOURCE_FAILED"  # a download source failed; the next one is tried
     FILE_MISMATCH = "FILE_MISMATCH"  # a file in the store was not the pinned one and is replaced
+    FILE_ADOPTED = "FILE_ADOPTED"  # a pinned file another user placed by hand, made the service's own
+    FILE_NOT_BROUGHT = "FILE_NOT_BROUGHT"  # the SDK's: a file of the route not under setup's from_path
     PREPARED_REFUSED = "PREPARED_REFUSED"  # a prepared folder did not match its manifest: prepared again
     PREPARED_UNVERIFIED = "PREPARED_UNVERIFIED"  # prepared, but a file to check it against was not on disk
     FELL_BACK_TO_CPU = "FELL_BACK_TO_CPU"  # the GPU failed; answered on the CPU, which the route keeps
@@ -82,6 +85,18 @@ class Feature(StrEnum):
 
     MATTE = "image.matte"
     SEGMENT = "image.segment"
+
+
+class Recipe(StrEnum):
+    """RouteRef.recipe: the recipes of the packaged catalogue, by feature in `RECIPES_OF` (the
+    command's help lists them; a catalogue of one's own, CRAFTAI_RECIPES, may name others, which
+    the services take as any other)."""
+
+    U2NETP = "u2netp"
+    INSPYRENET_SWINB = "inspyrenet-swinb"
+    BIREFNET_LITE = "birefnet-lite"
+    SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
+    SAM2_HIERA_TINY = "sam2-hiera-tiny"
 
 
 class Engine(StrEnum):
@@ -128,6 +143,12 @@ class RouteState(StrEnum):
     READY = "ready"  # prepared and loaded warm in the infer service
 
 
+RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
+    {
+        Feature.MATTE: (Recipe.U2NETP, Recipe.INSPYRENET_SWINB, Recipe.BIREFNET_LITE),
+        Feature.SEGMENT: (Recipe.SAM21_HIERA_TINY, Recipe.SAM2_HIERA_TINY),
+    }
+)
 OUTPUT_KINDS: Mapping[Output, infer_pb2.MatteOutputKind.ValueType] = MappingProxyType(
     {
         Output.MATTE: infer_pb2.MATTE_OUTPUT_KIND_MATTE,

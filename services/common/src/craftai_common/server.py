@@ -217,15 +217,29 @@ def exit_process(code: int) -> NoReturn:
     os._exit(code)
 
 
+async def _stop_when_idle(server: Server, seconds: float, stop: asyncio.Event) -> None:
+    """Ask for the stop once no call has been in progress for `seconds` (calls between the services
+    count; health probes do not)."""
+    while not stop.is_set():
+        idle = server.gateway.idle_seconds()
+        if idle >= seconds:
+            log.info("no call for %g minute(s): stopping", seconds / 60)
+            stop.set()
+            return
+        await asyncio.sleep(min(max(seconds - idle, 0.05), 5.0))
+
+
 async def serve(
     settings: ServerSettings,
     mounts: Sequence[Mount],
     beside: Callable[[str], contextlib.AbstractAsyncContextManager[object]] | None = None,
+    idle_seconds: float = 0.0,
 ) -> int:
     """Run until SIGTERM or SIGINT; exit code 0 after a graceful stop (2 for a bad keys setting).
 
     `beside(address)`: something served with the services on this loop (`craftai serve --web`: the
-    web gateway), entered once they listen at `address` and left before they stop."""
+    web gateway), entered once they listen at `address` and left before they stop. `idle_seconds`
+    (the shared local server's): stop as on SIGTERM once no call has been in progress that long."""
     try:
         server = Server(settings, mounts)
     except KeysFileError as exc:
@@ -244,12 +258,16 @@ async def serve(
     except BaseException:
         await server.stop()
         raise
+    idle = asyncio.create_task(_stop_when_idle(server, idle_seconds, stop_requested)) if idle_seconds > 0 else None
     try:
         async with beside(server.address) if beside is not None else contextlib.nullcontext():
             await stop_requested.wait()
     except BaseException:  # what ran beside failed: stop the services too, and say why
         await server.stop()
         raise
+    finally:
+        if idle is not None:
+            idle.cancel()
     log.info("stopping: health NOT_SERVING, up to %.0f s for in-flight requests", settings.grace_seconds)
     await server.stop()
     return 0

@@ -14,7 +14,7 @@ Every partial file (a file's or an archive's) is opened without following a symb
 (O_NOFOLLOW): a link planted at its path would otherwise make the setup truncate or append to
 whatever it points to; it is refused in plain words (FAILED_PRECONDITION / UNSAFE_STORE), as is
 a linked lock file (craftai_prepare.locks). A full disk is NO_SPACE wherever it strikes, the
-verification record included.
+verification record included. A file another user placed by hand is adopted (ownership.py).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from filelock import FileLock, Timeout
 from craftai_common.errors import ServiceError
 from craftai_common.hashing import HashingWriter, sha256_file
 from craftai_common.store import FilePin, Store, fsync_dir, mismatch_message
+from craftai_prepare import ownership
 from craftai_prepare.full_disk import no_space
 from craftai_prepare.locks import store_lock, unsafe_path
 from craftai_prepare.reporter import Reporter
@@ -80,17 +81,24 @@ def ensure_file(  # noqa: PLR0917 - the job's inputs
     `stopping` set: a wait for another job's archive lock ends at once (SHUTTING_DOWN).
     """
     path = store.model_path(pin)
-    if path.is_file():
-        size, digest = _check_present(path, pin, reporter)
-        if size == pin.size and digest == pin.sha256:
-            _write_record(store, pin)
-            return FetchOutcome(pin, downloaded=False, source="present")
-        reporter.notice(
-            NoticeCode.FILE_MISMATCH,
-            f"refused the file in the store: {mismatch_message(pin, size, digest)}; fetching the pinned file",
-        )
-    failures: list[str] = []
     partial = store.partial_path(pin)
+    if path.is_file():
+        owner = ownership.foreign(path)
+        if owner is not None:
+            partial.parent.mkdir(parents=True, exist_ok=True)
+            adopted = _adopt(store, pin, partial, reporter, owner)
+            if adopted is not None:
+                return adopted
+        else:
+            size, digest = _check_present(path, pin, reporter)
+            if size == pin.size and digest == pin.sha256:
+                _write_record(store, pin)
+                return FetchOutcome(pin, downloaded=False, source="present")
+            reporter.notice(
+                NoticeCode.FILE_MISMATCH,
+                f"refused the file in the store: {mismatch_message(pin, size, digest)}; fetching the pinned file",
+            )
+    failures: list[str] = []
     partial.parent.mkdir(parents=True, exist_ok=True)
     for source in sources:
         if failures:
@@ -167,6 +175,50 @@ def _write_checked(store: Store, pin: FilePin, partial: Path, fill: Callable[[Ha
             found = mismatch_message(pin, writer.size, writer.hexdigest())
             writer.restart()
             raise _RefusedError(f"refused: {found}")
+
+
+def _adopt(store: Store, pin: FilePin, partial: Path, reporter: Reporter, owner: os.stat_result) -> FetchOutcome | None:
+    """A file another user placed by hand (ownership.py): copied into a file of this service's own,
+    hashed while copied, and renamed over it when it is the pinned file (None: it is not, and was
+    said so; the caller fetches the pinned one)."""
+    path = store.model_path(pin)
+    was = f"owner uid {owner.st_uid}, mode {stat.S_IMODE(owner.st_mode):04o}"
+
+    def fill(writer: HashingWriter) -> None:
+        writer.restart()  # a partial download of the same file is not this file's beginning
+        with path.open("rb") as placed:
+            while block := placed.read(1 << 20):
+                writer.write(block)
+                reporter.progress("verify", writer.size, pin.size, "bytes", f"checking {pin.name} (placed by hand)")
+
+    try:
+        _write_checked(store, pin, partial, fill)
+    except _RefusedError as refused:
+        reporter.notice(
+            NoticeCode.FILE_MISMATCH,
+            f"refused the file placed by hand at {path} ({was}): {str(refused).removeprefix('refused: ')}; "
+            "fetching the pinned file",
+        )
+        return None
+    os.replace(partial, path)
+    fsync_dir(path.parent)
+    _write_record(store, pin)
+    reporter.notice(
+        NoticeCode.FILE_ADOPTED,
+        f"adopted {path}, placed by hand ({was}): it is the pinned file, now a file of the service's own",
+    )
+    return FetchOutcome(pin, downloaded=False, source="present (placed by hand, adopted)")
+
+
+def place(store: Store, pin: FilePin, received: Path, origin: str) -> FetchOutcome:
+    """A file the caller brought (received and checked against its pin: brought.py) renamed into
+    `models/`, over whatever was there."""
+    path = store.model_path(pin)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(received, path)
+    fsync_dir(path.parent)
+    _write_record(store, pin)
+    return FetchOutcome(pin, downloaded=True, source=f"brought: {origin}")
 
 
 def _publish(store: Store, pin: FilePin, partial: Path, reporter: Reporter, source: str) -> FetchOutcome:

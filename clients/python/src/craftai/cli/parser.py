@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from importlib import metadata
 from pathlib import Path
 
 from craftai.cli.keys import cmd_keys_add, cmd_keys_hash
@@ -13,11 +14,38 @@ from craftai.cli.serve import cmd_serve, cmd_web
 from craftai.cli.setup import cmd_setup
 from craftai.cli.status import cmd_status
 from craftai_wire import vocabulary
-from craftai_wire.vocabulary import Engine, ImageFormat
+from craftai_wire.vocabulary import RECIPES_OF, Engine, Feature, ImageFormat
 
 # --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
 # answer UNKNOWN_ENGINE for one it does not).
 ENGINES = tuple(Engine)
+FEATURES = tuple(str(feature) for feature in Feature)
+# --recipe's names, listed in its help rather than enforced: a catalogue of one's own may add recipes.
+RECIPES_HELP = "; ".join(f"{feature}: {', '.join(names)}" for feature, names in RECIPES_OF.items())
+
+
+def _recipe_flags(s: argparse.ArgumentParser, feature: str = "") -> None:
+    names = ", ".join(RECIPES_OF[Feature(feature)]) if feature else RECIPES_HELP
+    s.add_argument(
+        "--recipe",
+        default=None,
+        metavar="RECIPE",
+        help=f"the recipe ({names}; default: the catalogue's advice for the infer service's machine; "
+        "`craftai status` lists each with its state)",
+    )
+    s.add_argument(
+        "--engine",
+        default=None,
+        choices=ENGINES,
+        help="the engine that runs it (default: the catalogue's advice; a recipe offers some of them)",
+    )
+
+
+def version() -> str:
+    try:
+        return f"craftai {metadata.version('craftai')}"
+    except metadata.PackageNotFoundError:
+        return "craftai (version unknown: not installed as a package)"
 
 
 def _format_flags(s: argparse.ArgumentParser, default: str) -> None:
@@ -42,11 +70,18 @@ def _web_flags(s: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="craftai", description="craft-ai services: local AI image features")
+    p = argparse.ArgumentParser(
+        prog="craftai",
+        description="craft-ai services: local AI image features. With no --address (nor CRAFTAI_ADDRESS), a "
+        "command that finds no server at the local address starts one in the background and says so "
+        "(CRAFTAI_AUTOSTART=off: never; craftai serve --stop stops it).",
+    )
+    p.add_argument("--version", action="version", version=version())
     p.add_argument(
         "--address",
         default=os.environ.get("CRAFTAI_ADDRESS"),
-        help="server address (default: CRAFTAI_ADDRESS or 127.0.0.1:50051)",
+        help="server address (default: CRAFTAI_ADDRESS, else the local server at 127.0.0.1:CRAFTAI_PORT or "
+        "127.0.0.1:50051, started when none answers); an address given never starts one",
     )
     p.add_argument(
         "--app-id",
@@ -62,20 +97,47 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--store", type=Path, default=None, help="model store folder (default CRAFTAI_STORE)")
     s.add_argument("--web", action="store_true", help="also serve the HTTP API and the page (craftai[web])")
     _web_flags(s)
+    s.add_argument(
+        "--idle-minutes",
+        type=float,
+        default=None,
+        metavar="M",
+        help="stop after M minutes without a call (default: never; the shared server a command starts: "
+        "CRAFTAI_SHARED_IDLE_MINUTES, 30)",
+    )
+    s.add_argument(
+        "--stop", action="store_true", help="stop the shared server a command started (craftai status shows it)"
+    )
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("web", help="the HTTP API and the page, in front of the services at --address")
     _web_flags(s)
     s.set_defaults(func=cmd_web)
 
-    s = sub.add_parser("status", help="the infer device and the state of every route")
-    s.add_argument("feature", nargs="?", default="")
+    s = sub.add_parser("status", help="the server, the infer device and the state of every route (starts no server)")
+    s.add_argument(
+        "feature", nargs="?", default="", metavar="FEATURE", help=f"one feature's routes only: {' or '.join(FEATURES)}"
+    )
     s.set_defaults(func=cmd_status)
 
-    s = sub.add_parser("setup", help="download, verify and prepare a feature's route")
-    s.add_argument("feature", help="image.matte or image.segment")
-    s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=ENGINES)
+    s = sub.add_parser(
+        "setup",
+        help="download (or take from --from), verify and prepare a feature's route",
+        description="Set a route up: its pinned files downloaded and checked byte for byte, then its one-time "
+        "preparation. Offline, --from PATH takes the files from PATH instead (a file, a folder, a zip archive such "
+        "as the publisher's), streamed to the server, which checks every byte.",
+    )
+    s.add_argument("feature", metavar="FEATURE", help=" or ".join(FEATURES))
+    _recipe_flags(s)
+    s.add_argument(
+        "--from",
+        dest="from_path",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the route's files brought by hand: a file, a folder or a zip archive (found by size and SHA-256; "
+        "a failed download names them)",
+    )
     s.set_defaults(func=cmd_setup)
 
     s = sub.add_parser(
@@ -140,8 +202,7 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"
     )
-    s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=ENGINES)
+    _recipe_flags(s, Feature.MATTE)
     s.set_defaults(func=cmd_remove_background)
 
     s = sub.add_parser("segment", help="write the mask(s) selected by clicks and/or boxes (image.segment)")
@@ -178,8 +239,7 @@ def parser() -> argparse.ArgumentParser:
         action="store_true",
         help="the one mask Meta's predictor answers (multimask_output=False)",
     )
-    s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=ENGINES)
+    _recipe_flags(s, Feature.SEGMENT)
     s.set_defaults(func=cmd_segment)
 
     s = sub.add_parser(
@@ -201,8 +261,7 @@ def parser() -> argparse.ArgumentParser:
         help="one mask per point, Meta's single-mask answer (multimask_output=False)",
     )
     _format_flags(s, vocabulary.MaskFormat.RLE)
-    s.add_argument("--recipe", default=None)
-    s.add_argument("--engine", default=None, choices=ENGINES)
+    _recipe_flags(s, Feature.SEGMENT)
     s.set_defaults(func=cmd_segment_all)
 
     k = sub.add_parser("keys", help="app keys (only their hashes are kept by the servers)")

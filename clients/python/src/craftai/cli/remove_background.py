@@ -18,6 +18,7 @@ from tqdm import tqdm
 from craftai.calls import matte_options
 from craftai.cli.batch import FORMAT_OF_SUFFIX, STDIO, Picture, plan, write_output
 from craftai.cli.connection import connect
+from craftai.cli.progress import on_terminal
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
 from craftai_wire.vocabulary import ImageFormat, Output, Reason
@@ -159,7 +160,11 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
     with connect(options) as ai:
         jobs = max(1, min(options.jobs or default_jobs(ai), len(pictures) or 1))
         bar = tqdm(
-            total=len(pictures), desc="pictures", unit="pic", disable=options.quiet or len(pictures) < 2, leave=False
+            total=len(pictures),
+            desc="pictures",
+            unit="pic",
+            disable=options.quiet or len(pictures) < 2 or not on_terminal(),  # each picture has its line anyway
+            leave=False,
         )
         with ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="picture") as pool:
             running = {pool.submit(_one, ai, p, asked, stdin, options.overwrite): p for p in pictures}
@@ -195,9 +200,7 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
         file=say,
     )
     for d in failed:
-        print(
-            f"craftai: {d.error}" if len(pictures) == 1 else f"craftai: {d.picture.label}: {d.error}", file=sys.stderr
-        )
+        print(f"craftai: {d.picture.label}: {d.error}", file=sys.stderr)
     if stopped:
         left = len(pictures) - len(results)
         print(f"craftai: {stopped} (stopped with {left} picture(s) not done)", file=sys.stderr)

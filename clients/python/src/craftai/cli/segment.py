@@ -10,9 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from craftai.cli.connection import connect
+from craftai.cli.progress import Bar
 from craftai.installation import Progress
 from craftai.outputs import MaskFormat, MaskOutput, Point, Prompt
 from craftai_wire import vocabulary
@@ -43,13 +42,10 @@ class _Bar:
     """One progress bar for a segmentation call: its stages, then the decoder's points."""
 
     def __init__(self, desc: str, quiet: bool) -> None:
-        self.bar = tqdm(total=None, desc=desc, leave=False, disable=quiet)
+        self.bar = Bar(desc, quiet=quiet, leave=False)
 
     def __call__(self, event: Progress) -> None:
-        if event.total and self.bar.total != event.total:
-            self.bar.reset(total=event.total)
-        self.bar.n = event.done
-        self.bar.set_postfix_str(f"{event.stage}: {event.message}"[-70:], refresh=True)
+        self.bar.show(event.done, event.total, f"{event.stage}: {event.message}")
 
     def close(self) -> None:
         self.bar.close()

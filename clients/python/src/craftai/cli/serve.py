@@ -1,10 +1,13 @@
-"""`craftai serve` (the three services in one process, and with --web the gateway beside them) and
-`craftai web` (the gateway in front of services elsewhere)."""
+"""`craftai serve` (the three services in one process, and with --web the gateway beside them; with
+--stop, the shared server a command started stopped) and `craftai web` (the gateway in front of
+services elsewhere)."""
 
 from __future__ import annotations
 
 import argparse
 from typing import TYPE_CHECKING
+
+from craftai.local_server import stop
 
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
@@ -20,12 +23,24 @@ def web_settings(options: argparse.Namespace) -> WebSettings:
 
 
 def cmd_serve(options: argparse.Namespace) -> int:
+    if options.stop:
+        return stop_shared()
     from craftai.serve import run
 
     web = web_settings(options) if options.web else None
     if web is not None:
         web = web.model_copy(update={"target": None})  # the services of this process
-    return run(options.host, options.port, options.store, web)
+    return run(options.host, options.port, options.store, web, options.idle_minutes or 0.0)
+
+
+def stop_shared() -> int:
+    """`craftai serve --stop`: the shared server a command started, stopped and waited for."""
+    stopped = stop()
+    if stopped is None:
+        print("no shared craft-ai server is running (a command starts one when none answers)")
+    else:
+        print(f"stopped the shared craft-ai server at {stopped.address} (pid {stopped.pid})")
+    return 0
 
 
 def cmd_web(options: argparse.Namespace) -> int:

@@ -1,45 +1,36 @@
-"""`craftai setup FEATURE`: download, verify and prepare a route, with a progress bar a stage."""
+"""`craftai setup FEATURE [--from PATH]`: download (or take from PATH), verify and prepare a route,
+with a progress bar a stage (plain lines when not on a terminal)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 
-from tqdm import tqdm
-
 from craftai.cli.connection import connect
+from craftai.cli.progress import Bar, write
 from craftai.installation import Notice, Progress, SetupOutput
 
 
 def cmd_setup(options: argparse.Namespace) -> int:
-    bars: dict[str, tqdm] = {}  # type: ignore[type-arg]
+    bars: dict[str, Bar] = {}
     result: SetupOutput | None = None
     started = time.perf_counter()
     with connect(options) as ai:
         try:
-            for event in ai.setup(options.feature, options.recipe, options.engine):
+            for event in ai.setup(options.feature, options.recipe, options.engine, from_path=options.from_path):
                 if isinstance(event, Progress):
                     bar = bars.get(event.stage)
                     if bar is None:
-                        unit_scale = event.unit == "bytes"
-                        bar = tqdm(
-                            total=event.total or None,
-                            unit="B" if unit_scale else "it",
-                            unit_scale=unit_scale,
-                            unit_divisor=1024,
-                            desc=event.stage,
-                            leave=True,
-                            disable=options.quiet,
-                        )
-                        bars[event.stage] = bar
-                    if event.total and bar.total != event.total:
-                        bar.reset(total=event.total)
-                    bar.n = event.done
-                    bar.set_postfix_str(event.message[-60:], refresh=True)
+                        bar = bars[event.stage] = Bar(event.stage, event.unit, quiet=options.quiet)
+                    bar.show(event.done, event.total, event.message)
                 elif isinstance(event, Notice):
-                    tqdm.write(f"note: {event.message}")
+                    write(f"note: {event.message}", sys.stderr)
                 else:
                     result = event
+        except (ValueError, OSError) as error:  # --from PATH: nothing of the route there, or no PATH
+            print(f"craftai: {error}", file=sys.stderr)
+            return 2
         finally:
             for bar in bars.values():
                 bar.close()

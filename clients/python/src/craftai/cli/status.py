@@ -1,21 +1,42 @@
-"""`craftai status [FEATURE]`: the infer service's device and engines, and every route's state."""
+"""`craftai status [FEATURE]`: the server (the shared one a command started, when it is that), the
+infer service's device and engines, and every route's state: a route whose engine the infer
+service does not have is said to be unusable there, whatever its files' state."""
 
 from __future__ import annotations
 
 import argparse
 
 from craftai.cli.connection import connect
+from craftai.local_server import local_address, shared
+
+
+def _server_line(options: argparse.Namespace) -> str:
+    found = shared()
+    address = options.address or local_address()
+    if found is None or found.address != address:
+        return f"server: {address}"
+    idle = f"stops after {found.idle_minutes:g} idle minutes" if found.idle_minutes else "runs until stopped"
+    return (
+        f"server: {address}, the shared server a command started (pid {found.pid}; it {idle}; log: {found.log}; "
+        "stop it with: craftai serve --stop)"
+    )
 
 
 def cmd_status(options: argparse.Namespace) -> int:
-    with connect(options) as ai:
+    print(_server_line(options))
+    with connect(options, start_server=False) as ai:  # looking starts nothing
         runtime = ai.runtime()
         gpu = f"GPU: {runtime.gpu_name}" if runtime.gpu_available else "no GPU"
         print(f"infer device: {runtime.device} ({gpu}); engines: {', '.join(runtime.engines)}")
-        rows = [
-            (f"{r.route.feature}", r.route.recipe, r.route.engine, r.state or "?", r.detail)
-            for r in ai.status(options.feature or "")
-        ]
+        rows = []
+        for r in ai.status(options.feature or ""):
+            detail = r.detail
+            if r.route.engine not in runtime.engines:
+                detail = (
+                    f"the infer service cannot run it: its {r.route.engine} engine is not installed there "
+                    f"(it runs {', '.join(runtime.engines) or 'none'}); files: {detail}"
+                )
+            rows.append((f"{r.route.feature}", r.route.recipe, r.route.engine, r.state or "?", detail))
     widths = [max(len(row[i]) for row in rows) for i in range(4)] if rows else [0] * 4
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4])

@@ -25,21 +25,25 @@ _sym_db = _symbol_database.Default()
 from craftai_wire.v1 import common_pb2 as craftai_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63raftai/v1/prepare.proto\x12\ncraftai.v1\x1a\x17\x63raftai/v1/common.proto\"a\n\x0cSetupRequest\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12\x1a\n\rgpu_available\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\x10\n\x0e_gpu_available\"m\n\x0b\x46ileOutcome\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x12\n\ndownloaded\x18\x05 \x01(\x08\x12\x0e\n\x06source\x18\x06 \x01(\t\"\x98\x01\n\x0bSetupResult\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12&\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x17.craftai.v1.FileOutcome\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x14\n\x0cprepared_now\x18\x04 \x01(\x08\x12\x14\n\x0c\x61lready_done\x18\x05 \x01(\x08\"\x90\x01\n\nSetupEvent\x12(\n\x08progress\x18\x01 \x01(\x0b\x32\x14.craftai.v1.ProgressH\x00\x12$\n\x06notice\x18\x02 \x01(\x0b\x32\x12.craftai.v1.NoticeH\x00\x12)\n\x06result\x18\x03 \x01(\x0b\x32\x17.craftai.v1.SetupResultH\x00\x42\x07\n\x05\x65vent2M\n\x0ePrepareService\x12;\n\x05Setup\x12\x18.craftai.v1.SetupRequest\x1a\x16.craftai.v1.SetupEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x63raftai/v1/prepare.proto\x12\ncraftai.v1\x1a\x17\x63raftai/v1/common.proto\"z\n\x0bSetupUpload\x12)\n\x05route\x18\x01 \x01(\x0b\x32\x18.craftai.v1.SetupRequestH\x00\x12\'\n\x04\x66ile\x18\x02 \x01(\x0b\x32\x17.craftai.v1.BroughtFileH\x00\x12\x0f\n\x05\x63hunk\x18\x03 \x01(\x0cH\x00\x42\x06\n\x04part\"Y\n\x0b\x42roughtFile\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x0e\n\x06origin\x18\x05 \x01(\t\"a\n\x0cSetupRequest\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12\x1a\n\rgpu_available\x18\x02 \x01(\x08H\x00\x88\x01\x01\x42\x10\n\x0e_gpu_available\"m\n\x0b\x46ileOutcome\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12\x12\n\ndownloaded\x18\x05 \x01(\x08\x12\x0e\n\x06source\x18\x06 \x01(\t\"\x98\x01\n\x0bSetupResult\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12&\n\x05\x66iles\x18\x02 \x03(\x0b\x32\x17.craftai.v1.FileOutcome\x12\x10\n\x08revision\x18\x03 \x01(\t\x12\x14\n\x0cprepared_now\x18\x04 \x01(\x08\x12\x14\n\x0c\x61lready_done\x18\x05 \x01(\x08\"\x90\x01\n\nSetupEvent\x12(\n\x08progress\x18\x01 \x01(\x0b\x32\x14.craftai.v1.ProgressH\x00\x12$\n\x06notice\x18\x02 \x01(\x0b\x32\x12.craftai.v1.NoticeH\x00\x12)\n\x06result\x18\x03 \x01(\x0b\x32\x17.craftai.v1.SetupResultH\x00\x42\x07\n\x05\x65vent2\x8f\x01\n\x0ePrepareService\x12;\n\x05Setup\x12\x18.craftai.v1.SetupRequest\x1a\x16.craftai.v1.SetupEvent0\x01\x12@\n\tSetupFrom\x12\x17.craftai.v1.SetupUpload\x1a\x16.craftai.v1.SetupEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'craftai_wire.v1.prepare_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_SETUPREQUEST']._serialized_start=65
-  _globals['_SETUPREQUEST']._serialized_end=162
-  _globals['_FILEOUTCOME']._serialized_start=164
-  _globals['_FILEOUTCOME']._serialized_end=273
-  _globals['_SETUPRESULT']._serialized_start=276
-  _globals['_SETUPRESULT']._serialized_end=428
-  _globals['_SETUPEVENT']._serialized_start=431
-  _globals['_SETUPEVENT']._serialized_end=575
-  _globals['_PREPARESERVICE']._serialized_start=577
-  _globals['_PREPARESERVICE']._serialized_end=654
+  _globals['_SETUPUPLOAD']._serialized_start=65
+  _globals['_SETUPUPLOAD']._serialized_end=187
+  _globals['_BROUGHTFILE']._serialized_start=189
+  _globals['_BROUGHTFILE']._serialized_end=278
+  _globals['_SETUPREQUEST']._serialized_start=280
+  _globals['_SETUPREQUEST']._serialized_end=377
+  _globals['_FILEOUTCOME']._serialized_start=379
+  _globals['_FILEOUTCOME']._serialized_end=488
+  _globals['_SETUPRESULT']._serialized_start=491
+  _globals['_SETUPRESULT']._serialized_end=643
+  _globals['_SETUPEVENT']._serialized_start=646
+  _globals['_SETUPEVENT']._serialized_end=790
+  _globals['_PREPARESERVICE']._serialized_start=793
+  _globals['_PREPARESERVICE']._serialized_end=936
 # @@protoc_insertion_point(module_scope)

@@ -23,6 +23,79 @@ else:
 DESCRIPTOR: _descriptor.FileDescriptor
 
 @_typing.final
+class SetupUpload(_message.Message):
+    """One message of SetupFrom's stream: the route first (once), then for each file its pin and its
+    bytes in chunks (each at most 1 MiB), the files one after the other.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUTE_FIELD_NUMBER: _builtins.int
+    FILE_FIELD_NUMBER: _builtins.int
+    CHUNK_FIELD_NUMBER: _builtins.int
+    chunk: _builtins.bytes
+    @_builtins.property
+    def route(self) -> Global___SetupRequest:
+        """the first message, and only it"""
+
+    @_builtins.property
+    def file(self) -> Global___BroughtFile:
+        """a file of the route: the chunks that follow are its bytes"""
+
+    def __init__(
+        self,
+        *,
+        route: Global___SetupRequest | None = ...,
+        file: Global___BroughtFile | None = ...,
+        chunk: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "file", b"file", "part", b"part", "route", b"route"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["chunk", b"chunk", "file", b"file", "part", b"part", "route", b"route"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_part: _TypeAlias = _typing.Literal["route", "file", "chunk"]  # noqa: Y015
+    _WhichOneofArgType_part: _TypeAlias = _typing.Literal["part", b"part"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_part) -> _WhichOneofReturnType_part | None: ...
+
+Global___SetupUpload: _TypeAlias = SetupUpload  # noqa: Y015
+
+@_typing.final
+class BroughtFile(_message.Message):
+    """A file the caller brings: the route's pin it claims to be (folder, name, size, SHA-256: the
+    server refuses it unless they are the pin's, and then every byte unless it is the pin's), and
+    where the caller read it (for the setup's words: a path, or an archive's member).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FOLDER_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    ORIGIN_FIELD_NUMBER: _builtins.int
+    folder: _builtins.str
+    name: _builtins.str
+    size: _builtins.int
+    sha256: _builtins.str
+    origin: _builtins.str
+    def __init__(
+        self,
+        *,
+        folder: _builtins.str = ...,
+        name: _builtins.str = ...,
+        size: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        origin: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["folder", b"folder", "name", b"name", "origin", b"origin", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BroughtFile: _TypeAlias = BroughtFile  # noqa: Y015
+
+@_typing.final
 class SetupRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -69,7 +142,7 @@ class FileOutcome(_message.Message):
     downloaded: _builtins.bool
     """false when it was already present and only checked"""
     source: _builtins.str
-    """where the bytes came from ("present" when only checked)"""
+    """where the bytes came from ("present" when only checked; "brought: <origin>")"""
     def __init__(
         self,
         *,

@@ -39,6 +39,11 @@ class PrepareServiceStub:
                 request_serializer=craftai_dot_v1_dot_prepare__pb2.SetupRequest.SerializeToString,
                 response_deserializer=craftai_dot_v1_dot_prepare__pb2.SetupEvent.FromString,
                 _registered_method=True)
+        self.SetupFrom = channel.stream_stream(
+                '/craftai.v1.PrepareService/SetupFrom',
+                request_serializer=craftai_dot_v1_dot_prepare__pb2.SetupUpload.SerializeToString,
+                response_deserializer=craftai_dot_v1_dot_prepare__pb2.SetupEvent.FromString,
+                _registered_method=True)
 
 
 class PrepareServiceServicer:
@@ -51,12 +56,28 @@ class PrepareServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetupFrom(self, request_iterator, context):
+        """The same setup with files the caller brings (offline: the sources are out of the server's
+        reach). The caller streams the route first, then each file it brings (its pin, then its
+        bytes); the server checks every byte against the route's pins while writing, places the
+        files atomically and finishes the setup as Setup does (conversion included). Progress of the
+        upload ("receive", in bytes) comes back while the bytes arrive.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PrepareServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Setup': grpc.unary_stream_rpc_method_handler(
                     servicer.Setup,
                     request_deserializer=craftai_dot_v1_dot_prepare__pb2.SetupRequest.FromString,
+                    response_serializer=craftai_dot_v1_dot_prepare__pb2.SetupEvent.SerializeToString,
+            ),
+            'SetupFrom': grpc.stream_stream_rpc_method_handler(
+                    servicer.SetupFrom,
+                    request_deserializer=craftai_dot_v1_dot_prepare__pb2.SetupUpload.FromString,
                     response_serializer=craftai_dot_v1_dot_prepare__pb2.SetupEvent.SerializeToString,
             ),
     }
@@ -86,6 +107,33 @@ class PrepareService:
             target,
             '/craftai.v1.PrepareService/Setup',
             craftai_dot_v1_dot_prepare__pb2.SetupRequest.SerializeToString,
+            craftai_dot_v1_dot_prepare__pb2.SetupEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetupFrom(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/craftai.v1.PrepareService/SetupFrom',
+            craftai_dot_v1_dot_prepare__pb2.SetupUpload.SerializeToString,
             craftai_dot_v1_dot_prepare__pb2.SetupEvent.FromString,
             options,
             channel_credentials,

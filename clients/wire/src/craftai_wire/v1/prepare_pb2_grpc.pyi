@@ -36,12 +36,26 @@ class PrepareServiceStub:
     def __new__(cls, channel: _aio.Channel) -> PrepareServiceAsyncStub: ...
     Setup: _grpc.UnaryStreamMultiCallable[_prepare_pb2.SetupRequest, _prepare_pb2.SetupEvent]
     """Make a route usable: download what is missing, verify, prepare. Streams progress."""
+    SetupFrom: _grpc.StreamStreamMultiCallable[_prepare_pb2.SetupUpload, _prepare_pb2.SetupEvent]
+    """The same setup with files the caller brings (offline: the sources are out of the server's
+    reach). The caller streams the route first, then each file it brings (its pin, then its
+    bytes); the server checks every byte against the route's pins while writing, places the
+    files atomically and finishes the setup as Setup does (conversion included). Progress of the
+    upload ("receive", in bytes) comes back while the bytes arrive.
+    """
 
 @_typing.type_check_only
 class PrepareServiceAsyncStub(PrepareServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Setup: _aio.UnaryStreamMultiCallable[_prepare_pb2.SetupRequest, _prepare_pb2.SetupEvent]  # type: ignore[assignment]
     """Make a route usable: download what is missing, verify, prepare. Streams progress."""
+    SetupFrom: _aio.StreamStreamMultiCallable[_prepare_pb2.SetupUpload, _prepare_pb2.SetupEvent]  # type: ignore[assignment]
+    """The same setup with files the caller brings (offline: the sources are out of the server's
+    reach). The caller streams the route first, then each file it brings (its pin, then its
+    bytes); the server checks every byte against the route's pins while writing, places the
+    files atomically and finishes the setup as Setup does (conversion included). Progress of the
+    upload ("receive", in bytes) comes back while the bytes arrive.
+    """
 
 class PrepareServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -51,5 +65,18 @@ class PrepareServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_prepare_pb2.SetupEvent], _abc.AsyncIterator[_prepare_pb2.SetupEvent]]:
         """Make a route usable: download what is missing, verify, prepare. Streams progress."""
+
+    @_abc_1.abstractmethod
+    def SetupFrom(
+        self,
+        request_iterator: _MaybeAsyncIterator[_prepare_pb2.SetupUpload],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_prepare_pb2.SetupEvent], _abc.AsyncIterator[_prepare_pb2.SetupEvent]]:
+        """The same setup with files the caller brings (offline: the sources are out of the server's
+        reach). The caller streams the route first, then each file it brings (its pin, then its
+        bytes); the server checks every byte against the route's pins while writing, places the
+        files atomically and finishes the setup as Setup does (conversion included). Progress of the
+        upload ("receive", in bytes) comes back while the bytes arrive.
+        """
 
 def add_PrepareServiceServicer_to_server(servicer: PrepareServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

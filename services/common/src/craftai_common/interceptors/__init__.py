@@ -19,6 +19,8 @@ servicer method of any kind for each of them.
 
 from __future__ import annotations
 
+import time
+
 import grpc
 
 from craftai_common.auth import KeyRing
@@ -64,6 +66,12 @@ class Gateway:
     def in_flight(self) -> int:
         """Calls admitted and not finished."""
         return self._admission.in_flight
+
+    def idle_seconds(self) -> float:
+        """How long no call has been in progress (0 while one is)."""
+        if self._admission.in_flight:
+            return 0.0
+        return time.monotonic() - self._admission.changed_at
 
     @property
     def open_streams(self) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -38,6 +39,7 @@ class Admission(Interceptor):
         self._wildcard = 0
         self._internal = 0
         self._idle: asyncio.Event | None = None
+        self.changed_at = time.monotonic()  # when a call last started or ended
 
     async def wait_idle(self, seconds: float) -> bool:
         """Wait until no call is in progress, at most `seconds`; True when idle."""
@@ -64,6 +66,7 @@ class Admission(Interceptor):
 
     def _count(self, call: Call, step: int) -> None:
         self.in_flight += step
+        self.changed_at = time.monotonic()
         if call.internal:
             self._internal += step
         else:
