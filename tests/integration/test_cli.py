@@ -45,7 +45,7 @@ def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Pat
 
         out = tmp_path / "out"
         inputs = [str(photos["chelsea.png"]), str(photos["rocket.jpg"])]
-        run = _craftai(process.address, "remove-background", *inputs, "-o", str(out))
+        run = _craftai(process.address, "remove-background", *inputs, "-o", str(out), "--outputs", "matte,cutout")
         assert run.returncode == 0, run.stderr
         assert "chelsea.png: 451x300 u2netp/onnxruntime on cpu:" in run.stdout and " ms round trip" in run.stdout
         assert "2 picture(s) in" in run.stdout
@@ -55,9 +55,12 @@ def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Pat
         assert np.asarray(matte).std() > 10
 
         single = _craftai(
-            process.address, "remove-background", inputs[0], "-o", str(tmp_path / "one.png"), "--no-cutout"
+            process.address, "remove-background", inputs[0], "-o", str(tmp_path / "one.png"), "--outputs", "matte"
         )
         assert single.returncode == 0 and (tmp_path / "one.png").exists()
+        plain = _craftai(process.address, "remove-background", inputs[0], "-o", str(tmp_path / "default"))
+        assert plain.returncode == 0, plain.stderr  # the defaults of the SDK and HTTP too: the cutout alone
+        assert sorted(p.name for p in (tmp_path / "default").iterdir()) == ["chelsea.cutout.png"]
 
         status = _craftai(process.address, "status")
         assert "ready" in status.stdout and "unavailable" in status.stdout

@@ -162,14 +162,13 @@ def parser() -> argparse.ArgumentParser:
         "--outputs",
         default=None,
         metavar="LIST",
-        help="any of matte,cutout,composite,mask (default: matte,cutout, plus composite with a background "
-        "and mask with a threshold)",
+        help="any of matte,cutout,composite,mask (default: the cutout; the composite instead with a background, "
+        "the mask with a threshold: docs/API.md, 'The default outputs')",
     )
     s.add_argument(
         "--cutout",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="with the default outputs: the cutout too (default: yes)",
+        action="store_true",
+        help="the cutout too, beside the composite or the mask",
     )
     s.add_argument(
         "--naive",

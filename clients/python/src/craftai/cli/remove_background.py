@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 from tqdm import tqdm
 
-from craftai.calls import matte_options
+from craftai.calls import default_outputs, matte_options
 from craftai.cli.batch import FORMAT_OF_SUFFIX, STDIO, Picture, plan, write_output
 from craftai.cli.connection import connect
 from craftai.cli.progress import on_terminal
@@ -110,15 +110,11 @@ def default_jobs(ai: AiClient) -> int:
 
 
 def _names(options: argparse.Namespace) -> list[Output]:
+    """The outputs asked: --outputs, else the SDK's and HTTP's defaults (calls.default_outputs)."""
     if options.outputs is not None:
-        if options.cutout is not None:
-            raise ValueError("give either --outputs or --cutout/--no-cutout")
-        return [Output(name) for name in matte_options(outputs=options.outputs).outputs]
-    names = [Output.MATTE]
-    names += [Output.CUTOUT] if options.cutout in (None, True) else []
-    names += [Output.COMPOSITE] if (options.bg_color or options.bg_blur or options.bg_image) else []
-    names += [Output.MASK] if options.threshold is not None else []
-    return names
+        return [Output(name) for name in matte_options(outputs=options.outputs, cutout=options.cutout).outputs]
+    background = bool(options.bg_color or options.bg_blur or options.bg_image)
+    return default_outputs(cutout=options.cutout, background=background, threshold=options.threshold is not None)
 
 
 def cmd_remove_background(options: argparse.Namespace) -> int:
