@@ -73,7 +73,7 @@ def test_every_output_in_one_request_is_what_the_definitions_give(ai: AiClient, 
     expected = matte_outputs.composite(torch.from_numpy(cutout.copy()), blue, opaque=True).numpy()
     assert np.array_equal(composite, expected)  # the composite is the cutout over the colour, exactly
     assert mask.mode == "1" and np.array_equal(np.asarray(mask), matte > 127)
-    assert set(result.timing_ms) == {"decode", "model", "encode"}
+    assert set(result.timing_ms) == {"decode", "model", "network", "mask", "cutout", "composite", "encode"}
 
 
 def test_the_naive_cutout_keeps_the_pictures_colours(ai: AiClient, chelsea: bytes) -> None:

@@ -9,7 +9,7 @@ for PNGs: `pip install craftai[arrays]`), `Rle.to_coco()` gives pycocotools' dic
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -286,6 +286,17 @@ def _image(result: infer_pb2.MatteResult, name: Output, legacy: bytes, alpha: bo
     return EncodedImage(legacy, ImageFormat.PNG, alpha) if legacy else None  # a server before the outputs
 
 
+# The order of a matte's stages on the server (a protobuf map keeps none): the picture decoded, the
+# model's stage, within it the network and each output made, then the encodings.
+MATTE_STAGES = ("load", "decode", "model", "network", "mask", "cutout", "composite", "host", "encode")
+
+
+def in_order(stages: Mapping[str, float], order: Sequence[str]) -> dict[str, float]:
+    """A stage timing as a dict in the server's order (`order` first, any other after, by name)."""
+    rank = {name: k for k, name in enumerate(order)}
+    return {name: stages[name] for name in sorted(stages, key=lambda name: (rank.get(name, len(rank)), name))}
+
+
 def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: str) -> MatteOutput:
     """A MatteResult as the app sees it (with the notices the stream carried)."""
     return MatteOutput(
@@ -298,7 +309,7 @@ def matte_output(result: infer_pb2.MatteResult, notices: list[str], request_id: 
         recipe=result.route.recipe,
         engine=result.route.engine,
         device=result.device,
-        timing_ms=dict(result.timing.stages_ms),
+        timing_ms=in_order(result.timing.stages_ms, MATTE_STAGES),
         server_ms=result.timing.total_ms,
         notices=notices,
         request_id=request_id,

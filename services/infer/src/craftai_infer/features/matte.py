@@ -129,6 +129,7 @@ class MatteFeature:
         with run.stage("model", f"{doing} ({loaded.device})"):
             job = MatteJob(picture, spec)
             rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
+        run.stages_ms.update(rendered.stages_ms)  # within "model": the network, then each output made
         with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
             encoded = await asyncio.gather(
                 *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)

@@ -25,6 +25,8 @@ each output; the definitions are these.
 from __future__ import annotations
 
 import math
+import time
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -37,6 +39,8 @@ from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.guided_filter import box_mean
 from craftai_infer.pipelines.matte_spec import Background, Blur, OutputsSpec, Rendered, Solid
 from craftai_infer.pipelines.picture import device_pixels
+
+T = TypeVar("T")
 
 __all__ = [
     "background_layer",
@@ -208,15 +212,39 @@ def _render(picture: U8, matte: U8 | Tensor, spec: OutputsSpec, on: torch.device
     pixels = _tensor(picture, on) if needs_picture else None
     alpha = combined_alpha(m, pixels) if pixels is not None else m
     made: dict[str, Tensor] = {}
+    clock = _Clock(on)
     if "matte" in kinds:
         made["matte"] = m
     if "mask" in kinds:
-        made["mask"] = hard_mask(alpha, spec.threshold)
+        made["mask"] = clock.timed("mask", hard_mask(alpha, spec.threshold))
     if pixels is not None and kinds & {"cutout", "composite"}:
-        layer = cutout(pixels[:, :, :3], alpha, spec.naive)
+        layer = clock.timed("cutout", cutout(pixels[:, :, :3], alpha, spec.naive))
         if "cutout" in kinds:
             made["cutout"] = layer
         if "composite" in kinds:
             background = spec.background
-            made["composite"] = composite(layer, background_layer(background, pixels), background.opaque)
-    return Rendered(**{name: t.cpu().numpy() for name, t in made.items()})
+            made["composite"] = clock.timed(
+                "composite", composite(layer, background_layer(background, pixels), background.opaque)
+            )
+    host = {name: t.cpu().numpy() for name, t in made.items()}
+    if on.type == "cuda":
+        clock.timed("host", None)
+    return Rendered(**host, stages_ms=clock.stages_ms)
+
+
+class _Clock:
+    """Each output's time, from the end of the one before (on a GPU the device is waited for, so
+    the time is the work's, not its launch's)."""
+
+    def __init__(self, on: torch.device) -> None:
+        self.on = on
+        self.stages_ms: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def timed(self, name: str, made: T) -> T:
+        if self.on.type == "cuda":
+            torch.cuda.synchronize(self.on)
+        now = time.perf_counter()
+        self.stages_ms[name] = (now - self._last) * 1000
+        self._last = now
+        return made

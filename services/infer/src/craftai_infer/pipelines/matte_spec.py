@@ -69,9 +69,12 @@ class OutputsSpec:
 @dataclass(frozen=True)
 class Rendered:
     """The outputs asked for, as host arrays: matte (H, W), cutout (H, W, 4), composite (H, W, 3 or 4),
-    mask (H, W) bool."""
+    mask (H, W) bool; `stages_ms`, where the time of making them went, by stage: "network" (the
+    route's call for the batch the picture was in), then each output made ("cutout": the foreground
+    estimation, "composite", "mask"; "host": the copies back from a GPU)."""
 
     matte: U8 | None = None
     cutout: U8 | None = None
     composite: U8 | None = None
     mask: npt.NDArray[np.bool_] | None = None
+    stages_ms: dict[str, float] = field(default_factory=dict)

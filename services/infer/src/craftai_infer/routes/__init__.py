@@ -21,6 +21,8 @@ call: batched with the mattes, on the route's worker, under the same GPU-to-CPU 
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,11 +194,14 @@ class MatteJob:
 
 def matte_and_outputs(route: MatteRoute, jobs: Sequence[MatteJob]) -> list[Rendered]:
     """MATTE: the route's mattes, then each job's outputs made from them on the route's device."""
+    started = time.perf_counter()
     mattes = route.matte([job.picture for job in jobs])
+    network = (time.perf_counter() - started) * 1000
     try:
-        return matte_render.rendered(
+        made = matte_render.rendered(
             [(job.picture, matte, job.outputs) for job, matte in zip(jobs, mattes, strict=True)], route.device
         )
+        return [dataclasses.replace(r, stages_ms={"network": network, **r.stages_ms}) for r in made]
     except matte_render.TorchMissingError as exc:
         raise failed_precondition(
             Reason.ENGINE_NOT_INSTALLED,
