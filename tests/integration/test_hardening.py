@@ -30,7 +30,7 @@ from craftai_dev import certs, servers
 from craftai_dev.files import U2NETP_SHA256
 from craftai_infer.features.matte import bytes_per_pixel
 from craftai_wire import local_tls
-from craftai_wire.keys import key_line, new_key
+from craftai_wire.keys import new_key
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import common_pb2, infer_pb2, infer_pb2_grpc
 from tests.integration.test_bad_input import damaged_jpegs
@@ -96,9 +96,7 @@ def test_made_up_app_ids_cannot_starve_an_app_with_its_own_key(
     their pictures on the one model worker, not behind 40; the flooders are told
     RESOURCE_EXHAUSTED with a RetryInfo."""
     victim_key = new_key()
-    keys = tmp_path / "keys"
-    keys.write_text(key_line("victim", victim_key) + key_line("*", servers.ensure_local_key()))
-    keys.chmod(0o600)
+    keys = servers.keys_beside_the_local_one(tmp_path, victim=victim_key)
     env = {
         "CRAFTAI_KEYS_FILE": str(keys),
         "CRAFTAI_MAX_WILDCARD_REQUESTS": str(WILDCARD_LIMIT),

@@ -19,7 +19,7 @@ from craftai import AiClient, CraftAiError, SegmentSession
 from craftai_dev import servers
 from craftai_dev.segment import SetUpStore
 from craftai_wire import local_tls
-from craftai_wire.keys import key_line, new_key
+from craftai_wire.keys import new_key
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 
@@ -53,9 +53,7 @@ EDITOR_KEY = new_key()
 def tenants(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
     """A budget for two pictures; an editor with a key of its own, the rest under the local `*` key."""
     workdir = tmp_path_factory.mktemp("tenants")
-    keys = workdir / "keys"
-    keys.write_text(key_line("editor", EDITOR_KEY) + key_line("*", servers.ensure_local_key()))
-    keys.chmod(0o600)
+    keys = servers.keys_beside_the_local_one(workdir, editor=EDITOR_KEY)
     env = {
         "CRAFTAI_SESSION_BUDGET_BYTES": str(2 * EMBEDDING_BYTES + EMBEDDING_BYTES // 2),
         "CRAFTAI_KEYS_FILE": str(keys),

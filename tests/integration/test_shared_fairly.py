@@ -24,7 +24,7 @@ from craftai import AiClient
 from craftai_dev import servers
 from craftai_dev.segment import SetUpStore
 from craftai_wire import local_tls
-from craftai_wire.keys import key_line, new_key
+from craftai_wire.keys import new_key
 
 pytestmark = pytest.mark.slow
 CLICK = [(200.0, 150.0, True)]
@@ -37,9 +37,7 @@ EDITOR_KEY = new_key()
 @pytest.fixture(scope="module")
 def server(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
     workdir = tmp_path_factory.mktemp("fairly")
-    keys = workdir / "keys"
-    keys.write_text(key_line("editor", EDITOR_KEY) + key_line("*", servers.ensure_local_key()))
-    keys.chmod(0o600)
+    keys = servers.keys_beside_the_local_one(workdir, editor=EDITOR_KEY)
     env = {"CRAFTAI_METRICS_PORT": str(servers.free_port()), "CRAFTAI_KEYS_FILE": str(keys)}
     with servers.running(sam_store.serve(workdir, env)) as process:
         yield process

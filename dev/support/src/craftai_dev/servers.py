@@ -33,6 +33,17 @@ def ensure_local_key() -> str:
     return key
 
 
+def keys_beside_the_local_one(folder: Path, **apps: str) -> Path:
+    """A keys file (CRAFTAI_KEYS_FILE) for apps with keys of their own (app id -> key), beside the
+    local `*` key every other app id comes under (one tenant: docs/ARCHITECTURE.md, "Who runs next")."""
+    from craftai_wire.keys import key_line
+
+    keys = folder / "keys"
+    keys.write_text("".join(key_line(app, key) for app, key in apps.items()) + key_line("*", ensure_local_key()))
+    keys.chmod(0o600)
+    return keys
+
+
 def app_metadata(app_id: str = "tests") -> tuple[tuple[str, str], ...]:
     """gRPC metadata of a request from `app_id` with the local key, for tests that call the stubs."""
     return (("craftai-app-id", app_id), ("craftai-app-key", ensure_local_key()))
