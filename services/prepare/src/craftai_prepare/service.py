@@ -5,109 +5,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of
-from craftai_common.errors import ServiceError, handle_stream_errors, invalid_argument, unavailable
+from craftai_common.errors import handle_stream_errors, invalid_argument, unavailable
 from craftai_common.observability import Collectors
 from craftai_common.peers import Peers
 from craftai_common.server import Mount
-from craftai_common.store import Store, prepared_key
-from craftai_prepare import ownership
-from craftai_prepare.brought import Received, Receiver
-from craftai_prepare.conversion import ensure_prepared
-from craftai_prepare.downloads import FetchOutcome, ensure_file, forget_archives, place
+from craftai_common.store import Store
+from craftai_prepare.brought import Receiver
 from craftai_prepare.jobs import JobRegistry
-from craftai_prepare.locks import route_lock
-from craftai_prepare.offline import from_command, with_offline_help
+from craftai_prepare.metrics import JobsCollector
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
-from craftai_prepare.sources import Timeouts, sources_of
-from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
+from craftai_prepare.setup_job import run_setup
+from craftai_prepare.sources import Timeouts
+from craftai_wire.v1 import common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.prepare")
 Context = grpc.aio.ServicerContext[Any, Any]
 SERVICE_NAME = prepare_pb2.DESCRIPTOR.services_by_name["PrepareService"].full_name
-
-
-def run_setup(  # noqa: PLR0917 - the job's inputs, passed from one place
-    store: Store,
-    resolved: catalogue_pb2.ResolveRouteResponse,
-    reporter: Reporter,
-    timeouts: Timeouts,
-    lock_wait: float,
-    stopping: threading.Event | None = None,
-    brought: Sequence[Received] = (),
-) -> prepare_pb2.SetupResult:
-    """The job: under the store's cross-process lock for this route, place the files the caller
-    brought, then fetch and check every other file, then prepare."""
-    store.ensure()
-    route = resolved.route
-    key = f"{route.feature}/{route.recipe}/{route.engine}"
-    try:
-        with route_lock(store, key, reporter, lock_wait, stopping):
-            outcomes = _files(store, resolved, reporter, timeouts, stopping, brought)
-            prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
-    except PermissionError as exc:  # a file or folder placed by hand with another owner or mode
-        where = Path(exc.filename) if exc.filename else store.root
-        raise ownership.refusal(store, where, "read or write", bring=from_command(route)) from exc
-    return prepare_pb2.SetupResult(
-        route=route,
-        files=[
-            prepare_pb2.FileOutcome(
-                folder=o.pin.folder,
-                name=o.pin.name,
-                size=o.pin.size,
-                sha256=o.pin.sha256,
-                downloaded=o.downloaded,
-                source=o.source,
-            )
-            for o in outcomes
-        ],
-        revision=prepared_key(resolved.chosen.revision, pins_of(resolved.recipe))
-        if resolved.chosen.needs_preparation
-        else "",
-        prepared_now=prepared_now is not None,
-        already_done=prepared_now is None and not any(o.downloaded for o in outcomes),
-    )
-
-
-def _files(  # noqa: PLR0917 - run_setup's inputs
-    store: Store,
-    resolved: catalogue_pb2.ResolveRouteResponse,
-    reporter: Reporter,
-    timeouts: Timeouts,
-    stopping: threading.Event | None,
-    brought: Sequence[Received],
-) -> list[FetchOutcome]:
-    """Every file of the route in place: those brought placed, the others fetched or checked. A
-    file no source could give fails naming every file still lacking and how to bring them."""
-    placed = {r.pin: place(store, r.pin, r.path, r.origin) for r in brought}
-    pins = pins_of(resolved.recipe)
-    sources = [sources_of(spec) for spec in resolved.recipe.files]
-    outcomes = []
-    for index, (pin, own) in enumerate(zip(pins, sources, strict=True)):
-        if pin in placed:
-            outcomes.append(placed[pin])
-            continue
-        try:
-            outcomes.append(ensure_file(store, pin, own, reporter, timeouts, stopping))
-        except ServiceError as error:
-            if error.reason == Reason.SOURCES_FAILED:
-                raise with_offline_help(error, store, resolved, pins[index:]) from error
-            raise
-    forget_archives(store, [source for own in sources for source in own])  # every file is in place
-    return outcomes
 
 
 class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
@@ -226,28 +149,6 @@ def _receiving(receiver: Receiver, message: str) -> prepare_pb2.SetupEvent:
             stage="receive", done=receiver.bytes_received, total=receiver.expected, unit="bytes", message=message
         )
     )
-
-
-class JobsCollector(Collector):
-    """Preparation jobs, read at each scrape (docs/OBSERVABILITY.md)."""
-
-    def __init__(self, jobs: JobRegistry) -> None:
-        self.jobs = jobs
-
-    def collect(self) -> Iterator[Metric]:
-        yield GaugeMetricFamily(
-            "craftai_prepare_jobs_running", "Preparation jobs running", value=len(self.jobs.running())
-        )
-        yield GaugeMetricFamily(
-            "craftai_prepare_job_listeners", "Callers waiting on a job's progress", value=self.jobs.listeners()
-        )
-        finished = CounterMetricFamily("craftai_prepare_jobs", "Preparation jobs finished", labels=["outcome"])
-        for outcome, count in sorted(self.jobs.finished.items()):
-            finished.add_metric([outcome], count)
-        yield finished
-        yield CounterMetricFamily(
-            "craftai_prepare_jobs_joined", "Callers that joined a job already running", value=self.jobs.joined_total
-        )
 
 
 def build(settings: PrepareSettings, *, embedded: bool = False) -> Mount:

@@ -1,4 +1,9 @@
-"""The `craftai` command's arguments: the global options, and each command's with its function."""
+"""The `craftai` command's arguments: the global options, and each command's with its function.
+
+Longer than an edge unit should be, on purpose: it holds argparse's declarations and nothing else
+(every command's logic is in its own module), so that `craftai --help` and each command's help are
+read and kept in one place; splitting it by command would scatter the shared options.
+"""
 
 from __future__ import annotations
 
