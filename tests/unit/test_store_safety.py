@@ -1,6 +1,6 @@
 """The store's files are never written through a planted link, and a setup waiting for another
 process's lock does not hold up a stop (docs/STORE.md, docs/SECURITY.md). Real files, a real HTTP
-source on loopback, the real setup job (prepare's run_setup). The full disk while recording a
+source on loopback, the real setup job (prepare's setup_job.run_setup). The full disk while recording a
 present file: tests/integration/test_prepare_faults.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from craftai_dev.files import U2NETP_SHA256, U2NETP_SIZE
 from craftai_dev.stops import stopped_while_waiting
 from craftai_prepare.downloads import ensure_file
 from craftai_prepare.reporter import Reporter
-from craftai_prepare.service import run_setup
+from craftai_prepare.setup_job import run_setup
 from craftai_prepare.sources import HttpSource, Timeouts
 from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2
 
