@@ -63,7 +63,7 @@ def test_the_client_alone_talks_to_a_server(
     env = {**os.environ, "CRAFTAI_ADDRESS": matte_server.address}  # the test run's config folder: its key
     run = _run([craftai, "remove-background", photos["chelsea.png"], "-o", tmp_path / "out"], env=env)
     assert run.returncode == 0, run.stderr
-    assert (tmp_path / "out" / "chelsea.matte.png").is_file()
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["chelsea.cutout.png"]  # the default output
 
 
 def test_the_client_alone_cannot_start_a_server_and_says_so(client_alone: Path, tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,bench,fairly}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,bench,foreground,fairly}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -44,6 +44,8 @@ run birefnet 240 python3 -m tools.gpu.birefnet_check --out "$out"
 run bench 580 python3 -m tools.bench.run --out "$out/bench"
 run fusion 420 python3 -m tools.gpu.decoder_fusion --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
 run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"
+# The cutout's foreground colours on CUDA: pymatting's raster order (wavefront) against the red-black sweep.
+run foreground 400 python3 -m tools.gpu.foreground_order --out "$out/foreground"
 run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
 run fairly 580 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \

@@ -52,6 +52,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from craftai_infer.pipelines import foreground_kernel
+
 __all__ = ["MultiLevel", "estimate_foreground"]
 
 
@@ -262,6 +264,13 @@ def _level(image: Tensor, alpha: Tensor, skew: _Skew, state: Tensor, method: Mul
     """The level's sweeps on `state` (2, cells, 6), which holds its start: image (h, w, 3), float32 or
     uint8, and alpha (h, w), float32, in the layout's orientation."""
     constants = _Constants(skew, image, alpha, method)
+    if foreground_kernel.runs_on(state.device):  # every step in one launch (its module says why)
+        c = constants
+        foreground_kernel.run_level(
+            state, c.left, c.up, c.inverse, c.constant,
+            rows=skew.rows, first=(skew.pad - skew.iterations) * skew.rows, steps=skew.steps, block=skew.block,
+        )  # fmt: skip
+        return
     steps = (_Steps(skew, 0, state, constants), _Steps(skew, 1, state, constants))
     del constants  # held by the views, and freed with them
     s = torch.empty((skew.block, 6), device=state.device)  # Σ_j d_ij [F_j, B_j] of a step's cells

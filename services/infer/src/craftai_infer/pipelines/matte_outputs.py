@@ -34,7 +34,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from craftai_infer.pipelines import foreground_sweep
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.guided_filter import box_mean
 from craftai_infer.pipelines.matte_spec import Background, Blur, OutputsSpec, Rendered, Solid
@@ -82,12 +81,9 @@ def cutout(rgb: Tensor, alpha: Tensor, naive: bool = False) -> Tensor:
     if naive:
         colours = rgb
     else:
-        if rgb.device.type == "cuda":  # the red-black sweep there, until the raster order's cost is measured
-            image = rgb.permute(2, 0, 1)[None].float() / 255.0
-            a = alpha[None, None].float() / 255.0
-            estimated = foreground_sweep.estimate_foreground(image, a, coarse_device=torch.device("cpu"))
-        else:
-            estimated = estimate_foreground(rgb.permute(2, 0, 1)[None], alpha[None, None])
+        # beside a GPU, the small levels (all launch overhead there) run on the CPU: the same answer
+        coarse = torch.device("cpu") if rgb.device.type == "cuda" else None
+        estimated = estimate_foreground(rgb.permute(2, 0, 1)[None], alpha[None, None], coarse_device=coarse)
         colours = torch.floor(estimated[0].permute(1, 2, 0) * 255.0 + 0.5).to(torch.uint8)
     return torch.cat([colours, alpha[:, :, None]], dim=2)
 

@@ -1,13 +1,10 @@
-"""Foreground colour estimation on a GPU: the multi-level method of pipelines/foreground.py (its
-equations, levels, iteration counts and borders, pymatting's), with the pixels updated in red–black
-order rather than pymatting's raster order.
-
-Why a second order: the raster order (pipelines/foreground.py) is pymatting's answer within a level,
-but it runs a picture's anti-diagonals one after the other, ~h + w steps of nine small kernels a
-level: on a GPU that is launch overhead (estimated near a second at 4000x3000, unmeasured), where
-this sweep, the same equations and fixed point, took 47 ms. It is 2.9-4.9 levels off pymatting in
-partial-alpha pixels at the defaults (docs/MATTE.md). A GPU route uses it until the raster order's
-cost on a GPU is measured (docs/PERFORMANCE.md; tests/gpu/test_matte_outputs_gpu.py).
+"""The red–black sweep: the foreground estimation GPU routes ran until 2026-12-05, kept as the
+baseline of tools/gpu/foreground_order.py's figure (docs/MATTE.md). The multi-level method of
+craftai_infer/pipelines/foreground.py (its equations, levels, iteration counts and borders,
+pymatting's), with the pixels updated in red–black order rather than pymatting's raster order: two
+parallel passes an iteration, but 2.9-4.9 levels off pymatting in partial-alpha pixels at the
+defaults, where the raster order (now run on a GPU as one kernel a level:
+pipelines/foreground_kernel.py) is pymatting's answer.
 
 Here the pixels with x + y even are updated together, then the others, each half seeing the other's
 newest values (red–black Gauss–Seidel). The pixels of one colour split into two sub-lattices by

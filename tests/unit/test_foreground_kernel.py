@@ -1,0 +1,78 @@
+"""The foreground estimation's GPU kernel (craftai_infer.pipelines.foreground_kernel: a level's
+wavefront steps in one Triton launch) computes what the host-launched steps compute, run here by
+Triton's interpreter on the CPU (TRITON_INTERPRET=1: the same kernel source, one block; set before
+Triton is imported, so in a process of its own).
+
+The pictures: three photos of different kinds (fur, hair, hard edges) reduced to a few dozen pixels
+(the interpreter runs a kernel's every operation in Python), in both orientations of the layout
+(wider and taller), each with a soft matte whose partial band covers many pixels. The bound: float32
+rounding (1e-5), and no 8-bit colour of the cutout apart. The compiled kernel on CUDA, with its
+blocks waiting for each other between steps, is checked against pymatting and against one block by
+tests/gpu/test_matte_outputs_gpu.py.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from craftai_infer.pipelines import foreground_kernel
+from craftai_infer.pipelines.foreground import estimate_foreground
+
+ROUNDING = 1e-5
+
+
+def _picture_and_matte(path: Path, size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    width, height = size
+    picture = np.asarray(Image.open(path).convert("RGB").resize(size, Image.Resampling.BOX))
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    radius = np.hypot((xx - width / 2) / width, (yy - height / 2) / height)
+    matte = np.clip((0.4 - radius) / 0.25, 0.0, 1.0)  # a wide band of partial alpha
+    image = torch.from_numpy(picture.copy()).permute(2, 0, 1)[None]
+    alpha = torch.from_numpy((matte * 255).round().astype(np.uint8))[None, None]
+    return image, alpha
+
+
+LAUNCHED = """
+import sys, torch
+from craftai_infer.pipelines import foreground_kernel
+from craftai_infer.pipelines.foreground import estimate_foreground
+image, alpha = torch.load(sys.argv[1])
+assert foreground_kernel.runs_on(torch.device("cpu"))
+torch.save(estimate_foreground(image, alpha), sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "size"), [("chelsea.png", (48, 32)), ("astronaut.png", (30, 41)), ("coffee.png", (40, 27))]
+)
+def test_the_kernel_computes_the_host_launched_steps(
+    photos: dict[str, Path], tmp_path: Path, name: str, size: tuple[int, int]
+) -> None:
+    image, alpha = _picture_and_matte(photos[name], size)
+    assert not foreground_kernel.runs_on(torch.device("cpu"))
+    stepped = estimate_foreground(image, alpha)
+
+    torch.save((image, alpha), tmp_path / "inputs.pt")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    subprocess.run(
+        [sys.executable, "-c", LAUNCHED, str(tmp_path / "inputs.pt"), str(tmp_path / "launched.pt")],
+        env=env, check=True, timeout=300,
+    )  # fmt: skip
+    launched = torch.load(tmp_path / "launched.pt")
+
+    assert launched.shape == stepped.shape
+    assert torch.isfinite(launched).all()
+    partial = ((alpha > 0) & (alpha < 255)).expand_as(stepped)
+    assert partial.float().mean() > 0.3  # the comparison covers many partial pixels
+    assert stepped[partial].std() > 0.05  # and colours that are not flat
+    assert (launched - stepped).abs().max() <= ROUNDING
+    levels = (torch.floor(launched * 255 + 0.5) - torch.floor(stepped * 255 + 0.5)).abs()
+    assert levels.max() == 0
