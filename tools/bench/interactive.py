@@ -14,6 +14,7 @@ server's resident memory after the warm-up, at its peak and `--settle` seconds a
 
     .venv/bin/python -m tools.bench.interactive                     # the 2-core machine's figures
     .venv/bin/python -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0
+                                                                    # (both routes on torch there)
 
 Without --address it starts `craftai serve` on a temporary store with the SAM 2.1 random-weight
 fixture (the published architecture: the same work per picture) and the real u2netp
@@ -46,7 +47,7 @@ from craftai_dev.servers import ensure_local_key
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from tools.bench import harness
-from tools.bench.load import serve_fixture
+from tools.bench.load import SAM, serve_fixture
 
 MiB = 1 << 20
 CLICK = [(200.0, 150.0, True)]
@@ -85,14 +86,16 @@ def _png(picture: Image.Image) -> bytes:
     return out.getvalue()
 
 
-def _interactive(editor: AiClient, session: Any, small: bytes, rounds: int, phase: Phase) -> None:
+def _interactive(
+    editor: AiClient, session: Any, small: bytes, rounds: int, phase: Phase, *, engine: str | None
+) -> None:
     """The editor's loop: a click, then a small matte with its cutout, `rounds` times."""
     for _ in range(rounds):
         started = time.perf_counter()
         session.segment(points=CLICK)
         phase.latencies["click"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        editor.remove_background(small, outputs="matte,cutout")
+        editor.remove_background(small, outputs="matte,cutout", engine=engine)
         phase.latencies["matte"].append(time.perf_counter() - started)
 
 
@@ -127,16 +130,16 @@ class Bulk:
             thread.join(600)
 
 
-def _open_and_close(ai: AiClient, picture: bytes) -> None:
-    ai.open_session(picture).close()
+def _open_and_close(ai: AiClient, picture: bytes, engine: str | None) -> None:
+    ai.open_session(picture, engine=engine).close()
 
 
 def _everything(session: Any, points_per_side: int) -> None:
     session.segment_everything(points_per_side=points_per_side)
 
 
-def _cutout(ai: AiClient, picture: bytes) -> None:
-    ai.remove_background(picture, outputs="cutout")
+def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
+    ai.remove_background(picture, outputs="cutout", engine=engine)
 
 
 @contextlib.contextmanager
@@ -151,6 +154,10 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int,
     keys.chmod(0o600)
     env = {"CRAFTAI_KEYS_FILE": str(keys), "CRAFTAI_DEVICE": args.device}
     with serve_fixture(workdir, env) as served:
+        if args.engine:  # the default engines are set up; this one too
+            with AiClient("load-setup", target=served.address) as ai:
+                list(ai.setup("image.segment", SAM, args.engine))
+                list(ai.setup("image.matte", "u2netp", args.engine))
         yield served.address, served.pid, key
 
 
@@ -165,29 +172,30 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         editor = AiClient("editor", target=address, app_key=key, root_certificates=certificate, retries=no_retry)
         bulk_apps = [AiClient(f"bulk-{n}", target=address, retries=no_retry) for n in range(4)]
         try:
-            session = editor.open_session(photo)
+            engine = args.engine or None
+            session = editor.open_session(photo, engine=engine)
             warm = Phase()
-            _interactive(editor, session, small, 3, warm)  # both routes loaded and warm
-            opened = bulk_apps[0].open_session(photo)
+            _interactive(editor, session, small, 3, warm, engine=engine)  # both routes loaded and warm
+            opened = bulk_apps[0].open_session(photo, engine=engine)
             opened.segment_everything(points_per_side=8)  # the grid's path warm too
-            bulk_apps[0].remove_background(large, outputs="cutout")
+            bulk_apps[0].remove_background(large, outputs="cutout", engine=engine)
             memory = Memory(warm=_status(pid, "VmRSS") if pid else 0.0)
             if pid:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
             alone = Phase()
-            _interactive(editor, session, small, args.rounds, alone)
+            _interactive(editor, session, small, args.rounds, alone, engine=engine)
             bulk = Bulk()
             for n in range(args.encoders):
-                bulk.run("open", functools.partial(_open_and_close, bulk_apps[n % len(bulk_apps)], photo))
+                bulk.run("open", functools.partial(_open_and_close, bulk_apps[n % len(bulk_apps)], photo, engine))
             for n in range(args.everything):
-                grid = bulk_apps[n % len(bulk_apps)].open_session(photo)
+                grid = bulk_apps[n % len(bulk_apps)].open_session(photo, engine=engine)
                 bulk.run("everything", functools.partial(_everything, grid, args.points_per_side))
             for n in range(args.large):
-                bulk.run("large cutout", functools.partial(_cutout, bulk_apps[n % len(bulk_apps)], large))
+                bulk.run("large cutout", functools.partial(_cutout, bulk_apps[n % len(bulk_apps)], large, engine))
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
             loaded = Phase()
             started = time.monotonic()
-            _interactive(editor, session, small, args.rounds, loaded)
+            _interactive(editor, session, small, args.rounds, loaded, engine=engine)
             loaded_seconds = time.monotonic() - started
             bulk.end()
             if pid:
@@ -203,6 +211,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "when": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}",
         "device": args.device,
+        "engine": args.engine or "the catalogue's",
         "arguments": {k: v for k, v in vars(args).items() if k not in ("json", "editor_key")},
         "alone_ms": _ms(alone.summary()),
         "loaded_ms": _ms(loaded.summary()),
@@ -244,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-pid", type=int, default=0, help="with --address: its pid, to read its memory")
     parser.add_argument("--editor-key", default="", help="with --address: the key of the app 'editor'")
     parser.add_argument("--device", default="cpu", help="the started server's CRAFTAI_DEVICE (cpu, cuda)")
+    parser.add_argument(
+        "--engine", default="", help="both routes' engine, set up too (default: the catalogue's; on a GPU: torch)"
+    )
     parser.add_argument("--rounds", type=int, default=30, help="clicks and small mattes, alone and loaded")
     parser.add_argument("--encoders", type=int, default=8, help="threads opening sessions (the encoder)")
     parser.add_argument("--everything", type=int, default=4, help="threads running segment everything")
@@ -254,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the load to read the memory")
     parser.add_argument("--json", type=Path, default=harness.REPO / "out" / "bench" / "interactive.json")
     args = parser.parse_args(argv)
+    if not args.engine and args.device.startswith("cuda"):
+        args.engine = "torch"  # onnxruntime's routes run on the CPU beside a GPU
     result = measure(args)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2) + "\n")

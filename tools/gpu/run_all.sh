@@ -48,8 +48,8 @@ run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"
 run foreground 400 python3 -m tools.gpu.foreground_order --out "$out/foreground"
 run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
-run fairly 580 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
-    --json "$out/interactive-gpu.json"
+run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
+    --settle 15 --json "$out/interactive-gpu.json"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"
