@@ -1,6 +1,7 @@
 """The three images on one network with a shared store, driven from the host through the SDK.
 
-The tests run in file order on one set of containers: status on a fresh store, setup, mattes,
+The tests run in file order on one set of containers: status on a fresh store, setup (downloaded,
+then brought by hand with `--from`), mattes,
 concurrent apps, and last the infer container killed in the middle of a stream.
 """
 
@@ -74,6 +75,23 @@ def test_status_then_setup_through_the_separate_services(services: st.Stack) -> 
     listing = st.store_listing(services.prepare)
     assert listing[U2NETP] == (U2NETP_SIZE, U2NETP_SHA256)
     assert not [p for p in listing if p.startswith("tmp/")]
+
+
+def test_files_brought_by_hand_are_streamed_to_the_prepare_container(services: st.Stack, u2netp_file: Path) -> None:
+    """`craftai setup --from` against a containerised server: the bytes travel over gRPC to prepare,
+    which checks them and places them in the shared store (the host's files are not visible to it)."""
+    removed = services.prepare.exec(["python", "-c", f"import os; os.remove('/store/{U2NETP}')"])
+    assert removed.exit_code == 0, removed.output.decode(errors="replace")
+    assert U2NETP not in st.store_listing(services.prepare)
+    with services.client("tests") as ai:
+        events = list(ai.setup("image.matte", "u2netp", "onnxruntime", from_path=u2netp_file))
+        assert _state(ai) == RouteState.PREPARED
+    result = events[-1]
+    assert isinstance(result, SetupOutput) and not result.already_done
+    assert result.files[0].source == f"brought: {u2netp_file}"
+    listing = st.store_listing(services.prepare)
+    assert listing[U2NETP] == (U2NETP_SIZE, U2NETP_SHA256)
+    assert not [p for p in listing if p.startswith("tmp/")]  # the upload's own folder went with it
 
 
 def test_the_services_run_as_the_image_user_on_a_read_only_root(services: st.Stack) -> None:

@@ -101,6 +101,7 @@ def test_the_kernel_split_between_blocks_is_one_block(photos: dict[str, Path], u
             found[programs] = estimate_foreground(image, alpha[None, None], coarse_device=torch.device("cpu"))
     finally:
         foreground_kernel.PROGRAMS = default
+    assert foreground_kernel.broken() is None  # the kernel ran, not the host-launched steps
     for programs, estimate in found.items():
         apart = float((estimate - found[1]).abs().max())
         print(f"{name} 2048x1536: the kernel on {programs} blocks vs 1: max |d| {apart}")

@@ -47,6 +47,7 @@ from craftai_infer.pipelines.foreground import estimate_foreground
 image, alpha = torch.load(sys.argv[1])
 assert foreground_kernel.runs_on(torch.device("cpu"))
 torch.save(estimate_foreground(image, alpha), sys.argv[2])
+assert foreground_kernel.broken() is None, foreground_kernel.broken()  # the kernel ran
 """
 
 
@@ -76,3 +77,27 @@ def test_the_kernel_computes_the_host_launched_steps(
     assert (launched - stepped).abs().max() <= ROUNDING
     levels = (torch.floor(launched * 255 + 0.5) - torch.floor(stepped * 255 + 0.5)).abs()
     assert levels.max() == 0
+
+
+def test_a_kernel_that_does_not_build_leaves_the_level_to_the_host_launched_steps(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Triton present but the kernel refused by its compiler (another Triton, another GPU): the
+    level is left untouched for the steps, said once in the log, and no later level tries again."""
+
+    def refused() -> object:
+        raise RuntimeError("no such intrinsic on this GPU")
+
+    monkeypatch.setattr(foreground_kernel, "_kernel", refused)
+    monkeypatch.setattr(foreground_kernel, "_broken", [])
+    monkeypatch.setattr(foreground_kernel, "_interpreted", lambda: True)  # one block, no CUDA asked
+    state = torch.rand(2, 40, 6)
+    before = state.clone()
+    ran = foreground_kernel.run_level(
+        state, torch.rand(2, 40, 1), torch.rand(2, 40, 1), torch.rand(2, 40, 3), torch.rand(2, 40, 6),
+        rows=4, first=8, steps=6, block=8,
+    )  # fmt: skip
+    assert not ran and torch.equal(state, before)
+    assert foreground_kernel.broken() == "RuntimeError: no such intrinsic on this GPU"
+    assert "the foreground kernel did not build" in caplog.text
+    assert not foreground_kernel.runs_on(torch.device("cpu"))

@@ -266,11 +266,11 @@ def _level(image: Tensor, alpha: Tensor, skew: _Skew, state: Tensor, method: Mul
     constants = _Constants(skew, image, alpha, method)
     if foreground_kernel.runs_on(state.device):  # every step in one launch (its module says why)
         c = constants
-        foreground_kernel.run_level(
+        if foreground_kernel.run_level(
             state, c.left, c.up, c.inverse, c.constant,
             rows=skew.rows, first=(skew.pad - skew.iterations) * skew.rows, steps=skew.steps, block=skew.block,
-        )  # fmt: skip
-        return
+        ):  # fmt: skip
+            return
     steps = (_Steps(skew, 0, state, constants), _Steps(skew, 1, state, constants))
     del constants  # held by the views, and freed with them
     s = torch.empty((skew.block, 6), device=state.device)  # Σ_j d_ij [F_j, B_j] of a step's cells

@@ -26,13 +26,16 @@ compiled kernel against pymatting and against one block.
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["PROGRAMS", "available", "run_level", "runs_on"]
+__all__ = ["PROGRAMS", "available", "broken", "run_level", "runs_on"]
+
+log = logging.getLogger(__name__)
 
 PROGRAMS = 1  # thread blocks a level's steps are split between (docs/MATTE.md says why this many)
 BLOCK = 1024  # cells one block updates at a time
@@ -53,10 +56,18 @@ def _interpreted() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+_broken: list[str] = []  # why the kernel could not be built here, once it could not
+
+
+def broken() -> str | None:
+    """Why this process runs the host-launched steps on a GPU instead (the kernel did not compile)."""
+    return _broken[0] if _broken else None
+
+
 def runs_on(device: torch.device) -> bool:
-    """A level on `device` runs as this kernel: on CUDA where Triton is there (on the CPU under
-    Triton's interpreter, for the tests)."""
-    return available() and device.type == ("cpu" if _interpreted() else "cuda")
+    """A level on `device` runs as this kernel: on CUDA where Triton is there and the kernel builds
+    (on the CPU under Triton's interpreter, for the tests)."""
+    return available() and not _broken and device.type == ("cpu" if _interpreted() else "cuda")
 
 
 @functools.cache
@@ -141,10 +152,11 @@ def run_level(
     steps: int,
     block: int,
     programs: int | None = None,
-) -> None:
+) -> bool:
     """Every step of a level on `state` (2, cells, 6), in place; the constants are (2, cells, k)
     contiguous float32 on the same device (foreground._Constants). `first`: the cell where step 0's
-    block starts; a step moves `rows` cells on every second step. `programs`: PROGRAMS unless given."""
+    block starts; a step moves `rows` cells on every second step. `programs`: PROGRAMS unless given.
+    False, with `state` untouched, when the kernel cannot be built here (`broken` says why)."""
     for tensor, width in ((state, 6), (left, 1), (up, 1), (inverse, 3), (constant, 6)):
         if not tensor.is_contiguous() or tensor.dtype != torch.float32 or tensor.shape[-1] != width:
             raise ValueError(f"expected contiguous float32 (2, cells, {width}), got {tuple(tensor.shape)}")
@@ -154,7 +166,18 @@ def run_level(
     else:  # all resident at once: one a multiprocessor at most (several fit on one)
         programs = min(programs, torch.cuda.get_device_properties(state.device).multi_processor_count)
     counter = torch.zeros(1, dtype=torch.int32, device=state.device)
-    _kernel()[(programs,)](
+    try:
+        kernel = _kernel()
+        kernel.warmup(  # compiled here (or loaded from Triton's cache) before anything runs
+            state, left, up, inverse, constant, counter, state.shape[1], rows, first, steps, block,
+            PROGRAMS=programs, BLOCK=BLOCK, grid=(programs,),
+        )  # fmt: skip
+    except Exception as exc:  # any failure to build it: the same answer, launched from the host
+        _broken.append(f"{type(exc).__name__}: {exc}")
+        log.warning("the foreground kernel did not build (%s): a GPU's cutouts take the slower steps", _broken[0])
+        return False
+    kernel[(programs,)](
         state, left, up, inverse, constant, counter, state.shape[1], rows, first, steps, block,
         PROGRAMS=programs, BLOCK=BLOCK,
     )  # fmt: skip
+    return True
