@@ -68,7 +68,8 @@ def measure(width: int, height: int, reps: int, host_steps_large: bool) -> dict[
         return estimate_foreground(image, alpha, coarse_device=CPU)
 
     row: dict[str, Any] = {"size": f"{width}x{height}"}
-    row["sweep_ms"] = median_ms(lambda: foreground_sweep.estimate_foreground(image, alpha, coarse_device=CPU), reps)
+    image_f, alpha_f = image.float() / 255.0, alpha.float() / 255.0  # the sweep takes floats
+    row["sweep_ms"] = median_ms(lambda: foreground_sweep.estimate_foreground(image_f, alpha_f, coarse_device=CPU), reps)
     one = wavefront(1)
     on_cpu = estimate_foreground(image.cpu(), alpha.cpu()) if width * height <= 2048 * 1536 else None
     for programs in PROGRAMS:

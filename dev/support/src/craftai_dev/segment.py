@@ -123,8 +123,8 @@ class SetUpStore:
 
 
 def set_up_store(root: Path, fixture: Sam21Fixture) -> SetUpStore:
-    """Serve the fixture on loopback, and let the real prepare service download and check it: the
-    default recipe (SAM 2.1 tiny, from the archive) and SAM 2 tiny."""
+    """Serve the fixture on loopback, and let the real prepare service download, check and prepare
+    it for onnxruntime: the default recipe (SAM 2.1 tiny, from the archive) and SAM 2 tiny."""
     from craftai import AiClient
 
     folder = served_folder(root, fixture)
@@ -132,8 +132,10 @@ def set_up_store(root: Path, fixture: Sam21Fixture) -> SetUpStore:
         recipes = catalogue(root / "recipes.toml", fixture, files.url)
         process = servers.embedded(root / "store", root / "setup", {"CRAFTAI_RECIPES": str(recipes)})
         with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
-            default = list(ai.setup("image.segment"))[-1]
-            named = list(ai.setup("image.segment", RECIPE))[-1]
+            # onnxruntime named: its routes are prepared (the decoder's copy), and on a GPU machine
+            # the engine chosen by default would be torch
+            default = list(ai.setup("image.segment", engine="onnxruntime"))[-1]
+            named = list(ai.setup("image.segment", RECIPE, "onnxruntime"))[-1]
     expected = {fixture.manifest["files"][n]["sha256"] for n in ROLE_FILES.values()}
     for result in (default, named):
         assert {f.sha256 for f in result.files} == expected  # type: ignore[union-attr]
