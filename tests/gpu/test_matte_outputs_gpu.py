@@ -24,7 +24,7 @@ import torch
 from PIL import Image
 
 from craftai import AiClient
-from craftai_dev import servers
+from craftai_dev import pymatting_reference, servers
 from craftai_infer.pipelines import foreground_kernel, matte_outputs
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.matte_spec import Blur, Cover, Kind, OutputsSpec, Solid
@@ -66,7 +66,7 @@ def test_the_foreground_estimate_on_cuda_is_the_cpus(chelsea_and_matte: tuple[np
 
 @pytest.mark.parametrize("name", ["chelsea.png", "astronaut.png", "rocket.jpg"])
 def test_the_foreground_estimate_on_cuda_is_pymattings(photos: dict[str, Path], u2netp_file: Path, name: str) -> None:
-    from pymatting import estimate_foreground_ml  # type: ignore[import-untyped]
+    estimate_foreground_ml = pymatting_reference.estimate_foreground_ml()
 
     picture = np.array(Image.open(photos[name]).convert("RGB"))
     (matte,) = U2netpOnnx(RouteFiles({"network": u2netp_file}, None, 4), "cpu").matte([picture])

@@ -38,7 +38,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from craftai_dev import hair
+from craftai_dev import hair, pymatting_reference
 from craftai_infer.pipelines.foreground import estimate_foreground
 from craftai_infer.pipelines.matte_outputs import render
 from craftai_infer.pipelines.matte_spec import OutputsSpec
@@ -85,9 +85,7 @@ PHOTOS: dict[str, Callable[[dict[str, Path]], U8]] = {
 @pytest.fixture(scope="module")
 def pymatting_ml() -> Any:
     os.environ.setdefault("NUMBA_NUM_THREADS", "2")
-    from pymatting import estimate_foreground_ml  # type: ignore[import-untyped]
-
-    return estimate_foreground_ml
+    return pymatting_reference.estimate_foreground_ml()  # its module alone: the rest of pymatting not compiled
 
 
 @pytest.fixture(scope="module")

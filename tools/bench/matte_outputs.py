@@ -131,7 +131,8 @@ def _pymatting_ms(width: int, height: int, reps: int) -> float | None:
     compiled first, outside the timing; NUMBA_DISABLE_JIT, which another section sets, removed)."""
     code = f"""
 import json, time, numpy as np
-from pymatting import estimate_foreground_ml
+from craftai_dev.pymatting_reference import estimate_foreground_ml as reference
+estimate_foreground_ml = reference()
 rng = np.random.default_rng(0)
 image = rng.random(({height}, {width}, 3), dtype=np.float32)
 alpha = rng.random(({height}, {width}), dtype=np.float32)
