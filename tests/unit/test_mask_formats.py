@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from craftai.outputs import mask_output
 from craftai_infer import masks as answers
 from craftai_infer.pipelines import mask_formats
+from craftai_wire.v1 import infer_pb2
 
 pytestmark = pytest.mark.filterwarnings("ignore:__array__ implementation doesn't accept a copy keyword")
 
@@ -45,6 +46,29 @@ def test_rle_is_coco_s(index: int) -> None:
     assert np.array_equal(coco.decode({"size": [h, w], "counts": mask_formats.rle_string(counts)}), mask)
     assert mask_formats.area(counts) == int(mask.sum()) == int(coco.area(theirs))
     assert np.array_equal(answers.decode_counts(counts, h, w), mask)
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_the_rle_answer_size_is_known_before_the_answer_is_made(index: int) -> None:
+    """What segment everything counts against the answer's limit as masks come: the varints of
+    MaskRle.counts and the characters of MaskRle.compressed, exactly."""
+    mask = _masks()[index]
+    h, w = mask.shape
+    counts = mask_formats.rle_counts(mask)
+    message = answers.rle_message(counts, h, w)
+    packed = message.ByteSize() - infer_pb2.MaskRle(height=h, width=w).ByteSize()
+    varints = sum(len(_varint(int(c))) for c in counts)
+    assert mask_formats.rle_answer_bytes(counts) == varints + len(mask_formats.rle_string(counts))
+    assert 0 <= packed - mask_formats.rle_answer_bytes(counts) <= 12  # the two fields' tags and lengths
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+        value >>= 7
+        if not value:
+            return bytes(out)
 
 
 def test_box_is_the_pixels_extent() -> None:

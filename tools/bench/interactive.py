@@ -47,7 +47,7 @@ from craftai_dev.servers import ensure_local_key
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from tools.bench import harness
-from tools.bench.load import SAM, serve_fixture
+from tools.bench.load import MATTE, SAM, serve_fixture
 
 MiB = 1 << 20
 CLICK = [(200.0, 150.0, True)]
@@ -95,7 +95,7 @@ def _interactive(
         session.segment(points=CLICK)
         phase.latencies["click"].append(time.perf_counter() - started)
         started = time.perf_counter()
-        editor.remove_background(small, outputs="matte,cutout", engine=engine)
+        editor.remove_background(small, outputs="matte,cutout", recipe=MATTE, engine=engine)
         phase.latencies["matte"].append(time.perf_counter() - started)
 
 
@@ -139,7 +139,7 @@ def _everything(session: Any, points_per_side: int) -> None:
 
 
 def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
-    ai.remove_background(picture, outputs="cutout", engine=engine)
+    ai.remove_background(picture, outputs="cutout", recipe=MATTE, engine=engine)
 
 
 @contextlib.contextmanager
@@ -152,12 +152,18 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int,
     keys = workdir / "keys"
     keys.write_text(key_line("editor", key) + key_line("*", ensure_local_key()))  # the bulk apps: made-up ids
     keys.chmod(0o600)
-    env = {"CRAFTAI_KEYS_FILE": str(keys), "CRAFTAI_DEVICE": args.device}
+    # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
+    bulk = args.encoders + args.everything + args.large
+    env = {
+        "CRAFTAI_KEYS_FILE": str(keys),
+        "CRAFTAI_DEVICE": args.device,
+        "CRAFTAI_MAX_WILDCARD_REQUESTS": str(max(32, 2 * bulk)),
+    }
     with serve_fixture(workdir, env) as served:
         if args.engine:  # the default engines are set up; this one too
             with AiClient("load-setup", target=served.address) as ai:
                 list(ai.setup("image.segment", SAM, args.engine))
-                list(ai.setup("image.matte", "u2netp", args.engine))
+                list(ai.setup("image.matte", MATTE, args.engine))
         yield served.address, served.pid, key
 
 
@@ -178,7 +184,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             _interactive(editor, session, small, 3, warm, engine=engine)  # both routes loaded and warm
             opened = bulk_apps[0].open_session(photo, engine=engine)
             opened.segment_everything(points_per_side=8)  # the grid's path warm too
-            bulk_apps[0].remove_background(large, outputs="cutout", engine=engine)
+            bulk_apps[0].remove_background(large, outputs="cutout", recipe=MATTE, engine=engine)
             memory = Memory(warm=_status(pid, "VmRSS") if pid else 0.0)
             if pid:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")

@@ -54,6 +54,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 MiB = 1 << 20
 SAM = "sam2.1-hiera-tiny"  # the default of image.segment: its sessions open without naming it
+MATTE = "u2netp"  # named in every matte call: on a GPU the catalogue's default is another recipe
 LIMIT_REASONS = (Reason.TOO_MANY_REQUESTS, Reason.TOO_MANY_SESSIONS)
 DEFAULT_MARGIN_MIB = 384
 
@@ -88,7 +89,7 @@ def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[
         with harness.serve_process(workdir, env) as served:
             with AiClient("load-setup", target=served.address) as ai:
                 list(ai.setup("image.segment", SAM))
-                list(ai.setup("image.matte", "u2netp"))
+                list(ai.setup("image.matte", MATTE))
             yield served
 
 
@@ -143,7 +144,7 @@ def _client_loop(  # noqa: PLR0917 - a thread target: positional by nature
         first = False
         try:
             if matte:
-                _timed(tally, "Matte", ai.remove_background, picture)
+                _timed(tally, "Matte", ai.remove_background, picture, recipe=MATTE)
                 continue
             rpc = "OpenSession"
             session = _timed(tally, "OpenSession", ai.open_session, picture)
@@ -221,7 +222,7 @@ def run(
     Even clients begin with a matte and odd ones with a session, so that a short run has both."""
     with AiClient("load-warmup", target=address) as ai:
         for picture in pictures:  # every picture through both routes: buffers and arenas at their size
-            ai.remove_background(picture, outputs="matte")
+            ai.remove_background(picture, outputs="matte", recipe=MATTE)
             with ai.open_session(picture) as warm:
                 warm.segment(points=[(warm.width / 2, warm.height / 2, True)])
         budget = ai.runtime().limits.session_budget_bytes

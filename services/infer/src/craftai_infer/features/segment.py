@@ -33,7 +33,7 @@ from craftai_infer import prompts
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import SEGMENT_BYTES_PER_PIXEL, FeatureContext
 from craftai_infer.loader import LoadedRoute
-from craftai_infer.pipelines import mask_generator
+from craftai_infer.pipelines import mask_formats, mask_generator
 from craftai_infer.pipelines.mask_generator import Candidates
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt, prompt_points
@@ -218,7 +218,7 @@ class SegmentFeature:
                     size, answer = queued.popleft()
                     found.append(await answer)
                     done += size
-                    held += sum(counts.nbytes for counts in found[-1].counts)
+                    held += sum(mask_formats.rle_answer_bytes(counts) for counts in found[-1].counts)
                     if held > limit:
                         raise _too_many_masks(done, total, sum(len(f) for f in found), held, limit)
                     run.progress("points", done, total, f"{done} of {total} points decoded", unit="points")
@@ -366,7 +366,7 @@ def _too_many_masks(done: int, total: int, masks: int, held: int, limit: int) ->
     return resource_exhausted(
         Reason.LIMIT_REACHED,
         f"segment everything stopped after {done} of {total} points: the {masks} masks found so far come to "
-        f"{held:,} bytes before duplicates are removed, more than the {limit:,} bytes one answer may carry "
+        f"{held:,} bytes as RLE before duplicates are removed, more than the {limit:,} bytes one answer may carry "
         "(CRAFTAI_MAX_MESSAGE_BYTES); ask for fewer masks (a higher pred_iou_thresh or stability_score_thresh, "
         "or a sparser grid)",
         points_done=str(done),

@@ -70,6 +70,25 @@ def rle_string(counts: I64) -> bytes:
     return table[np.stack(active, axis=1)].astype(np.uint8).tobytes()
 
 
+def rle_answer_bytes(counts: I64) -> int:
+    """What a mask's RLE takes in an answer, without making it: each count as a varint
+    (MaskRle.counts) and as rle_string's characters (MaskRle.compressed), from the bit lengths of
+    the counts and of their differences (5 bits a character, the sign included)."""
+    values = np.asarray(counts, dtype=np.int64)
+    deltas = values.copy()
+    if deltas.size > 3:
+        deltas[3:] -= values[1:-2]
+    magnitude = np.where(deltas >= 0, deltas, ~deltas)
+    characters = (_bit_length(magnitude) + 1 + 4) // 5
+    varints = np.maximum(1, (_bit_length(values) + 6) // 7)
+    return int(characters.sum() + varints.sum())
+
+
+def _bit_length(values: I64) -> npt.NDArray[np.int64]:
+    """int.bit_length of each non-negative value (exact below 2**53)."""
+    return np.frexp(values.astype(np.float64))[1].astype(np.int64)
+
+
 def area(counts: I64) -> int:
     """Selected pixels: the odd runs."""
     return int(np.asarray(counts)[1::2].sum())
