@@ -278,7 +278,8 @@ def load(runs: Runs) -> list[str]:
 
 def shared_fairly(runs: Runs) -> list[str]:
     r = runs["run"]
-    targets = {"click": 3.0, "matte": 2.0}
+    # the targets: on the 2-core machine both calls; on the GPU machine the click only
+    targets = {"click": 3.0} if r["device"].startswith("cuda") else {"click": 3.0, "matte": 2.0}
     rows = []
     for call, words in (("click", "a click (Segment)"), ("matte", "a small matte and cutout (451x300)")):
         alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
@@ -291,7 +292,7 @@ def shared_fairly(runs: Runs) -> list[str]:
                 f"{loaded['p50']:,.1f}",
                 f"{loaded['p99']:,.1f}",
                 f"**{ratio:.2f}x**",
-                f"<= {targets[call]:g}x",
+                f"<= {targets[call]:g}x" if call in targets else "-",
             ]
         )
     a = r["arguments"]
@@ -344,6 +345,7 @@ RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "load": load,
     "replicas": replicas,
     "shared_fairly": shared_fairly,
+    "shared_fairly_gpu": shared_fairly,
 }
 
 
