@@ -20,6 +20,12 @@ from craftai_dev.files import U2NETP_SHA256, sample_photo, u2netp_onnx
 # spinning took most of the CPU (60 3x3 convolutions on 32x32, 20 times: 19 s spinning, 0.4 s with
 # PASSIVE, same results). Set before anything here imports torch; tools/test.sh exports it too.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Under pytest-xdist with a worker per core (tools/test.sh), each worker's models, and those of the
+# servers it starts, run on one thread: two of them are at work at once most of the time, and models
+# of two threads each on two cores wait for each other's slices at every parallel step.
+ONE_THREAD = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) >= (os.cpu_count() or 1) > 1
+if ONE_THREAD:
+    os.environ.setdefault("CRAFTAI_CPU_THREADS", "1")
 
 if TYPE_CHECKING:
     import onnx
@@ -38,6 +44,10 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[servers.CONFIG_VARIABLE] = str(folder)
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
     servers.ensure_local_key()
+    if ONE_THREAD:
+        import torch
+
+        torch.set_num_threads(1)
 
 
 # The container suite runs after the integration suite: tools/test.sh builds the images beside

@@ -3,7 +3,7 @@
 # They are compared against in tests/parity; no service package depends on them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pip=(.venv/bin/python -m pip install --disable-pip-version-check -q -c constraints.txt)
+pip=(.venv/bin/python -m pip install --disable-pip-version-check -q --no-compile -c constraints.txt)  # compiled by bootstrap.sh
 
 # rembg: the peer users would otherwise pick for u2netp (tests/parity, tools/bench).
 "${pip[@]}" rembg==2.0.86
