@@ -25,3 +25,7 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
     for phase in ("alone_ms", "loaded_ms"):
         assert {call: stats["n"] for call, stats in result[phase].items()} == {"click": 2.0, "matte": 2.0}
     assert result["bulk_done"] and result["memory_mib"]["warm"] > 0 and result["memory_mib"]["peak"] > 0
+    # where a loaded click spent its time on the server (its queue is in its "model" stage)
+    for phase in ("alone", "loaded"):
+        assert {"model", "png"} <= set(result["server_stages_ms"][phase]["click"]), result["server_stages_ms"]
+        assert "model" in result["server_stages_ms"][phase]["matte"]

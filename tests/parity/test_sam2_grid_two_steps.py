@@ -83,7 +83,9 @@ def test_two_steps_find_what_one_step_finds(
     np.testing.assert_array_equal(ours.points, theirs.points)
     # a batch of another size may round the transformer's sums otherwise (calls of 4: 6e-8)
     np.testing.assert_allclose(ours.ious, theirs.ious, rtol=1e-6)
-    np.testing.assert_allclose(ours.stability, theirs.stability, rtol=1e-6)
+    # the stability score is a ratio of pixel counts at the threshold +- the offset: a logit rounded to
+    # the other side of one of them moves a pixel (one of ~10^5 is ~1e-5; seen with one CPU thread)
+    np.testing.assert_allclose(ours.stability, theirs.stability, rtol=1e-4)
 
 
 def test_nothing_above_the_threshold_makes_no_mask(

@@ -9,7 +9,8 @@ alone, then as many times while `--encoders` threads of another app open session
 `--large` threads ask for cutouts of a large picture (bulk work: docs/ARCHITECTURE.md, "Who
 runs next"); the bulk apps use made-up ids under the local key (one tenant). It reports each
 interactive call's p50/p99 alone and loaded and their ratio (targets on the 2-core machine: a
-click's p99 loaded <= 3x alone, a matte's <= 2x), what the bulk clients got done, and the
+click's p99 loaded <= 3x alone, a matte's <= 2x), the stage times each answer reports (where a
+loaded call waited: a stage includes its queue), what the bulk clients got done, and the
 server's resident memory after the warm-up, at its peak and `--settle` seconds after the load.
 
     .venv/bin/python -m tools.bench.interactive                     # the 2-core machine's figures
@@ -58,9 +59,22 @@ class Phase:
     """One interactive app's latencies in a phase, by call."""
 
     latencies: dict[str, list[float]] = field(default_factory=lambda: {"click": [], "matte": []})
+    # each answer's own stage times (ms, as the server measured them: a stage includes its queue)
+    stages: dict[str, list[dict[str, float]]] = field(default_factory=lambda: {"click": [], "matte": []})
 
     def summary(self) -> dict[str, dict[str, float]]:
         return {call: harness.percentiles(times) for call, times in self.latencies.items()}
+
+    def stage_summary(self) -> dict[str, dict[str, dict[str, float]]]:
+        """By call, by server stage: p50 and p99 in ms."""
+        found: dict[str, dict[str, dict[str, float]]] = {}
+        for call, answers in self.stages.items():
+            names = sorted({name for timing in answers for name in timing})
+            found[call] = {}
+            for name in names:
+                stats = harness.percentiles([timing.get(name, 0.0) for timing in answers])
+                found[call][name] = {k: round(stats[k], 1) for k in ("p50", "p99")}
+        return found
 
 
 @dataclass
@@ -92,11 +106,13 @@ def _interactive(
     """The editor's loop: a click, then a small matte with its cutout, `rounds` times."""
     for _ in range(rounds):
         started = time.perf_counter()
-        session.segment(points=CLICK)
+        click = session.segment(points=CLICK)
         phase.latencies["click"].append(time.perf_counter() - started)
+        phase.stages["click"].append(dict(click.timing_ms))
         started = time.perf_counter()
-        editor.remove_background(small, outputs="matte,cutout", recipe=MATTE, engine=engine)
+        matte = editor.remove_background(small, outputs="matte,cutout", recipe=MATTE, engine=engine)
         phase.latencies["matte"].append(time.perf_counter() - started)
+        phase.stages["matte"].append(dict(matte.timing_ms))
 
 
 @dataclass
@@ -222,6 +238,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "alone_ms": _ms(alone.summary()),
         "loaded_ms": _ms(loaded.summary()),
         "p99_loaded_over_alone": ratios,
+        "server_stages_ms": {"alone": alone.stage_summary(), "loaded": loaded.stage_summary()},
         "loaded_seconds": loaded_seconds,
         "bulk_done": dict(bulk.done),
         "bulk_refused": dict(bulk.refused),
@@ -244,6 +261,10 @@ def report(result: dict[str, Any]) -> str:
             f"  {call:5}  alone p50 {a['p50']:8.1f} ms  p99 {a['p99']:8.1f} ms   loaded p50 {b['p50']:8.1f} ms  "
             f"p99 {b['p99']:8.1f} ms   p99 loaded/alone {result['p99_loaded_over_alone'][call]:.2f}x"
         )
+    for phase in ("alone", "loaded"):
+        stages = result["server_stages_ms"][phase]["click"]
+        said = ", ".join(f"{name} p50 {v['p50']:.1f} p99 {v['p99']:.1f}" for name, v in stages.items())
+        lines.append(f"  click on the server, {phase} (ms; a stage includes its queue): {said}")
     lines.append(f"  bulk done while loaded: {result['bulk_done']}  refused: {result['bulk_refused']}")
     m = result["memory_mib"]
     lines.append(
