@@ -24,8 +24,16 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
     result = json.loads(out.read_text())
     for phase in ("alone_ms", "loaded_ms"):
         assert {call: stats["n"] for call, stats in result[phase].items()} == {"click": 2.0, "matte": 2.0}
+    # the other apps ran in processes of their own and reported what they got done
     assert result["bulk_done"] and result["memory_mib"]["warm"] > 0 and result["memory_mib"]["peak"] > 0
     # where a loaded click spent its time on the server (its queue is in its "model" stage)
     for phase in ("alone", "loaded"):
         assert {"model", "png"} <= set(result["server_stages_ms"][phase]["click"]), result["server_stages_ms"]
         assert "model" in result["server_stages_ms"][phase]["matte"]
+
+
+def test_the_bulk_threads_are_dealt_to_the_apps_in_turn() -> None:
+    args = interactive.argparse.Namespace(encoders=6, everything=2, large=1)
+    apps = interactive._bulk_apps(args, apps=4)
+    assert [(a.encoders, a.everything, a.large) for a in apps] == [(2, 1, 1), (2, 1, 0), (1, 0, 0), (1, 0, 0)]
+    assert len({a.name for a in apps}) == 4

@@ -7,7 +7,10 @@ background of a small picture (u2netp: the matte and the cutout), one at a time,
 alone, then as many times while `--encoders` threads of another app open sessions,
 `--everything` threads run segment everything (Meta's defaults, `--points-per-side`) and
 `--large` threads ask for cutouts of a large picture (bulk work: docs/ARCHITECTURE.md, "Who
-runs next"); the bulk apps use made-up ids under the local key (one tenant). It reports each
+runs next"); the bulk apps use made-up ids under the local key (one tenant), each in a process
+of its own as other apps are (`--bulk-in-process`: threads beside the editor's, where their
+clients' work shares the editor's interpreter and its lock and lengthens its calls on the
+client's side: how the bench ran before). It reports each
 interactive call's p50/p99 alone and loaded and their ratio (targets on the 2-core machine: a
 click's p99 loaded <= 3x alone, a matte's <= 2x), the stage times each answer reports (where a
 loaded call waited: a stage includes its queue), what the bulk clients got done, and the
@@ -30,8 +33,10 @@ import datetime
 import functools
 import io
 import json
+import multiprocessing
 import os
 import platform
+import queue
 import threading
 import time
 from collections import Counter
@@ -158,6 +163,109 @@ def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
     ai.remove_background(picture, outputs="cutout", recipe=MATTE, engine=engine)
 
 
+@dataclass(frozen=True)
+class BulkApp:
+    """One other app's share of the bulk threads (what its process runs)."""
+
+    name: str
+    encoders: int
+    everything: int
+    large: int
+
+
+def _bulk_apps(args: argparse.Namespace, apps: int = 4) -> list[BulkApp]:
+    """The bulk threads dealt to `apps` apps in turn."""
+
+    def share(total: int, n: int) -> int:
+        return len(range(n, total, apps))
+
+    return [
+        BulkApp(f"bulk-{n}", share(args.encoders, n), share(args.everything, n), share(args.large, n))
+        for n in range(apps)
+    ]
+
+
+def _bulk_app(
+    address: str,
+    app: BulkApp,
+    work: tuple[bytes, bytes, str | None, int],
+    *,
+    ready: Any,
+    stop: Any,
+    results: Any,
+) -> None:
+    """One other app in a process of its own (as other apps are: its client's work does not share
+    the editor's interpreter): its threads run until `stop`, then it reports what they got done."""
+    photo, large, engine, points_per_side = work
+    ai = AiClient(app.name, target=address, retries=Retries(attempts=0))
+    bulk = Bulk()
+    try:
+        try:
+            for _ in range(app.encoders):
+                bulk.run("open", functools.partial(_open_and_close, ai, photo, engine))
+            for _ in range(app.everything):
+                grid = ai.open_session(photo, engine=engine)
+                bulk.run("everything", functools.partial(_everything, grid, points_per_side))
+            for _ in range(app.large):
+                bulk.run("large cutout", functools.partial(_cutout, ai, large, engine))
+        except BaseException as exc:
+            ready.put(f"{app.name} did not start: {exc!r}")
+            raise
+        ready.put("")
+        stop.wait()
+    finally:
+        bulk.end()
+        ai.close()
+    results.put((dict(bulk.done), dict(bulk.refused)))
+
+
+class OtherApps:
+    """The other apps, each in a process of its own (`apart`; else threads of this process, as
+    the bench ran before); `end` stops them and adds up their work."""
+
+    def __init__(
+        self, address: str, apps: list[BulkApp], work: tuple[bytes, bytes, str | None, int], *, apart: bool
+    ) -> None:
+        self._ready: Any
+        self._results: Any
+        self._stop: Any
+        if apart:
+            context = multiprocessing.get_context("spawn")
+            self._ready, self._results, self._stop = context.Queue(), context.Queue(), context.Event()
+            start: Callable[..., Any] = functools.partial(context.Process, daemon=True)
+        else:
+            self._ready, self._results, self._stop = queue.Queue(), queue.Queue(), threading.Event()
+            start = functools.partial(threading.Thread, daemon=True)
+        self._runners = [
+            start(
+                target=_bulk_app,
+                args=(address, app, work),
+                kwargs={"ready": self._ready, "stop": self._stop, "results": self._results},
+                name=app.name,
+            )
+            for app in apps
+            if app.encoders or app.everything or app.large
+        ]
+        for runner in self._runners:
+            runner.start()
+        for _ in self._runners:  # every app's threads started before the editor's loaded phase
+            if failed := self._ready.get(timeout=300):
+                self._stop.set()
+                raise RuntimeError(failed)
+
+    def end(self) -> tuple[Counter[str], Counter[str]]:
+        self._stop.set()
+        done: Counter[str] = Counter()
+        refused: Counter[str] = Counter()
+        for _ in self._runners:
+            got, lost = self._results.get(timeout=600)
+            done.update(got)
+            refused.update(lost)
+        for runner in self._runners:
+            runner.join(60)
+        return done, refused
+
+
 @contextlib.contextmanager
 def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str]]:
     """(address, pid, the editor's key): the given server, or one started with the fixtures."""
@@ -192,40 +300,35 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         no_retry = Retries(attempts=0)
         certificate = local_tls.certificate_file() if not args.address else None
         editor = AiClient("editor", target=address, app_key=key, root_certificates=certificate, retries=no_retry)
-        bulk_apps = [AiClient(f"bulk-{n}", target=address, retries=no_retry) for n in range(4)]
+        setup = AiClient("bulk-setup", target=address, retries=no_retry)
         try:
             engine = args.engine or None
             session = editor.open_session(photo, engine=engine)
             warm = Phase()
             _interactive(editor, session, small, 3, warm, engine=engine)  # both routes loaded and warm
-            opened = bulk_apps[0].open_session(photo, engine=engine)
+            opened = setup.open_session(photo, engine=engine)
             opened.segment_everything(points_per_side=8)  # the grid's path warm too
-            bulk_apps[0].remove_background(large, outputs="cutout", recipe=MATTE, engine=engine)
+            opened.close()
+            setup.remove_background(large, outputs="cutout", recipe=MATTE, engine=engine)
             memory = Memory(warm=_status(pid, "VmRSS") if pid else 0.0)
             if pid:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
             alone = Phase()
             _interactive(editor, session, small, args.rounds, alone, engine=engine)
-            bulk = Bulk()
-            for n in range(args.encoders):
-                bulk.run("open", functools.partial(_open_and_close, bulk_apps[n % len(bulk_apps)], photo, engine))
-            for n in range(args.everything):
-                grid = bulk_apps[n % len(bulk_apps)].open_session(photo, engine=engine)
-                bulk.run("everything", functools.partial(_everything, grid, args.points_per_side))
-            for n in range(args.large):
-                bulk.run("large cutout", functools.partial(_cutout, bulk_apps[n % len(bulk_apps)], large, engine))
+            work = (photo, large, engine, args.points_per_side)
+            others = OtherApps(address, _bulk_apps(args), work, apart=not args.bulk_in_process)
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
             loaded = Phase()
             started = time.monotonic()
             _interactive(editor, session, small, args.rounds, loaded, engine=engine)
             loaded_seconds = time.monotonic() - started
-            bulk.end()
+            bulk_done, bulk_refused = others.end()
             if pid:
                 memory.peak = _status(pid, "VmHWM")
                 time.sleep(args.settle)
                 memory.after, memory.settle = _status(pid, "VmRSS"), args.settle
         finally:
-            for ai in (editor, *bulk_apps):
+            for ai in (editor, setup):
                 ai.close()
     ratios = {call: loaded.summary()[call]["p99"] / alone.summary()[call]["p99"] for call in ("click", "matte")}
     return {
@@ -240,8 +343,8 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "p99_loaded_over_alone": ratios,
         "server_stages_ms": {"alone": alone.stage_summary(), "loaded": loaded.stage_summary()},
         "loaded_seconds": loaded_seconds,
-        "bulk_done": dict(bulk.done),
-        "bulk_refused": dict(bulk.refused),
+        "bulk_done": dict(bulk_done),
+        "bulk_refused": dict(bulk_refused),
         "memory_mib": asdict(memory),
         "memory_after_over_warm": memory.after / memory.warm if memory.warm else None,
     }
@@ -289,6 +392,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points-per-side", type=int, default=32)
     parser.add_argument("--large", type=int, default=2, help="threads asking for cutouts of a large picture")
     parser.add_argument("--large-side", type=int, default=2400, help="the large picture's width (4:3)")
+    parser.add_argument(
+        "--bulk-in-process",
+        action="store_true",
+        help="the other apps' threads in this process, beside the editor's (default: a process each)",
+    )
     parser.add_argument("--ramp", type=float, default=3.0, help="seconds of bulk work before the first call")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the load to read the memory")
     parser.add_argument("--json", type=Path, default=harness.REPO / "out" / "bench" / "interactive.json")
