@@ -4,6 +4,7 @@ JSON. No timed assertion: every interactive call is answered and the bulk client
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -33,7 +34,7 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
 
 
 def test_the_bulk_threads_are_dealt_to_the_apps_in_turn() -> None:
-    args = interactive.argparse.Namespace(encoders=6, everything=2, large=1)
+    args = argparse.Namespace(encoders=6, everything=2, large=1)
     apps = interactive._bulk_apps(args, apps=4)
     assert [(a.encoders, a.everything, a.large) for a in apps] == [(2, 1, 1), (2, 1, 0), (1, 0, 0), (1, 0, 0)]
     assert len({a.name for a in apps}) == 4

@@ -33,12 +33,28 @@ GATEWAY_START_SECONDS = 60.0
 
 
 def run(
-    host: str | None, port: int | None, store: Path | None, web: WebSettings | None = None, idle_minutes: float = 0.0
+    host: str | None,
+    port: int | None,
+    store: Path | None,
+    *,
+    web: WebSettings | None = None,
+    idle_minutes: float = 0.0,
+    gpus: str | None = None,
 ) -> int:
     """Serve until SIGTERM or Ctrl-C (or `idle_minutes` without a call, the shared local server's
     way to end); with `web`, the web gateway too (its own port and process), calling these
-    services at the address they listen on. Logs are JSON lines, or text for people on a terminal
-    (unless CRAFTAI_LOG_FORMAT says which)."""
+    services at the address they listen on; with `gpus` ('all' or a list), one infer replica per
+    GPU (craftai.gpu_replicas). Logs are JSON lines, or text for people on a terminal (unless
+    CRAFTAI_LOG_FORMAT says which)."""
+    from craftai import gpu_replicas
+
+    try:
+        gpu_ids = gpu_replicas.gpus(gpus) if gpus is not None else None
+    except gpu_replicas.GpusError as exc:
+        raise SystemExit(f"craftai serve: {exc}") from exc
+    replicas = gpu_replicas.plan(gpu_ids) if gpu_ids and len(gpu_ids) > 1 else []
+    if gpu_ids:  # this process's GPU, set before anything reads it
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu_ids[0]
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
@@ -53,18 +69,43 @@ def run(
     overrides = {k: v for k, v in (("host", host), ("port", port), ("store", store)) if v is not None}
     terminal = {"log_format": "text"} if "CRAFTAI_LOG_FORMAT" not in os.environ and sys.stderr.isatty() else {}
     infer_settings = InferSettings(**overrides, **terminal)  # type: ignore[arg-type]
+    if replicas:
+        fixed = infer_settings.port != 0  # else each replica takes a free port: no target known at start
+        everyone = gpu_replicas.target(infer_settings.host, infer_settings.port, replicas) if fixed else ""
+        infer_settings = infer_settings.model_copy(update={"replica": replicas[0].name, "replicas_target": everyone})
     configure_logging(infer_settings, "serve")
+    if gpu_ids is not None and not gpu_ids:
+        log.info("--gpus %s: no GPU found; one infer replica, on the CPU", gpus)
     mounts = [
         catalogue.build(CatalogueSettings(**overrides), embedded=True),  # type: ignore[arg-type]
         prepare.build(PrepareSettings(**overrides), embedded=True),  # type: ignore[arg-type]
         infer.build(infer_settings, embedded=True),
     ]
-    beside = None
-    if web is not None:
-        logging_of = (infer_settings.log_level, infer_settings.log_format)
+    logging_of = (infer_settings.log_level, infer_settings.log_format)
+    shared = {  # what the other replicas share with this process (craftai.gpu_replicas)
+        **os.environ,
+        "CRAFTAI_HOST": infer_settings.host,
+        "CRAFTAI_PORT": str(infer_settings.port),
+        "CRAFTAI_STORE": str(infer_settings.store),
+        "CRAFTAI_REPLICAS_TARGET": infer_settings.replicas_target,
+        "CRAFTAI_LOG_FORMAT": infer_settings.log_format,
+    }
 
-        def beside(address: str) -> contextlib.AbstractAsyncContextManager[str]:
-            return gateway_process(web.model_copy(update={"target": web.target or address}), *logging_of)
+    @contextlib.asynccontextmanager
+    async def beside(address: str) -> AsyncIterator[str]:
+        async with contextlib.AsyncExitStack() as stack:
+            if replicas:
+                addresses = await stack.enter_async_context(gpu_replicas.running(replicas, address, shared))
+                log.info(
+                    "%d infer replicas, one a GPU (%s); clients reach them all at ipv4:%s (CRAFTAI_INFER_ADDRESS)",
+                    len(replicas),
+                    ", ".join(f"{r.name}: GPU {r.gpu}" for r in replicas),
+                    ",".join(addresses),
+                )
+            if web is not None:
+                update = {"target": web.target or address}
+                await stack.enter_async_context(gateway_process(web.model_copy(update=update), *logging_of))
+            yield address
 
     code = asyncio.run(serve(infer_settings, mounts, beside, idle_seconds=idle_minutes * 60))
     exit_process(code)  # nothing of the models outlives the stop

@@ -10,6 +10,7 @@ craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json
 craftai segment-all photo.jpg -o masks.json    # every object (Meta's automatic mask generator), COCO RLE
 craftai keys add my-editor                     # a new key for an app: its hash into the keys file
 craftai serve --web                            # the services, and the page and HTTP API on 127.0.0.1:8080
+craftai serve --gpus all                       # one infer replica per GPU, on :50051, :50052, ...
 craftai web --address 10.0.0.7:50051           # the page and HTTP API in front of services elsewhere
 
 One module a command family (serve, status, setup, remove_background, segment, keys); the batch

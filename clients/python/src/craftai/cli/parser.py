@@ -111,6 +111,13 @@ def parser() -> argparse.ArgumentParser:
         "CRAFTAI_SHARED_IDLE_MINUTES, 30)",
     )
     s.add_argument(
+        "--gpus",
+        default=None,
+        metavar="all|0,1,...",
+        help="one infer replica per GPU (ports P, P+1, ...; clients reach them all at ipv4:HOST:P,HOST:P+1,...): "
+        "'all' the visible ones (none: one replica on the CPU) or a list of indices or UUIDs",
+    )
+    s.add_argument(
         "--stop", action="store_true", help="stop the shared server a command started (craftai status shows it)"
     )
     s.set_defaults(func=cmd_serve)

@@ -30,7 +30,9 @@ def cmd_serve(options: argparse.Namespace) -> int:
     web = web_settings(options) if options.web else None
     if web is not None:
         web = web.model_copy(update={"target": None})  # the services of this process
-    return run(options.host, options.port, options.store, web, options.idle_minutes or 0.0)
+    return run(
+        options.host, options.port, options.store, web=web, idle_minutes=options.idle_minutes or 0.0, gpus=options.gpus
+    )
 
 
 def stop_shared() -> int:

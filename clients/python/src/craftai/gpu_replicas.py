@@ -1,0 +1,181 @@
+"""`craftai serve --gpus`: one infer replica per GPU on one host, behind one gRPC target.
+
+A process drives one GPU best (one CUDA context, one event loop, its own batches), so a host with
+several GPUs runs one infer replica per GPU, as compose.gpu.yaml and the Kubernetes GPU overlay do:
+each replica sees only its GPU (CUDA_VISIBLE_DEVICES), has a name of its own (`<name>-gpu<id>`:
+sessions name it) and its own port. `craftai serve` keeps the catalogue, prepare and the first
+GPU's replica in its own process, on its port P, and starts the others as processes of their own
+(`python -m craftai_infer`) on P+1, P+2, ..., sharing its store, its keys and its certificate, and
+reaching its catalogue. Clients reach every replica through one target, gRPC's address list
+(`ipv4:127.0.0.1:P,127.0.0.1:P+1`, as CRAFTAI_INFER_ADDRESS): stateless calls spread over them and
+each session stays on the replica that opened it (craftai.replicas), as with a DNS name that
+resolves to every replica.
+
+The replicas are owned here: started once the services listen, each waited for until it serves
+(its ready file), stopped first on SIGTERM (each within its grace, then killed), and a replica that
+dies is logged, not restarted (its sessions are opened again on the others by the SDK). With
+CRAFTAI_DEVICE=cpu the same plan runs on the CPU: `--gpus 0,1` then stands for two GPUs (tests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("craftai.serve")
+START_SECONDS = 180.0  # the most a replica may take to serve (its engines import)
+_GPU_ID = re.compile(r"^[A-Za-z0-9-]+$")  # an index or a GPU's UUID (GPU-8c1a...), as CUDA_VISIBLE_DEVICES takes it
+# Ports a replica takes its own of: P + its rank where set (0: a free one, as given)
+_PORTS = ("CRAFTAI_PORT", "CRAFTAI_PROBE_PORT", "CRAFTAI_METRICS_PORT")
+
+
+class GpusError(ValueError):
+    """`--gpus` names no GPU list this host can run."""
+
+
+def gpus(spec: str, env: Mapping[str, str] | None = None) -> list[str]:
+    """The GPUs `--gpus` names: `all`, every visible one (CUDA_VISIBLE_DEVICES's list where set,
+    else the count torch finds; none without a GPU or torch), or a comma list of indices or UUIDs."""
+    env = os.environ if env is None else env
+    spec = spec.strip()
+    if spec == "all":
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        if visible is not None:
+            return [g.strip() for g in visible.split(",") if g.strip() and g.strip() != "-1"]
+        return [str(k) for k in range(_device_count())]
+    named = [g.strip() for g in spec.split(",")]
+    bad = [g for g in named if not _GPU_ID.match(g)]
+    if not named or bad:
+        raise GpusError(f"--gpus takes 'all' or GPU indices or UUIDs separated by commas (e.g. 0,1), not {spec!r}")
+    twice = sorted({g for g in named if named.count(g) > 1})
+    if twice:
+        raise GpusError(f"--gpus names GPU {', '.join(twice)} twice: one replica a GPU")
+    return named
+
+
+def _device_count() -> int:
+    """The GPUs torch finds, asked in a process of its own: CUDA reads CUDA_VISIBLE_DEVICES once per
+    process, and this one sets it for its own replica afterwards."""
+    ask = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    try:
+        found = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=120, check=True)
+        return int(found.stdout.strip() or 0)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return 0  # no torch (or no driver): no GPU
+
+
+@dataclass(frozen=True)
+class Replica:
+    """One infer replica of the plan: its GPU, its name, its rank (0: this process's)."""
+
+    gpu: str
+    name: str
+    rank: int
+
+
+def plan(gpu_ids: list[str], base_name: str = "") -> list[Replica]:
+    """A replica a GPU, named `<base>-gpu<id>` (base: CRAFTAI_REPLICA, else the host name)."""
+    base = base_name or os.environ.get("CRAFTAI_REPLICA") or socket.gethostname().split(".")[0] or "infer"
+    return [Replica(gpu, f"{base}-gpu{gpu}", rank) for rank, gpu in enumerate(gpu_ids)]
+
+
+def ports_of(rank: int, env: Mapping[str, str]) -> dict[str, str]:
+    """A replica's ports: each port set for this process, plus the replica's rank (0 stays 0)."""
+    own = {}
+    for variable in _PORTS:
+        value = env.get(variable, "")
+        if value.strip():
+            port = int(value)
+            own[variable] = str(port + rank if port else 0)
+    return own
+
+
+def target(host: str, port: int, replicas: list[Replica]) -> str:
+    """The one gRPC target of every replica (this process's port P, the others P + rank)."""
+    address = "127.0.0.1" if host in ("0.0.0.0", "", "::") else host
+    return "ipv4:" + ",".join(f"{address}:{port + r.rank}" for r in replicas)
+
+
+@contextlib.asynccontextmanager
+async def running(replicas: list[Replica], address: str, env: Mapping[str, str]) -> AsyncIterator[list[str]]:
+    """The replicas but the first (this process's) serving for the block, beside the services at
+    `address` (their catalogue): their addresses, in rank order. `env`: the environment they
+    share (this process's, with its port, store and replicas target set)."""
+    children: list[tuple[Replica, asyncio.subprocess.Process]] = []
+    with tempfile.TemporaryDirectory(prefix="craftai-replicas-") as folder:
+        try:
+            addresses = [address]
+            for replica in replicas[1:]:
+                ready = Path(folder) / f"{replica.name}.address"
+                own = {
+                    **env,
+                    **ports_of(replica.rank, env),
+                    "CUDA_VISIBLE_DEVICES": replica.gpu,
+                    "CRAFTAI_REPLICA": replica.name,
+                    "CRAFTAI_CATALOGUE_ADDRESS": address,
+                    "CRAFTAI_READY_FILE": str(ready),
+                }
+                child = await asyncio.create_subprocess_exec(sys.executable, "-m", "craftai_infer", env=own)
+                children.append((replica, child))
+                addresses.append(await _ready(replica, child, ready))
+                log.info("infer replica %s on GPU %s serves at %s", replica.name, replica.gpu, addresses[-1])
+            watchers = [asyncio.create_task(_watch(replica, child)) for replica, child in children]
+            try:
+                yield addresses
+            finally:
+                for watcher in watchers:
+                    watcher.cancel()
+        finally:
+            await _stop(children, float(env.get("CRAFTAI_GRACE_SECONDS", "10") or 10))
+
+
+async def _ready(replica: Replica, child: asyncio.subprocess.Process, ready: Path) -> str:
+    """The replica's address once it serves; its exit or START_SECONDS first is an error."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_SECONDS
+    while not await asyncio.to_thread(ready.exists):
+        if child.returncode is not None:
+            raise SystemExit(f"the infer replica {replica.name} (GPU {replica.gpu}) exited with {child.returncode}")
+        if loop.time() > deadline:
+            raise SystemExit(f"the infer replica {replica.name} did not serve within {START_SECONDS:.0f} s")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(child.wait(), 0.1)
+    return (await asyncio.to_thread(ready.read_text)).strip()
+
+
+async def _watch(replica: Replica, child: asyncio.subprocess.Process) -> None:
+    code = await child.wait()
+    log.error(
+        "the infer replica %s (GPU %s) exited with code %d; the others go on (its sessions are opened again there)",
+        replica.name,
+        replica.gpu,
+        code,
+    )
+
+
+async def _stop(children: list[tuple[Replica, asyncio.subprocess.Process]], grace: float) -> None:
+    """Every replica stopped at once: SIGTERM, its grace (+10 s), then killed."""
+
+    async def stop(replica: Replica, child: asyncio.subprocess.Process) -> None:
+        if child.returncode is not None:
+            return
+        child.send_signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(child.wait(), grace + 10)
+        except TimeoutError:
+            log.error("the infer replica %s did not stop within its grace: killed", replica.name)
+            child.kill()
+            await child.wait()
+
+    await asyncio.gather(*(stop(replica, child) for replica, child in children))

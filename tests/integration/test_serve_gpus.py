@@ -1,0 +1,131 @@
+"""`craftai serve --gpus` on real processes, on the CPU (CRAFTAI_DEVICE=cpu): `--gpus 0,1` stands
+for two GPUs. This process keeps the catalogue, prepare and the first replica on its port P; the
+second replica is a process of its own on P+1 that sees only its GPU, under its own name, reaching
+the first's catalogue; one target (`ipv4:...:P,...:P+1`) reaches both; a replica that dies is
+said and the others go on; SIGTERM stops them all. `--gpus all` on a machine without GPUs is one
+replica, on the CPU; a list that names a GPU twice is refused. The SDK's routing of sessions over
+such a list: tests/integration/test_replica_routing.py."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from craftai import AiClient, CraftAiError, Retries
+from craftai_dev import servers
+
+pytestmark = pytest.mark.slow
+REPLICA = "box"  # CRAFTAI_REPLICA: the replicas are box-gpu0 and box-gpu1
+
+
+def _two_free_ports() -> int:
+    """A port P with P+1 free too (the second replica's)."""
+    for _ in range(50):
+        port = servers.free_port()
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no two free ports in a row")
+
+
+def _replicas_started(pid: int) -> list[int]:
+    """The infer replicas `pid` started (its children running craftai_infer)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (int(p) for p in (task / "children").read_text().split()):
+            with contextlib.suppress(OSError):
+                if b"craftai_infer" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+    return found
+
+
+def _environ(pid: int) -> dict[str, str]:
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
+def _runtime(address: str) -> str:
+    """The replica that answers GetRuntime at `address` ('' while none serves there)."""
+    with AiClient("tests", target=address, retries=Retries(attempts=0), start_server=False) as ai:
+        try:
+            return ai.runtime().replica
+        except CraftAiError:
+            return ""
+
+
+def _until(condition: object, what: str, seconds: float = 120.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.2)
+
+
+def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    env = {"CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", "CRAFTAI_REPLICA": REPLICA, "CRAFTAI_CPU_THREADS": "1"}
+    serving = servers.start(
+        "serve-gpus",
+        [str(servers.BIN / "craftai"), "serve", "--gpus", "0,1"],
+        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
+        tmp_path,
+        timeout=120,
+    )
+    first, second = f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"
+    try:
+        _until(lambda: _runtime(second) == f"{REPLICA}-gpu1", "the second replica serves on P+1")
+        assert _runtime(first) == f"{REPLICA}-gpu0"
+        (child,) = _replicas_started(serving.popen.pid)
+        seen = _environ(child)
+        assert seen["CUDA_VISIBLE_DEVICES"] == "1" and seen["CRAFTAI_REPLICA"] == f"{REPLICA}-gpu1"
+        assert seen["CRAFTAI_CATALOGUE_ADDRESS"] == first and seen["CRAFTAI_STORE"] == str(tmp_path / "store")
+        # one target reaches both: stateless calls spread over the replicas that serve
+        target = f"ipv4:{first},{second}"
+        assert target in serving.logs()  # said once both serve, for the clients' CRAFTAI_INFER_ADDRESS
+        answered: set[str] = set()
+        with AiClient("tests", target=first, infer=target, retries=Retries(attempts=0), start_server=False) as ai:
+            for _ in range(40):
+                answered.add(ai.runtime().replica)
+                if len(answered) == 2:
+                    break
+        assert answered == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
+        # a replica that dies is said, and the others go on
+        os.kill(child, signal.SIGKILL)
+        _until(lambda: f"{REPLICA}-gpu1 (GPU 1) exited" in serving.logs(), "the dead replica is said")
+        assert _runtime(first) == f"{REPLICA}-gpu0" and _runtime(second) == ""
+    finally:
+        code = serving.stop(60)
+    assert code == 0, serving.logs()
+    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+
+
+def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_refused(tmp_path: Path) -> None:
+    port = _two_free_ports()
+    env = {"CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
+    serving = servers.start(
+        "serve-all",
+        [str(servers.BIN / "craftai"), "serve", "--gpus", "all"],
+        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
+        tmp_path,
+        timeout=120,
+    )
+    with servers.running(serving):
+        assert _runtime(f"127.0.0.1:{port}") and not _replicas_started(serving.popen.pid)
+        assert "no GPU found; one infer replica, on the CPU" in serving.logs()
+    refused = subprocess.run(
+        [str(servers.BIN / "craftai"), "serve", "--gpus", "0,0", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode != 0 and "names GPU 0 twice: one replica a GPU" in refused.stderr
