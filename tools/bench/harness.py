@@ -17,7 +17,7 @@ import tempfile
 import threading
 import time
 import tomllib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,9 +81,10 @@ class Served:
 
 
 @contextlib.contextmanager
-def serve_process(workdir: Path, env: dict[str, str]) -> Iterator[Served]:
+def serve_process(workdir: Path, env: dict[str, str], arguments: Sequence[str] = ()) -> Iterator[Served]:
     """`craftai serve` (as `python -m craftai.cli`, so it runs wherever the packages import) on
-    `workdir/store`; yields its address and process, and stops it with SIGTERM at the end."""
+    `workdir/store`, with `arguments` (e.g. --gpus); yields its address and process, and stops it
+    with SIGTERM at the end."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / "address"
     ready.unlink(missing_ok=True)
@@ -99,7 +100,7 @@ def serve_process(workdir: Path, env: dict[str, str]) -> Iterator[Served]:
     log = workdir / "serve.log"
     with log.open("ab") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "craftai.cli", "serve"], env=full, stdout=out, stderr=subprocess.STDOUT
+            [sys.executable, "-m", "craftai.cli", "serve", *arguments], env=full, stdout=out, stderr=subprocess.STDOUT
         )
     try:
         deadline = time.monotonic() + 180

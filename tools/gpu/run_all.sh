@@ -50,6 +50,8 @@ run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
 run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
     --settle 15 --json "$out/interactive-gpu.json"
+# Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
+run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
 if [ -n "${OUT:-}" ]; then
     tar czf /tmp/results.tgz -C "$out" . && rm -rf "${out:?}"/* && mv /tmp/results.tgz "$out/results.tgz"
