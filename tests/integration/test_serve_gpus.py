@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -23,19 +22,6 @@ from craftai_dev import servers
 
 pytestmark = pytest.mark.slow
 REPLICA = "box"  # CRAFTAI_REPLICA: the replicas are box-gpu0 and box-gpu1
-
-
-def _two_free_ports() -> int:
-    """A port P with P+1 free too (the second replica's)."""
-    for _ in range(50):
-        port = servers.free_port()
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise RuntimeError("no two free ports in a row")
 
 
 def _replicas_started(pid: int) -> list[int]:
@@ -70,16 +56,16 @@ def _until(condition: object, what: str, seconds: float = 120.0) -> None:
         time.sleep(0.2)
 
 
+def _serve(workdir: Path, gpus: str, env: dict[str, str]) -> tuple[servers.Process, int]:
+    """`craftai serve --gpus GPUS` on the CPU, on a port P with P+1 free: (it, P)."""
+    port = servers.free_ports_in_a_row(2)
+    command = [str(servers.BIN / "craftai"), "serve", "--gpus", gpus]
+    env = {"CRAFTAI_STORE": str(workdir / "store"), "CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", **env}
+    return servers.start(f"serve-{gpus}", command, env, workdir, timeout=120), port
+
+
 def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
-    port = _two_free_ports()
-    env = {"CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", "CRAFTAI_REPLICA": REPLICA, "CRAFTAI_CPU_THREADS": "1"}
-    serving = servers.start(
-        "serve-gpus",
-        [str(servers.BIN / "craftai"), "serve", "--gpus", "0,1"],
-        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
-        tmp_path,
-        timeout=120,
-    )
+    serving, port = _serve(tmp_path, "0,1", {"CRAFTAI_REPLICA": REPLICA, "CRAFTAI_CPU_THREADS": "1"})
     first, second = f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"
     try:
         _until(lambda: _runtime(second) == f"{REPLICA}-gpu1", "the second replica serves on P+1")
@@ -109,15 +95,7 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
 
 
 def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_refused(tmp_path: Path) -> None:
-    port = _two_free_ports()
-    env = {"CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", "CUDA_VISIBLE_DEVICES": ""}
-    serving = servers.start(
-        "serve-all",
-        [str(servers.BIN / "craftai"), "serve", "--gpus", "all"],
-        {"CRAFTAI_STORE": str(tmp_path / "store"), **env},
-        tmp_path,
-        timeout=120,
-    )
+    serving, port = _serve(tmp_path, "all", {"CUDA_VISIBLE_DEVICES": ""})
     with servers.running(serving):
         assert _runtime(f"127.0.0.1:{port}") and not _replicas_started(serving.popen.pid)
         assert "no GPU found; one infer replica, on the CPU" in serving.logs()

@@ -24,7 +24,6 @@ import multiprocessing
 import os
 import shutil
 import signal
-import socket
 import threading
 import time
 from collections import Counter
@@ -34,26 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from craftai import AiClient, CraftAiError
+from craftai_dev import servers
 from tools.bench import harness
 from tools.bench.run import inspyrenet_checkpoint
 
 SAM, MATTE = "sam2-hiera-tiny", "inspyrenet-swinb"
 CLICK = [(0.5, 0.45, True)]  # as fractions of the picture
-
-
-def _two_free_ports() -> int:
-    """A port P with P+1 free too (the second replica's)."""
-    for _ in range(50):
-        with socket.socket() as first:
-            first.bind(("127.0.0.1", 0))
-            port = int(first.getsockname()[1])
-        with socket.socket() as second:
-            try:
-                second.bind(("127.0.0.1", port + 1))
-            except OSError:
-                continue
-        return port
-    raise SystemExit("no two free ports in a row")
 
 
 @contextlib.contextmanager
@@ -72,7 +57,7 @@ def served(work: Path, device: str, gpus: str) -> Iterator[Server]:
             except OSError:  # another file system
                 shutil.copyfile(fixture.folder / name, files / name)
     inspyrenet = inspyrenet_checkpoint(files)
-    port = _two_free_ports()
+    port = servers.free_ports_in_a_row(2)
     replicas = len(gpus.split(","))
     infer = "ipv4:" + ",".join(f"127.0.0.1:{port + rank}" for rank in range(replicas))
     with harness.files_on_loopback(files) as url:

@@ -221,6 +221,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def free_ports_in_a_row(count: int = 2) -> int:
+    """A port P with P+1 ... P+count-1 free too (the replicas `craftai serve --gpus` starts)."""
+    import socket
+
+    for _ in range(50):
+        port = free_port()
+        taken = False
+        for other in range(port + 1, port + count):
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", other))
+                except OSError:
+                    taken = True
+                    break
+        if not taken and port + count - 1 <= 65535:
+            return port
+    raise RuntimeError(f"no {count} free ports in a row")
+
+
 def separate(
     store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False, replicas: int = 1
 ) -> dict[str, Process]:
