@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -92,6 +93,27 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
         code = serving.stop(60)
     assert code == 0, serving.logs()
     assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+
+
+def test_no_replica_outlives_a_server_killed(tmp_path: Path) -> None:
+    """`craftai serve --gpus` killed (SIGKILL: no stop of its own): its replica stops too, and its
+    port is free again."""
+    serving, port = _serve(tmp_path, "0,1", {"CRAFTAI_CPU_THREADS": "1"})
+    try:
+        _until(lambda: bool(_runtime(f"127.0.0.1:{port + 1}")), "the second replica serves on P+1")
+        (child,) = _replicas_started(serving.popen.pid)
+    finally:
+        serving.kill()
+    _until(lambda: not _alive(child), "the replica ends with its server", 60)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port + 1))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
 
 
 def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_refused(tmp_path: Path) -> None:

@@ -5,15 +5,16 @@ several GPUs runs one infer replica per GPU, as compose.gpu.yaml and the Kuberne
 each replica sees only its GPU (CUDA_VISIBLE_DEVICES), has a name of its own (`<name>-gpu<id>`:
 sessions name it) and its own port. `craftai serve` keeps the catalogue, prepare and the first
 GPU's replica in its own process, on its port P, and starts the others as processes of their own
-(`python -m craftai_infer`) on P+1, P+2, ..., sharing its store, its keys and its certificate, and
-reaching its catalogue. Clients reach every replica through one target, gRPC's address list
+(`python -m craftai_infer`, by way of `_REPLICA`) on P+1, P+2, ..., sharing its store, its keys
+and its certificate, and reaching its catalogue. Clients reach every replica through one target, gRPC's address list
 (`ipv4:127.0.0.1:P,127.0.0.1:P+1`, as CRAFTAI_INFER_ADDRESS): stateless calls spread over them and
 each session stays on the replica that opened it (craftai.replicas), as with a DNS name that
 resolves to every replica.
 
 The replicas are owned here: started once the services listen, each waited for until it serves
-(its ready file), stopped first on SIGTERM (each within its grace, then killed), and a replica that
-dies is logged, not restarted (its sessions are opened again on the others by the SDK). With
+(its ready file), stopped first on SIGTERM (each within its grace, then killed), stopped too when
+this process dies however it dies (Linux: the parent-death signal), and a replica that dies is
+logged, not restarted (its sessions are opened again on the others by the SDK). With
 CRAFTAI_DEVICE=cpu the same plan runs on the CPU: `--gpus 0,1` then stands for two GPUs (tests).
 """
 
@@ -38,6 +39,18 @@ START_SECONDS = 180.0  # the most a replica may take to serve (its engines impor
 _GPU_ID = re.compile(r"^[A-Za-z0-9-]+$")  # an index or a GPU's UUID (GPU-8c1a...), as CUDA_VISIBLE_DEVICES takes it
 # Ports a replica takes its own of: P + its rank where set (0: a free one, as given)
 _PORTS = ("CRAFTAI_PORT", "CRAFTAI_PROBE_PORT", "CRAFTAI_METRICS_PORT")
+# A replica: `python -m craftai_infer` that first asks (Linux, prctl's PR_SET_PDEATHSIG) for SIGTERM
+# when this process ends however it ends (killed, crashed), so that none outlives it holding its GPU
+# and its port; asked in the replica itself, after exec (a pre-exec hook in this process of many
+# threads can deadlock the fork), then checked: a parent gone already ends it at once.
+_REPLICA = (
+    "import ctypes, os, runpy, signal, sys\n"
+    "if sys.platform == 'linux':\n"
+    "    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)\n"
+    "if os.getppid() != int(sys.argv[1]):\n"
+    "    sys.exit('craftai serve ended before this replica started')\n"
+    "runpy.run_module('craftai_infer', run_name='__main__')\n"
+)
 
 
 class GpusError(ValueError):
@@ -126,7 +139,7 @@ async def running(replicas: list[Replica], address: str, env: Mapping[str, str])
                     "CRAFTAI_CATALOGUE_ADDRESS": address,
                     "CRAFTAI_READY_FILE": str(ready),
                 }
-                child = await asyncio.create_subprocess_exec(sys.executable, "-m", "craftai_infer", env=own)
+                child = await asyncio.create_subprocess_exec(sys.executable, "-c", _REPLICA, str(os.getpid()), env=own)
                 children.append((replica, child))
                 addresses.append(await _ready(replica, child, ready))
                 log.info("infer replica %s on GPU %s serves at %s", replica.name, replica.gpu, addresses[-1])
