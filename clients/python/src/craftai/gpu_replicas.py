@@ -25,7 +25,6 @@ import contextlib
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import tempfile
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from craftai.child_processes import stop_within
 
 log = logging.getLogger("craftai.serve")
 START_SECONDS = 180.0  # the most a replica may take to serve (its engines import)
@@ -121,10 +122,13 @@ def target(host: str, port: int, replicas: list[Replica]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def running(replicas: list[Replica], address: str, env: Mapping[str, str]) -> AsyncIterator[list[str]]:
+async def running(
+    replicas: list[Replica], address: str, env: Mapping[str, str], grace_seconds: float
+) -> AsyncIterator[list[str]]:
     """The replicas but the first (this process's) serving for the block, beside the services at
     `address` (their catalogue): their addresses, in rank order. `env`: the environment they
-    share (this process's, with its port, store and replicas target set)."""
+    share (this process's, with its port, store and replicas target set); each is stopped within
+    `grace_seconds` (this process's)."""
     children: list[tuple[Replica, asyncio.subprocess.Process]] = []
     with tempfile.TemporaryDirectory(prefix="craftai-replicas-") as folder:
         try:
@@ -150,7 +154,8 @@ async def running(replicas: list[Replica], address: str, env: Mapping[str, str])
                 for watcher in watchers:
                     watcher.cancel()
         finally:
-            await _stop(children, float(env.get("CRAFTAI_GRACE_SECONDS", "10") or 10))
+            stopping = (stop_within(child, grace_seconds, f"the infer replica {r.name}") for r, child in children)
+            await asyncio.gather(*stopping)
 
 
 async def _ready(replica: Replica, child: asyncio.subprocess.Process, ready: Path) -> str:
@@ -175,20 +180,3 @@ async def _watch(replica: Replica, child: asyncio.subprocess.Process) -> None:
         replica.gpu,
         code,
     )
-
-
-async def _stop(children: list[tuple[Replica, asyncio.subprocess.Process]], grace: float) -> None:
-    """Every replica stopped at once: SIGTERM, its grace (+10 s), then killed."""
-
-    async def stop(replica: Replica, child: asyncio.subprocess.Process) -> None:
-        if child.returncode is not None:
-            return
-        child.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(child.wait(), grace + 10)
-        except TimeoutError:
-            log.error("the infer replica %s did not stop within its grace: killed", replica.name)
-            child.kill()
-            await child.wait()
-
-    await asyncio.gather(*(stop(replica, child) for replica, child in children))

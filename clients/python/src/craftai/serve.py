@@ -18,12 +18,13 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from craftai.child_processes import stop_within
 
 if TYPE_CHECKING:
     from craftai.web.settings import WebSettings
@@ -95,7 +96,8 @@ def run(
     async def beside(address: str) -> AsyncIterator[str]:
         async with contextlib.AsyncExitStack() as stack:
             if replicas:
-                addresses = await stack.enter_async_context(gpu_replicas.running(replicas, address, shared))
+                started = gpu_replicas.running(replicas, address, shared, infer_settings.grace_seconds)
+                addresses = await stack.enter_async_context(started)
                 log.info(
                     "%d infer replicas, one a GPU (%s); clients reach them all at ipv4:%s (CRAFTAI_INFER_ADDRESS)",
                     len(replicas),
@@ -147,14 +149,7 @@ async def gateway_process(web: WebSettings, log_level: str, log_format: str) -> 
     finally:
         if watcher is not None:
             watcher.cancel()
-        if child.returncode is None:
-            child.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(child.wait(), web.grace_seconds + 10)
-            except TimeoutError:
-                log.error("the web gateway did not stop within its grace: killed")
-                child.kill()
-                await child.wait()
+        await stop_within(child, web.grace_seconds, "the web gateway")
         writer.close()
 
 
