@@ -8,7 +8,6 @@ such a list: tests/integration/test_replica_routing.py."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
@@ -23,22 +22,6 @@ from craftai_dev import servers
 
 pytestmark = pytest.mark.slow
 REPLICA = "box"  # CRAFTAI_REPLICA: the replicas are box-gpu0 and box-gpu1
-
-
-def _replicas_started(pid: int) -> list[int]:
-    """The infer replicas `pid` started (its children running craftai_infer)."""
-    found: list[int] = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (int(p) for p in (task / "children").read_text().split()):
-            with contextlib.suppress(OSError):
-                if b"craftai_infer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    found.append(child)
-    return found
-
-
-def _environ(pid: int) -> dict[str, str]:
-    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
 
 
 def _runtime(address: str) -> str:
@@ -71,8 +54,8 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
     try:
         _until(lambda: _runtime(second) == f"{REPLICA}-gpu1", "the second replica serves on P+1")
         assert _runtime(first) == f"{REPLICA}-gpu0"
-        (child,) = _replicas_started(serving.popen.pid)
-        seen = _environ(child)
+        (child,) = servers.replica_processes(serving.popen.pid)
+        seen = servers.environment_of(child)
         assert seen["CUDA_VISIBLE_DEVICES"] == "1" and seen["CRAFTAI_REPLICA"] == f"{REPLICA}-gpu1"
         assert seen["CRAFTAI_CATALOGUE_ADDRESS"] == first and seen["CRAFTAI_STORE"] == str(tmp_path / "store")
         # one target reaches both: stateless calls spread over the replicas that serve
@@ -101,7 +84,7 @@ def test_no_replica_outlives_a_server_killed(tmp_path: Path) -> None:
     serving, port = _serve(tmp_path, "0,1", {"CRAFTAI_CPU_THREADS": "1"})
     try:
         _until(lambda: bool(_runtime(f"127.0.0.1:{port + 1}")), "the second replica serves on P+1")
-        (child,) = _replicas_started(serving.popen.pid)
+        (child,) = servers.replica_processes(serving.popen.pid)
     finally:
         serving.kill()
     _until(lambda: not _alive(child), "the replica ends with its server", 60)
@@ -119,7 +102,7 @@ def _alive(pid: int) -> bool:
 def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_refused(tmp_path: Path) -> None:
     serving, port = _serve(tmp_path, "all", {"CUDA_VISIBLE_DEVICES": ""})
     with servers.running(serving):
-        assert _runtime(f"127.0.0.1:{port}") and not _replicas_started(serving.popen.pid)
+        assert _runtime(f"127.0.0.1:{port}") and not servers.replica_processes(serving.popen.pid)
         assert "no GPU found; one infer replica, on the CPU" in serving.logs()
     refused = subprocess.run(
         [str(servers.BIN / "craftai"), "serve", "--gpus", "0,0", "--port", str(port)],

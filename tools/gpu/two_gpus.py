@@ -185,8 +185,11 @@ def failover(server: Server, photo: bytes, picture: bytes, args: argparse.Namesp
         for session in sessions:  # every session clicked once before the kill: none opened again
             assert not session.segment(points=click).reopened
         before = {s.session_id: s.replica for s in sessions}
-        victim = _replica_process(server.pid)
-        victim_name = _environ(victim).get("CRAFTAI_REPLICA", "")
+        started = servers.replica_processes(server.pid)
+        if not started:
+            raise SystemExit("no replica process found to kill")
+        victim = started[0]
+        victim_name = servers.environment_of(victim).get("CRAFTAI_REPLICA", "")
         os.kill(victim, signal.SIGKILL)
         reopened = {s.session_id: s.segment(points=click).reopened for s in sessions}
         time.sleep(min(args.seconds, 5.0))  # the matte load goes on against the survivor
@@ -202,21 +205,6 @@ def failover(server: Server, photo: bytes, picture: bytes, args: argparse.Namesp
         "stateless_errors": errors[:20],
         "mattes_during": mattes[0],
     }
-
-
-def _environ(pid: int) -> dict[str, str]:
-    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
-
-
-def _replica_process(pid: int) -> int:
-    """The replica `craftai serve` (pid) started: its child running craftai_infer."""
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (int(p) for p in (task / "children").read_text().split()):
-            with contextlib.suppress(OSError):
-                if b"craftai_infer" in Path(f"/proc/{child}/cmdline").read_bytes():
-                    return child
-    raise SystemExit("no replica process found to kill")
 
 
 def main(argv: list[str] | None = None) -> int:

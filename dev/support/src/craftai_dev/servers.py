@@ -240,6 +240,23 @@ def free_ports_in_a_row(count: int = 2) -> int:
     raise RuntimeError(f"no {count} free ports in a row")
 
 
+def replica_processes(pid: int) -> list[int]:
+    """The infer replicas a `craftai serve --gpus` (`pid`) started: its children running craftai_infer."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (int(p) for p in (task / "children").read_text().split()):
+            with contextlib.suppress(OSError):  # one that ended meanwhile
+                if b"craftai_infer" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    found.append(child)
+    return found
+
+
+def environment_of(pid: int) -> dict[str, str]:
+    """A running process's environment, as it was started with."""
+    pairs = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(p.decode().split("=", 1) for p in pairs if b"=" in p)
+
+
 def separate(
     store: Path, workdir: Path, env: dict[str, str] | None = None, *, probe: bool = False, replicas: int = 1
 ) -> dict[str, Process]:
