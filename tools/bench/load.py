@@ -66,22 +66,19 @@ DEFAULT_MARGIN_MIB = 384
 @contextlib.contextmanager
 def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
     """`craftai serve` on a new store with SAM (fixture) and u2netp set up; stopped at the end."""
-    from craftai_dev import sam21
+    from craftai_dev import sam21, segment
     from craftai_dev.files import u2netp_onnx
 
     fixture = sam21.ensure_fixture()
     files = workdir / "files"
     files.mkdir(parents=True, exist_ok=True)
-    for name in ("encoder.onnx", "decoder.onnx"):
+    for name in segment.ROLE_FILES.values():
         shutil.copyfile(fixture.folder / name, files / name)
     shutil.copyfile(u2netp_onnx(), files / "u2netp.onnx")
     u2netp = {"size": (files / "u2netp.onnx").stat().st_size, "sha256": sha256_file(files / "u2netp.onnx")}
     with harness.files_on_loopback(files) as url:
         pins = {
-            SAM: {
-                role: {**fixture.manifest["files"][name], "url": f"{url}/{name}"}
-                for role, name in (("encoder", "encoder.onnx"), ("decoder", "decoder.onnx"))
-            },
+            SAM: segment.fixture_pins(fixture, url),
             "u2netp": {"network": {**u2netp, "url": f"{url}/u2netp.onnx"}},
         }
         recipes = harness.pinned_catalogue(workdir / "recipes.toml", pins)

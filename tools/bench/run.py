@@ -79,12 +79,11 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
 def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
     """`craftai serve` with the SAM 2.1 fixture pinned as sam2-hiera-tiny (downloaded from
     loopback by its prepare service) and its torch route set up; `env` added to the server's."""
-    from craftai_dev import sam21
+    from craftai_dev import sam21, segment
 
     fixture = sam21.ensure_fixture()
     with harness.scratch("bench-sam-") as work, harness.files_on_loopback(fixture.folder) as url:
-        files = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
-        pins = {"sam2-hiera-tiny": {r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"} for r, n in files.items()}}
+        pins = {"sam2-hiera-tiny": segment.fixture_pins(fixture, url)}
         recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
         full = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device, **(env or {})}
         with harness.serve_process(work, full) as served, AiClient(app_id="bench", target=served.address) as ai:

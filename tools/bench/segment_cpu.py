@@ -44,7 +44,6 @@ REPO = Path(__file__).resolve().parents[2]
 
 RECIPE = "sam2-hiera-tiny"
 FEATURE = "image.segment"
-FIXTURE_FILES = {"encoder": "encoder.onnx", "decoder": "decoder.onnx"}
 
 
 @dataclass
@@ -72,18 +71,13 @@ class Repetition:
 @contextlib.contextmanager
 def _serve_fixture(workdir: Path, device: str) -> Iterator[str]:
     """`craftai serve` on a new store with the fixture set up; yields its address."""
-    from craftai_dev import sam21
+    from craftai_dev import sam21, segment
     from tools.bench import harness
 
     print("== the SAM 2.1 fixture (generated once into .cache/fixtures/)", flush=True)
     fixture = sam21.ensure_fixture()
     with harness.files_on_loopback(fixture.folder) as url:
-        pins = {
-            RECIPE: {
-                role: {**fixture.manifest["files"][name], "url": f"{url}/{name}"}
-                for role, name in FIXTURE_FILES.items()
-            }
-        }
+        pins = {RECIPE: segment.fixture_pins(fixture, url)}
         recipes = harness.pinned_catalogue(workdir / "recipes.toml", pins)
         with harness.serve(workdir, {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device}) as address:
             print(f"== craftai serve on {address}; setting {FEATURE} {RECIPE} up from {url}", flush=True)

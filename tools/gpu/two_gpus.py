@@ -47,10 +47,10 @@ def served(work: Path, device: str, gpus: str) -> Iterator[Server]:
     catalogue's address, the one infer target of every replica, the server's pid)."""
     files = work / "files"
     files.mkdir(parents=True, exist_ok=True)
-    from craftai_dev import sam21
+    from craftai_dev import sam21, segment
 
     fixture = sam21.ensure_fixture()
-    for name in ("encoder.onnx", "decoder.onnx"):
+    for name in segment.ROLE_FILES.values():
         if not (files / name).exists():
             try:
                 os.link(fixture.folder / name, files / name)
@@ -62,10 +62,7 @@ def served(work: Path, device: str, gpus: str) -> Iterator[Server]:
     infer = "ipv4:" + ",".join(f"127.0.0.1:{port + rank}" for rank in range(replicas))
     with harness.files_on_loopback(files) as url:
         pins = {
-            SAM: {
-                r: {**fixture.manifest["files"][n], "url": f"{url}/{n}"}
-                for r, n in (("encoder", "encoder.onnx"), ("decoder", "decoder.onnx"))
-            },
+            SAM: segment.fixture_pins(fixture, url),
             MATTE: {"weights": {**inspyrenet, "url": f"{url}/inspyrenet.safetensors"}},
         }
         recipes = harness.pinned_catalogue(work / "recipes.toml", pins)

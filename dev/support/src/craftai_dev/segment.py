@@ -16,6 +16,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,12 @@ class Archive:
     path: Path
     size: int
     sha256: str
+
+
+def fixture_pins(fixture: Sam21Fixture, url: str) -> dict[str, dict[str, Any]]:
+    """The fixture's ONNX files pinned by role (size, SHA-256), served from `url` (a folder holding
+    them under their own names): what a catalogue's recipe takes for them."""
+    return {role: {**fixture.manifest["files"][name], "url": f"{url}/{name}"} for role, name in ROLE_FILES.items()}
 
 
 def publisher_archive(fixture: Sam21Fixture) -> Archive:
