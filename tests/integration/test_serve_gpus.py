@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -33,9 +34,9 @@ def _runtime(address: str) -> str:
             return ""
 
 
-def _until(condition: object, what: str, seconds: float = 120.0) -> None:
+def _until(condition: Callable[[], bool], what: str, seconds: float = 120.0) -> None:
     deadline = time.monotonic() + seconds
-    while not condition():  # type: ignore[operator]
+    while not condition():
         assert time.monotonic() < deadline, f"never: {what}"
         time.sleep(0.2)
 
