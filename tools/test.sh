@@ -13,6 +13,9 @@
 # CRAFTAI_TEST_WORKERS=0 runs pytest in one process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Some tests run a service as another user (setpriv): it must be able to pass through the checkout
+# to reach .venv, which a clone into a folder from `mktemp -d` (mode 0700) does not allow.
+chmod o+x . 2>/dev/null || true
 started=$(date +%s)
 # OpenMP threads sleep when they wait instead of spinning (tests/conftest.py says why)
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
