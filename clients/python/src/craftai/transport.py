@@ -337,7 +337,7 @@ class Transport:
         self._channels: dict[str, tuple[grpc.Channel, Security]] = {}
         self._retired: list[grpc.Channel] = []
         self._lock = threading.Lock()  # one client may be shared by threads
-        self._reached: set[str] = set()  # addresses whose channel was READY once
+        self._reached: set[str] = set()  # addresses whose channel was READY once, or that answered
         self.replicas = Replicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> Transport:
@@ -439,6 +439,7 @@ class Transport:
                 self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
+            self._reached.add(address)  # the READY notice comes on gRPC's own thread, maybe later
             return answer
 
     def stream(
@@ -477,6 +478,8 @@ class Transport:
                 attempt.failed(self.connection.explain(CraftAiError.from_rpc(exc), address, security))
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
+            if attempt.delivered:
+                self._reached.add(address)
             if attempt.answered:
                 return
             self.replicas.check(replica, pinned, attempt.error)

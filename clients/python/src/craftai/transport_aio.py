@@ -74,7 +74,7 @@ class AsyncTransport:
         self._spread: dict[str, bool] = {}  # address -> craftai_wire.targets.balanced, looked up once
         self._retired: list[grpc.aio.Channel] = []
         self._watchers: list[asyncio.Task[None]] = []
-        self._reached: set[str] = set()  # addresses whose channel was READY once
+        self._reached: set[str] = set()  # addresses whose channel was READY once, or that answered
         self.replicas = AsyncReplicas(connection.addresses["infer"], self._pinned_channel, key=pinned_key)
 
     def for_app(self, app_id: str, app_key: str | None) -> AsyncTransport:
@@ -169,6 +169,7 @@ class AsyncTransport:
                 await self._wait_again(address, error, plan)
                 continue
             assert isinstance(answer, rpc.answer)
+            self._reached.add(address)  # the watcher task may not have seen READY yet
             return answer
 
     async def stream(
@@ -201,6 +202,8 @@ class AsyncTransport:
                 attempt.failed(self.connection.explain(CraftAiError.from_rpc(exc), address, security))
             finally:
                 events.cancel()  # a no-op once the stream ended; stops the server's work otherwise
+            if attempt.delivered:
+                self._reached.add(address)
             if attempt.answered:
                 return
             self.replicas.check(replica, pinned, attempt.error)
