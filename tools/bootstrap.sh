@@ -13,17 +13,14 @@ if [ ! -x .venv/bin/python ]; then
     echo "== creating .venv with $($python --version)"
     "$python" -m venv .venv
 fi
-# --no-compile: pip byte-compiles every file it installs on one core; compileall does it once at the
+# `install`: uv (or pip) with constraints.txt, no byte-compiling: compileall does it once at the
 # end on every core (about half the time on two).
-pip=(.venv/bin/python -m pip install --disable-pip-version-check -q --no-compile -c constraints.txt)
-# This machine's pip configuration lists index folders that may not exist; pip says so per package.
-noise="is ignored: it is neither a file nor a directory"
-quiet() { "$@" > >(grep -v "$noise") 2> >(grep -v "$noise" >&2); }
+source tools/installer.sh
 # The tests also cover the opt-in OpenVINO engine of u2netp (craftai-infer[openvino], ~180 MB): --dev only.
 infer_extras=onnx-cpu,torch
 [ "$dev" = 1 ] && infer_extras=$infer_extras,openvino
 echo "== installing the craft-ai packages"
-quiet "${pip[@]}" -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
+install -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[$infer_extras]"
 if [ "$dev" = 1 ]; then
     # The page's tests drive Debian's chromium (tests/web) with Playwright for Python; Playwright's own
@@ -43,12 +40,13 @@ if [ "$dev" = 1 ]; then
         fi
     fi
     echo "== installing the test tools"
-    quiet "${pip[@]}" -r requirements-dev.txt
+    install -r requirements-dev.txt
     # What the tests and the tools share (fixtures, references, sample files): docs/ARCHITECTURE.md.
-    quiet "${pip[@]}" -e dev/support
+    install -e dev/support
     echo "== installing the test-only reference implementations"
-    quiet bash tools/install_references.sh
+    bash tools/install_references.sh
 fi
 # Files that do not compile (a library's Python 2 examples) are skipped, as pip skips them.
-.venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
+# CRAFTAI_COMPILE_LATER=1: the caller compiles (tools/test.sh does it beside lint and types).
+[ "${CRAFTAI_COMPILE_LATER:-}" = 1 ] || .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
 echo "== .venv ready"

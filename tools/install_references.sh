@@ -3,27 +3,27 @@
 # They are compared against in tests/parity; no service package depends on them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-pip=(.venv/bin/python -m pip install --disable-pip-version-check -q --no-compile -c constraints.txt)  # compiled by bootstrap.sh
+source tools/installer.sh  # `install`: uv or pip, with constraints.txt (compiled by bootstrap.sh)
 
 # rembg: the peer users would otherwise pick for u2netp (tests/parity, tools/bench).
-"${pip[@]}" rembg==2.0.86
+install rembg==2.0.86
 
 # InSPyReNet reference: transparent-background's network, imported without its package __init__
 # (craftai_dev.inspyrenet_reference). --no-deps: its Remover/GUI dependencies and timm's
 # torchvision are not needed by the network, and PyPI's torchvision does not import beside the CPU
 # torch. Versions: constraints.txt; kornia and opencv come from requirements-dev.txt.
-"${pip[@]}" --no-deps transparent-background timm
+install --no-deps transparent-background timm
 
 # SAM 2 reference: Meta's sam2 code (PyPI sdist 1.1.0 == facebookresearch/sam2@2b90b9f), CPU only.
 # --no-deps: its setup.py asks for torchvision, which would replace the pinned CPU torch. PyPI's
 # torchvision cannot load beside torch 2.13.0+cpu (its _C needs libtorch_cuda), so the parity test
 # stands in the three torchvision transforms that SAM2Transforms uses (craftai_dev.sam_fixture).
 # hydra-core, omegaconf and iopath (imported by sam2 at module level) are pinned in requirements-dev.txt.
-SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=0 "${pip[@]}" --no-deps --no-build-isolation sam2==1.1.0
+SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=0 install --no-deps --no-build-isolation sam2==1.1.0
 
 # BiRefNet reference: nobg's network (nobg/birefnet/modeling_birefnet.py, transformers' Swin), imported
 # without its package __init__ (craftai_dev.birefnet_reference). --no-deps: nobg asks for datasets
 # and loadimg, which the network does not need; transformers and huggingface-hub (what it needs) come
 # from requirements-dev.txt. torchvision's deform_conv2d, which it imports, is stood in for where
 # torchvision does not import (here); the GPU machine has the real one.
-"${pip[@]}" --no-deps nobg
+install --no-deps nobg
