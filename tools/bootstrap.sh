@@ -47,6 +47,5 @@ if [ "$dev" = 1 ]; then
     bash tools/install_references.sh
 fi
 # Files that do not compile (a library's Python 2 examples) are skipped, as pip skips them.
-# CRAFTAI_COMPILE_LATER=1: the caller compiles (tools/test.sh does it beside lint and types).
-[ "${CRAFTAI_COMPILE_LATER:-}" = 1 ] || .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
+.venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
 echo "== .venv ready"

@@ -6,7 +6,6 @@
 # CI machines have 2 cores and much of the work waits (apt-get and pip on the network and disks,
 # services starting, Docker builds), so stages overlap where nothing is shared:
 #   - the Docker engine is installed and started (tools/docker/engine.sh) beside the bootstrap;
-#   - .venv is byte-compiled beside lint and types;
 #   - mypy runs beside the image builds (python -m tools.docker), which go on beside the tests: the
 #     container suite waits for them (CRAFTAI_DOCKER_STAGE_DONE, tests/containers/conftest.py);
 #   - pytest runs on two workers (pytest-xdist, one test module per unit of work: tests/conftest.py).
@@ -30,12 +29,8 @@ bash tools/docker/engine.sh >"$logs/engine.log" 2>&1 &
 engine_pid=$!
 
 bootstrap_started=$(date +%s)
-CRAFTAI_COMPILE_LATER=1 bash tools/bootstrap.sh --dev
+bash tools/bootstrap.sh --dev
 timings+=("bootstrap $(since "$bootstrap_started") s")
-# .venv's byte-compiling (the bootstrap's last step) beside lint and types, which do not import it
-compile_started=$(date +%s)
-.venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 &
-compile_pid=$!
 
 docker_ok=1
 if wait "$engine_pid"; then
@@ -83,8 +78,6 @@ checks_started=$(date +%s)
 .venv/bin/ruff format --check services clients dev tools tests
 .venv/bin/mypy services clients/python/src clients/wire/src dev/support/src tools tests
 timings+=("lint and types $(since "$checks_started") s")
-wait "$compile_pid" || true  # files that do not compile are skipped, as pip skips them
-timings+=("byte-compiling $(since "$compile_started") s (beside lint and types)")
 
 echo "== tests"
 workers=${CRAFTAI_TEST_WORKERS:-2}
