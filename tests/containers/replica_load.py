@@ -5,14 +5,15 @@ the network reach them: one DNS name for all of them.
     python replica_load.py CONFIG_JSON
 
 CONFIG: {"infer": "dns:///infer-pool:50051", "catalogue": ..., "prepare": ..., "app_key": ...,
-         "apps": [...], "clients": 8, "pictures": [paths], "recipe": ..., "engine": ...,
+         "apps": [...], "clients": 8, "replicas": 2, "pictures": [paths], "recipe": ..., "engine": ...,
          "phases": [{"name": ..., "clicks": N, "mattes": N, "until": path or null, "wait": path or null}],
          "bench_seconds": 0}
 
 Each client is a thread with its own AiClient (apps taken in turn) and one session on a picture of
-its own, opened in the first phase. A phase waits for its `wait` file (when given), then each
-client does `clicks` prompts on its session and `mattes` mattes, interleaved; with `until`, it goes
-on until that file appears, then prompts its session once more. Every call's outcome is printed as
+its own, opened in the first phase, once its channel has reached every replica (`replicas`). A
+phase waits for its `wait` file (when given), then each client does `clicks` prompts on its session
+and `mattes` mattes, interleaved; with `until`, it goes on until that file appears, then prompts its
+session once more. Every call's outcome is printed as
 one JSON line (`{"call": ...}`); at the end of each phase one line `{"phase": ..., "sessions": [...],
 "errors": [...]}`. With `bench_seconds`, each client instead opens its session, then prompts it
 over and over for that long, then does mattes for that long; one line `{"bench": ..., "kind": ...}`
@@ -93,6 +94,18 @@ class Client:
         if until is not None:
             self._call("click", name)  # every session prompted once after the file appeared
 
+    def reach(self, replicas: int, tries: int = 40) -> None:
+        """Cheap calls (GetRuntime) until `replicas` replicas have answered on this client's
+        channel, so that the sessions opened next are dealt over all of them: the channel's first
+        calls all go to the replica whose connection was ready first, and a session stays where
+        it was opened (docs/DEPLOY.md, Scaling)."""
+        seen: set[str] = set()
+        for _ in range(tries):
+            seen.add(self.ai.runtime().replica)
+            if len(seen) >= replicas:
+                return
+            time.sleep(0.05)
+
     def bench(self, kind: str, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         self.counts = {}
@@ -111,6 +124,8 @@ def run_all(clients: list[Client], work: Any) -> None:
 def main() -> None:
     config = json.loads(sys.argv[1])
     clients = [Client(i, config) for i in range(config["clients"])]
+    if config.get("replicas", 1) > 1:
+        run_all(clients, lambda c: c.reach(config["replicas"]))
     if config.get("bench_seconds"):
         seconds = float(config["bench_seconds"])
         run_all(clients, lambda c: c._call("open", "warm-up"))

@@ -213,7 +213,7 @@ def load(pool: Pool, images: dict[str, str], network: Network, photos: dict[str,
         {"name": "spread", "clicks": CLICKS, "mattes": MATTES},
         {"name": "failover", "clicks": 1, "mattes": 1, "wait": GO, "until": STOP},
     ]
-    container = _load_container(images, network, photos, phases=phases)
+    container = _load_container(images, network, photos, phases=phases, replicas=len(pool.replicas))
     yield container
     st.stop(container)
 
