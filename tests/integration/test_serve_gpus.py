@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from craftai import AiClient, CraftAiError, Retries
@@ -41,10 +42,10 @@ def _until(condition: Callable[[], bool], what: str, seconds: float = 120.0) -> 
         time.sleep(0.2)
 
 
-def _serve(workdir: Path, gpus: str, env: dict[str, str]) -> tuple[servers.Process, int]:
-    """`craftai serve --gpus GPUS` on the CPU, on a port P with P+1 free: (it, P)."""
+def _serve(workdir: Path, gpus: str, env: dict[str, str], *more: str) -> tuple[servers.Process, int]:
+    """`craftai serve --gpus GPUS [MORE]` on the CPU, on a port P with P+1 free: (it, P)."""
     port = servers.free_ports_in_a_row(2)
-    command = [str(servers.BIN / "craftai"), "serve", "--gpus", gpus]
+    command = [str(servers.BIN / "craftai"), "serve", "--gpus", gpus, *more]
     env = {"CRAFTAI_STORE": str(workdir / "store"), "CRAFTAI_PORT": str(port), "CRAFTAI_DEVICE": "cpu", **env}
     return servers.start(f"serve-{gpus}", command, env, workdir, timeout=120), port
 
@@ -77,6 +78,29 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
         code = serving.stop(60)
     assert code == 0, serving.logs()
     assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text()
+
+
+def test_the_web_gateway_reaches_every_replica(tmp_path: Path) -> None:
+    """`serve --web --gpus 0,1`: the gateway's calls spread over both replicas (it is given their
+    address list as its infer target), as an app's do; its sessions are routed as the SDK routes
+    them (tests/integration/test_replica_routing.py)."""
+    ready = tmp_path / "web.address"
+    web = {"CRAFTAI_WEB_PORT": "0", "CRAFTAI_WEB_READY_FILE": str(ready)}
+    serving, _ = _serve(tmp_path, "0,1", {"CRAFTAI_REPLICA": REPLICA, "CRAFTAI_CPU_THREADS": "1", **web}, "--web")
+    try:
+        _until(ready.exists, "the gateway serves")
+        bearer = {"Authorization": f"Bearer {servers.ensure_local_key()}"}
+        answered: set[str] = set()
+        for _ in range(40):
+            status = httpx.get(f"{ready.read_text().strip()}/api/v1/status", headers=bearer, timeout=60)
+            assert status.status_code == 200, status.text
+            answered.add(status.json()["runtime"]["replica"])
+            if len(answered) == 2:
+                break
+        assert answered == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
+    finally:
+        code = serving.stop(60)
+    assert code == 0, serving.logs()
 
 
 def test_no_replica_outlives_a_server_killed(tmp_path: Path) -> None:

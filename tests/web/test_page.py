@@ -348,7 +348,9 @@ def test_a_new_background_is_made_in_the_page_without_running_the_model(
     assert np.abs(shown - over).max() <= 2  # 8-bit premultiplied arithmetic in the canvas
     assert (page.get_attribute("#download-composite", "href") or "").startswith("blob:")
 
-    page.select_option("#background", "picture")  # composes nothing until a picture is chosen
+    # composes nothing until a picture is chosen, and no composite of the colour made before (one
+    # of its input events still composing) is counted or shown after this change
+    page.select_option("#background", "picture")
     composed = _composed(page)
     page.set_input_files("#bg-file", str(_solid_png(tmp_path / "yellow.png", (250, 210, 20))))
     _wait_composed(page, composed + 1)

@@ -95,6 +95,7 @@ def run(
     @contextlib.asynccontextmanager
     async def beside(address: str) -> AsyncIterator[str]:
         async with contextlib.AsyncExitStack() as stack:
+            addresses = [address]
             if replicas:
                 started = gpu_replicas.running(replicas, address, shared, infer_settings.grace_seconds)
                 addresses = await stack.enter_async_context(started)
@@ -106,6 +107,8 @@ def run(
                 )
             if web is not None:
                 update = {"target": web.target or address}
+                if len(addresses) > 1 and web.infer is None:  # its calls spread over every replica, as an app's do
+                    update["infer"] = "ipv4:" + ",".join(addresses)
                 await stack.enter_async_context(gateway_process(web.model_copy(update=update), *logging_of))
             yield address
 

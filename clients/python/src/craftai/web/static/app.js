@@ -30,6 +30,7 @@ const state = {
   urls: {}, // slot -> the blob URL shown there (revoked when the slot gets another, or the picture changes)
   made: null, // the last cutout made: {file, cutout (Blob), format} (the composite is re-made from it)
   composed: 0, // composites made in the page (tests wait on body[data-composed])
+  composing: 0, // the latest background change: only its composite is drawn and linked
 };
 
 class ApiError extends Error {
@@ -440,7 +441,10 @@ async function backdropOf(kind, width, height) {
 
 async function recompose() {
   // Only the background changed since the cutout was made: the composite is the new background
-  // with the cutout laid over it, here in the page (no model runs, no upload).
+  // with the cutout laid over it, here in the page (no model runs, no upload). A change made while
+  // another is composed (dragging the colour picker sends many) supersedes it: only the latest is
+  // drawn, whole and at once, so an earlier one that finishes later never shows.
+  const generation = ++state.composing;
   const kind = $("background").value;
   if (!state.made || state.made.file !== state.file || $("cutout-view").hidden) return;
   if (kind === "none") {
@@ -452,16 +456,19 @@ async function recompose() {
   if (kind === "picture" && !backgroundPicture()) return; // the next choice of a file composes
   await busy(async () => {
     const cutout = await createImageBitmap(state.made.cutout);
+    const backdrop = await backdropOf(kind, cutout.width, cutout.height);
+    if (generation !== state.composing) return; // a later change composes instead
     const canvas = $("composite");
     canvas.width = cutout.width;
     canvas.height = cutout.height;
     const context = canvas.getContext("2d");
     context.clearRect(0, 0, canvas.width, canvas.height);
-    context.drawImage(await backdropOf(kind, cutout.width, cutout.height), 0, 0);
+    context.drawImage(backdrop, 0, 0);
     context.drawImage(cutout, 0, 0);
     canvas.hidden = false;
     const format = $("format").value === "jpeg" ? "jpeg" : "png";
     const blob = await new Promise((done) => canvas.toBlob(done, `image/${format}`, 0.9));
+    if (generation !== state.composing) return;
     link("composite", blob, format);
     state.composed += 1;
     document.body.dataset.composed = String(state.composed);
