@@ -42,6 +42,17 @@ def _until(condition: Callable[[], bool], what: str, seconds: float = 120.0) -> 
         time.sleep(0.2)
 
 
+def _replicas_answering(ask: Callable[[], str], tries: int = 40) -> set[str]:
+    """The replica names `ask` (one call through a target) answers with, tried until both
+    replicas have answered: calls spread over the replicas that serve."""
+    answered: set[str] = set()
+    for _ in range(tries):
+        answered.add(ask())
+        if len(answered) == 2:
+            break
+    return answered
+
+
 def _serve(workdir: Path, gpus: str, env: dict[str, str], *more: str) -> tuple[servers.Process, int]:
     """`craftai serve --gpus GPUS [MORE]` on the CPU, on a port P with P+1 free: (it, P)."""
     port = servers.free_ports_in_a_row(2)
@@ -63,13 +74,8 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
         # one target reaches both: stateless calls spread over the replicas that serve
         target = f"ipv4:{first},{second}"
         assert target in serving.logs()  # said once both serve, for the clients' CRAFTAI_INFER_ADDRESS
-        answered: set[str] = set()
         with AiClient("tests", target=first, infer=target, retries=Retries(attempts=0), start_server=False) as ai:
-            for _ in range(40):
-                answered.add(ai.runtime().replica)
-                if len(answered) == 2:
-                    break
-        assert answered == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
+            assert _replicas_answering(lambda: ai.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
         # a replica that dies is said, and the others go on
         os.kill(child, signal.SIGKILL)
         _until(lambda: f"{REPLICA}-gpu1 (GPU 1) exited" in serving.logs(), "the dead replica is said")
@@ -90,14 +96,13 @@ def test_the_web_gateway_reaches_every_replica(tmp_path: Path) -> None:
     try:
         _until(ready.exists, "the gateway serves")
         bearer = {"Authorization": f"Bearer {servers.ensure_local_key()}"}
-        answered: set[str] = set()
-        for _ in range(40):
-            status = httpx.get(f"{ready.read_text().strip()}/api/v1/status", headers=bearer, timeout=60)
-            assert status.status_code == 200, status.text
-            answered.add(status.json()["runtime"]["replica"])
-            if len(answered) == 2:
-                break
-        assert answered == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
+
+        def status() -> str:
+            answer = httpx.get(f"{ready.read_text().strip()}/api/v1/status", headers=bearer, timeout=60)
+            assert answer.status_code == 200, answer.text
+            return str(answer.json()["runtime"]["replica"])
+
+        assert _replicas_answering(status) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
     finally:
         code = serving.stop(60)
     assert code == 0, serving.logs()

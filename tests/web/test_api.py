@@ -445,26 +445,7 @@ def _answer_while_sending(address: str, head: bytes, chunks: int, chunk: bytes, 
                 break
             sent += len(chunk)
         sock.settimeout(30)
-        return _whole_answer(sock), sent
-
-
-def _whole_answer(sock: socket.socket) -> bytes:
-    """The answer's head and its body (Content-Length bytes), however many reads they take: the
-    server may send them apart, and one read got the head alone on a loaded machine."""
-    answer = b""
-    while b"\r\n\r\n" not in answer:
-        more = sock.recv(65536)
-        if not more:
-            return answer
-        answer += more
-    head, _, body = answer.partition(b"\r\n\r\n")
-    lengths = [line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
-    while lengths and len(body) < int(lengths[0]):
-        more = sock.recv(65536)
-        if not more:
-            break
-        body += more
-    return head + b"\r\n\r\n" + body
+        return web.http_answer(sock), sent
 
 
 def test_a_50_MB_upload_is_refused_before_it_is_read(gateway: servers.Process, key: str) -> None:

@@ -19,7 +19,7 @@ import pytest
 
 from craftai import AiClient
 from craftai.web.server import RESERVED_DESCRIPTORS
-from craftai_dev import servers
+from craftai_dev import servers, web
 from craftai_wire.keys import config_dir
 
 DESCRIPTORS = 256  # the command's descriptor limit (soft and hard), the gateway's connections fewer
@@ -85,7 +85,7 @@ def test_a_flood_of_connections_to_the_gateway_leaves_grpc_answering(served: tup
         while refused < FLOOD - kept and time.monotonic() < deadline:
             for sock in select.select(waiting, [], [], 1.0)[0]:
                 waiting.remove(sock)
-                head, _, body = sock.recv(65536).partition(b"\r\n\r\n")
+                head, _, body = web.http_answer(sock).partition(b"\r\n\r\n")
                 assert (
                     head.startswith(b"HTTP/1.1 503") and json.loads(body)["error"]["reason"] == "TOO_MANY_CONNECTIONS"
                 )

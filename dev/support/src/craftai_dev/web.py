@@ -6,13 +6,34 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import tomllib
 from pathlib import Path
 
 from craftai_dev import catalogues, servers
 from craftai_dev.browser import chromium, launch
 
-__all__ = ["both_features_store", "chromium", "gateway", "launch"]
+__all__ = ["both_features_store", "chromium", "gateway", "http_answer", "launch"]
+
+
+def http_answer(sock: socket.socket) -> bytes:
+    """One HTTP/1.1 answer read from a raw socket: its head and its body (Content-Length bytes),
+    however many reads they take (the server may send them apart: one read got the head alone on a
+    loaded machine). Cut short only where the server closes the connection first."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        more = sock.recv(65536)
+        if not more:
+            return answer
+        answer += more
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lengths = [line.split(b":", 1)[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")]
+    while lengths and len(body) < int(lengths[0]):
+        more = sock.recv(65536)
+        if not more:
+            break
+        body += more
+    return head + b"\r\n\r\n" + body
 
 
 def gateway(services: str, workdir: Path, env: dict[str, str] | None = None) -> servers.Process:
