@@ -7,7 +7,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -72,7 +72,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     set of services, gateway and browser serve the API's and the page's tests)."""
     root = config.rootpath
     items.sort(key=lambda item: _suite_rank(item, root))  # stable: the order within a suite stays
-    if config.getoption("dist", "no") == "loadgroup":
+    # pytest-xdist's workers, which collect, see `--dist` as "no" and the choice as `option.loadgroup`
+    if config.getoption("dist", "no") == "loadgroup" or getattr(config.option, "loadgroup", False):
         for item in items:
             path = item.path.relative_to(root)
             whole = path.parts[:2] in (("tests", "containers"), ("tests", "web"))
@@ -89,6 +90,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for item in items:
             if item.get_closest_marker("gpu") is not None:
                 item.add_marker(skip)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """A worker whose tests lost their groups would split modules between workers and start their
+    servers twice: the run stops, rather than going on slower."""
+    if node.config.getoption("dist", "no") != "loadgroup":
+        return
+    ungrouped = [nodeid for nodeid in ids if "@" not in nodeid]
+    if ungrouped:
+        pytest.exit(
+            f"pytest-xdist's --dist loadgroup dropped the groups of {len(ungrouped)} tests (first: {ungrouped[0]}):"
+            " this pytest and pytest-xdist do not work together; install the versions of requirements-dev.txt",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
 
 
 @pytest.fixture(scope="session")
