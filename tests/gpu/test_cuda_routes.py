@@ -254,6 +254,53 @@ def test_sam_compiled_grid_decoder_finds_the_uncompiled_candidates(
     assert abs(len(a) - len(b)) <= max(1, 0.01 * len(b)) and matched >= 0.99 * len(b)
 
 
+def test_sam_under_load_replays_only_what_the_warm_up_captured(
+    sam21_files: Sam21Fixture, photos: dict[str, Path]
+) -> None:
+    """A capture synchronises the device and collects garbage, and every caller of the GPU waits for
+    it: the shapes a service meets with the default settings (encoder batches of 1 to 8 pictures, a
+    click, segment everything's batches of 64 points and a call of GRID_CALL of them on one
+    picture) are all captured by the warm-up, so that none is captured under load."""
+    from craftai_infer.pipelines import mask_generator
+    from craftai_infer.pipelines.segment_sam import SamPrompt
+    from craftai_infer.routes.sam2_torch import ENCODER_BATCHES, GRID_CALL, SamTorchRunner
+    from craftai_models.sam2.model import build_sam21_tiny
+    from craftai_prepare.converters import sam21
+
+    state = sam21.convert(sam21.load_onnx(sam21_files.encoder), sam21.load_onnx(sam21_files.decoder))
+    runner = SamTorchRunner(
+        build_sam21_tiny(state).to("cuda"), "cuda", encoder_autocast=torch.float16, grid_autocast=torch.float16
+    )
+    runner.warm_up()
+
+    def captured() -> dict[str, int]:
+        caches = {
+            "encoder": runner._encoder_graphs,
+            "decoder": runner._decoders[False, False].graphs,
+            "attend": runner._attend.graphs,
+            "predict_masks": runner._predict_masks.graphs,
+        }
+        return {name: len(cache) for name, cache in caches.items() if cache is not None}
+
+    warm = captured()
+    assert warm["encoder"] == len(ENCODER_BATCHES) and len(warm) == 4
+    # Meta's grid (32 points a side, batches of 64); thresholds that the random weights pass
+    settings = mask_generator.Everything(pred_iou_thresh=0.3, stability_score_thresh=0.5)
+    found = 0
+    for name in ("chelsea.png", "astronaut.png"):
+        picture = np.asarray(Image.open(photos[name]).convert("RGB"))
+        embeddings = [runner.encode_batch([picture] * size)[0] for size in ENCODER_BATCHES]
+        runner.decode(embeddings[0], SamPrompt(points=[(50.0, 40.0)], labels=[1]))
+        points = mask_generator.grid_points(settings.points_per_side, *picture.shape[:2])
+        chunks = mask_generator.batches(points, settings.points_per_batch)
+        for start in range(0, len(chunks), GRID_CALL):
+            calls = [(embeddings[-1], chunk, settings) for chunk in chunks[start : start + GRID_CALL]]
+            found += sum(len(c.counts) for c in runner.grid_batches(calls))
+    print(f"graphs captured at warm-up: {warm}; {found} grid candidates found after it")
+    assert found > 0  # the grid's second step ran
+    assert captured() == warm
+
+
 def _stages(network: Any, x: torch.Tensor, autocast: torch.dtype | None) -> list[torch.Tensor]:
     with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast or torch.float32, enabled=bool(autocast)):
         stages = network.stages(x)

@@ -57,10 +57,16 @@ def make() -> Iterator[Callable[..., tuple[WorkQueue[int, int], Model]]]:
     made: list[Workers[int, int]] = []
 
     def build(
-        *, max_batch: int = 8, window_s: float = 0.0, threads: int = 1, lane: int = 0, held: Sequence[int] = (0,)
+        *,
+        max_batch: int = 8,
+        window_s: float = 0.0,
+        threads: int = 1,
+        lane: int = 0,
+        held: Sequence[int] = (0,),
+        batch_limit: Callable[[object], int] | None = None,
     ) -> tuple[WorkQueue[int, int], Model]:
         model = Model(held)
-        queue: WorkQueue[int, int] = WorkQueue("test", max_batch=max_batch, window_s=window_s)
+        queue: WorkQueue[int, int] = WorkQueue("test", max_batch=max_batch, window_s=window_s, batch_limit=batch_limit)
         made.append(Workers(queue, model.run, roles=roles(threads, lanes=lane), name="model"))
         return queue, model
 
@@ -113,6 +119,24 @@ async def test_a_batch_is_at_most_max_batch(make: Any) -> None:
     model.release.set()
     assert await results(first, *rest) == [i * 10 for i in range(7)]
     assert model.batches == [[0], [1, 2, 3], [4, 5, 6]]
+
+
+async def test_a_key_with_a_limit_of_its_own_runs_in_smaller_batches_and_a_click_goes_between(make: Any) -> None:
+    # the SAM route on a GPU: a grid call takes at most 2 of the batches waiting, so a click that
+    # arrives behind six of them runs after the first call, not after all six
+    queue, model = make(max_batch=8, batch_limit=lambda key: 2 if key == "grid" else 99)
+    first = await busy_with(queue, model, key="grid")
+    grid = [job(queue, i, key="grid", tenant=f"app{i % 3}") for i in range(1, 7)]
+    encodes = [job(queue, i, key="encode") for i in range(10, 20)]
+    await until(lambda: queue.depth == 16)
+    click = job(queue, 99, key="click", work_class=INTERACTIVE)
+    await until(lambda: queue.depth == 17)
+    model.release.set()
+    await results(first, *grid, *encodes, click)
+    assert model.batches[1] == [99]  # the click after the call in flight
+    assert [len(b) for b in model.batches if b[0] < 10 and b != [99]] == [1, 2, 2, 2]  # the limit
+    assert [len(b) for b in model.batches if 10 <= b[0] < 20] == [8, 2]  # other keys: max_batch (8)
+    assert queue.limit("grid") == 2 and queue.limit("encode") == 8
 
 
 async def test_items_group_by_key_and_unkeyed_items_run_alone(make: Any) -> None:

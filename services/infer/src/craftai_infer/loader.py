@@ -88,7 +88,10 @@ class LoadedRoute(Generic[RouteT]):
         self._batching = batching or Batching()
         capabilities = route.capabilities
         self.queue: WorkQueue[tuple[Operation[Any, Any, Any], Any], Answered] = WorkQueue(
-            f"{ref.recipe}/{ref.engine}", max_batch=self._batching.max_batch, window_s=self._batching.window_s
+            f"{ref.recipe}/{ref.engine}",
+            max_batch=self._batching.max_batch,
+            window_s=self._batching.window_s,
+            batch_limit=self._batch_limit,
         )
         on_cpu = route.device == "cpu" and capabilities.interactive_lane
         self._workers = Workers(
@@ -129,6 +132,12 @@ class LoadedRoute(Generic[RouteT]):
         if notice:
             notices.add(FELL_BACK_TO_CPU, notice)
         return cast(O, result)
+
+    def _batch_limit(self, batch_key: Hashable) -> int:
+        """The route's own bound on a call of this operation (Capabilities.max_batch), read when a
+        worker takes a batch: the CPU route that replaces a failed GPU route has its own."""
+        operation, _ = cast(tuple[Operation[Any, Any, Any], Hashable], batch_key)  # as `submit` makes it
+        return self.route.capabilities.max_batch.get(operation, self._batching.max_batch)
 
     def _execute(self, payloads: list[tuple[Operation[Any, Any, Any], Any]]) -> list[Answered]:
         """A batch the queue gave a worker: one operation's requests (a batch never mixes them)."""

@@ -110,11 +110,21 @@ class WorkQueue(Generic[P, R]):
     """The jobs waiting for one set of workers, by class and tenant (thread-safe: the event loop
     puts, the workers take). `name` labels its wait times (QUEUE_WAIT)."""
 
-    def __init__(self, name: str, *, max_batch: int = 1, window_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        max_batch: int = 1,
+        window_s: float = 0.0,
+        batch_limit: Callable[[Hashable], int] | None = None,
+    ) -> None:
         if max_batch < 1:
             raise ValueError("max_batch must be at least 1")
         self.name = name
         self.max_batch = max_batch
+        # the most jobs of one batch key a call takes (at most max_batch): a key whose calls are
+        # long may be given smaller batches, so that interactive work waits less behind one
+        self._batch_limit = batch_limit
         self.window_s = window_s
         self._ready = threading.Condition()
         # class -> tenant -> its jobs, oldest first; a tenant's place in the dict is its turn
@@ -210,7 +220,7 @@ class WorkQueue(Generic[P, R]):
             if (
                 work_class is WorkClass.BULK
                 and head.batch_key is not None
-                and len(batch) < self.max_batch
+                and len(batch) < self.limit(head.batch_key)
                 and self.busy > 0
                 and self.window_s > 0
             ):
@@ -227,16 +237,24 @@ class WorkQueue(Generic[P, R]):
             return batch, None
         return [], None
 
+    def limit(self, batch_key: Hashable) -> int:
+        """The most jobs with `batch_key` one call takes."""
+        if self._batch_limit is None:
+            return self.max_batch
+        return max(1, min(self.max_batch, self._batch_limit(batch_key)))
+
     def _like(self, tenants: OrderedDict[str, deque[Job[P, R]]], head: Job[P, R]) -> list[Job[P, R]]:
-        """Up to max_batch jobs with the head's batch key, one per tenant in turn, round after round."""
+        """Up to `limit` jobs with the head's batch key, one per tenant in turn, round after round."""
+        assert head.batch_key is not None
+        limit = self.limit(head.batch_key)
         matching = [[job for job in jobs if job.batch_key == head.batch_key] for jobs in tenants.values()]
         batch: list[Job[P, R]] = []
         depth = 0
-        while len(batch) < self.max_batch:
+        while len(batch) < limit:
             row = [jobs[depth] for jobs in matching if depth < len(jobs)]
             if not row:
                 break
-            batch.extend(row[: self.max_batch - len(batch)])
+            batch.extend(row[: limit - len(batch)])
             depth += 1
         return batch
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
@@ -96,9 +96,13 @@ class Capabilities:
     `grid_ahead`, how many of the automatic mask generator's batches the feature queues at once (a
     route that batches GRID takes those that wait in one call); `interactive_lane`, on the CPU, one
     more worker thread that takes interactive work only (craftai_infer.scheduling): a click runs
-    beside an encoder batch rather than after it (a route whose calls may not overlap says False)."""
+    beside an encoder batch rather than after it (a route whose calls may not overlap says False);
+    `max_batch`, the most requests of a batched operation one call takes, where fewer than the
+    loader's (Batching.max_batch): on a GPU, where a click runs after the call in flight, a long
+    operation's calls are kept short."""
 
     batched: frozenset[Operation[Any, Any, Any]] = frozenset()
+    max_batch: Mapping[Operation[Any, Any, Any], int] = field(default_factory=dict)
     concurrent_runs: int = 1
     interactive_lane: bool = True
     single_mask_like_meta: bool = False

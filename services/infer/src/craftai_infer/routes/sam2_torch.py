@@ -84,6 +84,13 @@ PRECISIONS = {"fp32": None, "fp16": torch.float16, "bf16": torch.bfloat16}
 # The compiled grid decoder's one batch size: a grid batch is decoded in calls of this many points
 # (a shorter one padded), so that no other shape is ever compiled (Meta's default points_per_batch).
 GRID_BATCH = 64
+# On a GPU the route runs one call at a time and a click's decoder call waits for the one in flight:
+# a grid call takes at most this many of the generator's batches waiting (of any callers), so that
+# the wait stays short (docs/PERFORMANCE.md, "Serving ... on a GPU").
+GRID_CALL = 2
+# The encoder's batch sizes captured as CUDA graphs at load (the loader's default max_batch): a
+# capture synchronises the device, which under load every caller would wait for.
+ENCODER_BATCHES = tuple(range(1, 9))
 
 
 def load_network(weights: Path, device: str) -> Sam2ImageModel:
@@ -135,8 +142,8 @@ class SamTorchRunner:
         self._predict_masks: _Network
         on_graphs = graphs and self.device.type == "cuda"
         if on_graphs:
-            # one graph per batch size up to the default max_batch (8): none evicted and recaptured under load
-            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=8)
+            # one graph per batch size up to the default max_batch: none evicted and recaptured under load
+            self._encoder_graphs = GraphCache(self._encode_network, self.device, capacity=len(ENCODER_BATCHES))
 
         def network(fn: Callable[..., Any], name: str, capacity: int, *, reduced: bool, keep: int = 0) -> _Network:
             """`fn` as the route runs it: in the grid's autocast when `reduced` (its outputs in fp32
@@ -185,17 +192,26 @@ class SamTorchRunner:
         if self._encoder_graphs is None:
             return
         say = step or (lambda _message: None)
-        say("capturing the encoder")
         picture = np.zeros((64, 64, 3), np.uint8)
-        embedding = self.encode(picture)
+        for size in ENCODER_BATCHES:
+            say(f"capturing the encoder for {size} picture(s)")
+            embedding = self.encode_batch([picture] * size)[0]
         for points in (1, 2, 3, 4):
             say(f"capturing the decoder for {points} point(s)")
             self.decode(embedding, SamPrompt(points=[(8.0, 8.0)] * points, labels=[1] * points))
-        if self.compile_grid:  # both steps of the multimask grid: every mask passes these thresholds
+        every_mask = Everything(pred_iou_thresh=0.0, stability_score_thresh=0.0)  # every mask passes
+        if self.compile_grid:  # both steps of the multimask grid, at their one compiled size
             say("compiling the automatic mask generator's decoder (the first load on a machine: about a minute)")
-            self.grid(
-                embedding, np.full((1, 2), 8.0, np.float32), Everything(pred_iou_thresh=0.0, stability_score_thresh=0.0)
-            )
+            self.grid(embedding, np.full((1, 2), 8.0, np.float32), every_mask)
+            return
+        # both steps of the multimask grid at each bucket a grid call meets: `attend` up to a batch
+        # of GRID_BATCH points, `predict_masks` up to the kept points of GRID_CALL batches of one picture
+        say("capturing the automatic mask generator's decoder")
+        for k in range(GRID_BATCH.bit_length()):
+            self.grid(embedding, np.full((1 << k, 2), 8.0, np.float32), every_mask)
+        batch = (embedding, np.full((GRID_BATCH, 2), 8.0, np.float32), every_mask)
+        for calls in range(2, GRID_CALL + 1):
+            self.grid_batches([batch] * calls)
 
     def preprocess(self, picture: npt.NDArray[Any]) -> torch.Tensor:
         """RGB uint8 HxWx3 -> [1, 3, 1024, 1024] normalised, on the device (one host-to-device copy)."""
@@ -390,8 +406,10 @@ class Sam2Torch(SegmentRoute):
         assert files.prepared is not None
         precision = GPU_ENCODER_DEFAULT if files.gpu_precision == "auto" else files.gpu_precision
         on_gpu = device.startswith("cuda")
-        if on_gpu:  # the grid's batches queued GRID_WINDOW at a time: those waiting go in one call
-            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True, grid_ahead=GRID_WINDOW)
+        if on_gpu:  # the grid's batches queued GRID_WINDOW at a time, GRID_CALL of those waiting in one call
+            self.capabilities = dataclasses.replace(
+                self.capabilities, pinned_pictures=True, grid_ahead=GRID_WINDOW, max_batch={GRID: GRID_CALL}
+            )
         autocast = PRECISIONS[precision] if on_gpu else None
         self.runner = SamTorchRunner(
             load_network(files.prepared / WEIGHTS, device),
