@@ -27,3 +27,9 @@ SAM2_BUILD_CUDA=0 SAM2_BUILD_ALLOW_ERRORS=0 install --no-deps --no-build-isolati
 # from requirements-dev.txt. torchvision's deform_conv2d, which it imports, is stood in for where
 # torchvision does not import (here); the GPU machine has the real one.
 install --no-deps nobg
+
+# U²-Net (full) reference: the authors' network module (U-2-Net `model/u2net.py`, class U2NET) as
+# backgroundremover ships it (backgroundremover/u2net/u2net.py), imported without its package and
+# without torchvision, which the module imports but U2NET does not use (craftai_dev.u2net_reference).
+# --no-deps: its video and server dependencies are not needed by the network.
+install --no-deps backgroundremover

@@ -99,3 +99,24 @@ def test_the_three_services_as_separate_processes(
     finally:
         codes = {name: p.stop() for name, p in processes.items()}
     assert codes == {"catalogue": 0, "prepare": 0, "infer": 0}
+
+
+def test_models_lists_every_recipe_with_its_download_engines_and_licence(matte_server: servers.Process) -> None:
+    run = _craftai(matte_server.address, "models", "image.matte")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("image.matte (") and not any(line.startswith("image.segment") for line in lines)
+    rows = {line.lstrip("* ").split()[0]: line for line in lines[1::2]}
+    assert set(rows) == {"u2netp", "inspyrenet-swinb", "birefnet-lite", "u2net", "u2net_human_seg", "silueta"}
+    assert rows["u2netp"].startswith("* u2netp") and "4.6 MB" in rows["u2netp"]  # the default on a CPU
+    assert "onnxruntime, torch, openvino" in rows["u2netp"]
+    assert "176.0 MB" in rows["u2net_human_seg"] and "Apache-2.0" in rows["u2net_human_seg"]
+    assert "44.2 MB" in rows["silueta"] and "not stated" in rows["silueta"]
+    network = lines[lines.index(rows["u2netp"]) + 1]  # each recipe's network under it
+    assert network.startswith("    U²-Net portable (Qin et al."), network
+    everything = _craftai(matte_server.address, "models")
+    assert (
+        everything.returncode == 0
+        and "image.segment (" in everything.stdout
+        and "sam2.1-hiera-tiny" in everything.stdout
+    )

@@ -93,6 +93,9 @@ class Recipe(StrEnum):
     the services take as any other)."""
 
     U2NETP = "u2netp"
+    U2NET = "u2net"
+    U2NET_HUMAN_SEG = "u2net_human_seg"
+    SILUETA = "silueta"
     INSPYRENET_SWINB = "inspyrenet-swinb"
     BIREFNET_LITE = "birefnet-lite"
     SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
@@ -145,7 +148,14 @@ class RouteState(StrEnum):
 
 RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
     {
-        Feature.MATTE: (Recipe.U2NETP, Recipe.INSPYRENET_SWINB, Recipe.BIREFNET_LITE),
+        Feature.MATTE: (
+            Recipe.U2NETP,
+            Recipe.INSPYRENET_SWINB,
+            Recipe.BIREFNET_LITE,
+            Recipe.U2NET,
+            Recipe.U2NET_HUMAN_SEG,
+            Recipe.SILUETA,
+        ),
         Feature.SEGMENT: (Recipe.SAM21_HIERA_TINY, Recipe.SAM2_HIERA_TINY),
     }
 )

@@ -4,6 +4,7 @@ craftai serve                                  # all three services on 127.0.0.1
 craftai setup image.matte --recipe u2netp      # download and verify (progress bars); a server started if none
 craftai setup image.segment --from sam.zip     # offline: the files brought by hand, streamed to the server
 craftai serve --stop                           # the shared server a command started, stopped
+craftai models image.matte                     # every recipe: what it is for, download, engines, licence
 craftai remove-background a.jpg photos/ -o out/ --outputs cutout,composite --bg-color '#2a6df4'   # files, folders, -
 craftai segment photo.jpg --point 310,200 --point 40,40:bg -o mask.png   # a mask from clicks and/or a box
 craftai segment photo.jpg --box 10,10,200,150 --box 220,40,400,300 -o masks.json --format rle  # two objects
@@ -13,7 +14,7 @@ craftai serve --web                            # the services, and the page and 
 craftai serve --gpus all                       # one infer replica per GPU, on :50051, :50052, ...
 craftai web --address 10.0.0.7:50051           # the page and HTTP API in front of services elsewhere
 
-One module a command family (serve, status, setup, remove_background, segment, keys); the batch
+One module a command family (serve, status, models, setup, remove_background, segment, keys); the batch
 planner of remove-background (batch), the parser (parser), the client a command talks through
 (connection) and the progress bars, plain lines when not on a terminal (progress), apart.
 """

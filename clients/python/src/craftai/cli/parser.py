@@ -13,6 +13,7 @@ from importlib import metadata
 from pathlib import Path
 
 from craftai.cli.keys import cmd_keys_add, cmd_keys_hash
+from craftai.cli.models import cmd_models
 from craftai.cli.remove_background import cmd_remove_background
 from craftai.cli.segment import EVERYTHING_FLAGS, box_arg, cmd_segment, cmd_segment_all, point_arg
 from craftai.cli.serve import cmd_serve, cmd_web
@@ -131,6 +132,14 @@ def parser() -> argparse.ArgumentParser:
         "feature", nargs="?", default="", metavar="FEATURE", help=f"one feature's routes only: {' or '.join(FEATURES)}"
     )
     s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser(
+        "models", help="every recipe: what it is for, its download, its engines and its licence (starts no server)"
+    )
+    s.add_argument(
+        "feature", nargs="?", default="", metavar="FEATURE", help=f"one feature's recipes only: {' or '.join(FEATURES)}"
+    )
+    s.set_defaults(func=cmd_models)
 
     s = sub.add_parser(
         "setup",

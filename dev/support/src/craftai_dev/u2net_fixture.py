@@ -1,0 +1,124 @@
+"""Stand-ins for the published U²-Net family files (u2net, u2net_human_seg, silueta), which cannot be
+downloaded here: the authors' network (craftai_dev.u2net_reference) with random weights, calibrated,
+exported to ONNX as rembg's files are (input `input.1` f32[1, 3, 320, 320]; seven outputs, the
+sigmoid inside the graph, the fused map first); cached under <repo>/.cache/fixtures/.
+
+Calibration (craftai_dev.calibration), so that a matte is not one value or noise: every BatchNorm
+gets its input's statistics on the four sample photos at once, then the first side readout and the
+fusion are fitted to the real u2netp's matte of one photo, as ±4 logits. Each recipe gets a file of
+its own (the fusion scaled and shifted differently: other bytes, other mattes), so a recipe served
+from another recipe's file would show.
+
+silueta's own network is not published (rembg's author reduced U²-Net to 44 MB): its stand-in is
+U²-Net too. What the routes rely on is the file's contract, which they check on the real file when
+they load it (craftai_infer.routes.u2netp_onnx).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from craftai_dev.cache import CACHE, exclusive
+
+SEED = 0
+VERSION = 1  # bump when what is made here changes: a new cache folder
+INPUT = "input.1"
+OUTPUTS = [f"d{i}" for i in range(7)]
+CALIBRATION_PHOTO = "astronaut.png"
+# recipe -> (scale, shift) of the fusion's logits: distinct files and mattes per recipe
+VARIANTS: dict[str, tuple[float, float]] = {
+    "u2net": (1.0, 0.0),
+    "u2net_human_seg": (0.6, 0.8),
+    "silueta": (1.5, -0.6),
+}
+
+
+def _batch(names: list[str]) -> torch.Tensor:
+    from PIL import Image
+
+    from craftai_dev.samples import photos
+    from craftai_infer.pipelines import matte_u2netp
+
+    arrays = []
+    for name in names:
+        rgb = np.asarray(Image.open(photos()[name]).convert("RGB"))
+        arrays.append(matte_u2netp.preprocess(rgb).copy())
+    return torch.from_numpy(np.concatenate(arrays))
+
+
+def calibrated() -> torch.nn.Module:
+    """U²-Net with random weights, calibrated on the sample photos (eval mode, CPU)."""
+    from PIL import Image
+
+    from craftai_dev import calibration
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import PHOTOS, photos
+    from craftai_dev.u2net_reference import u2net_class
+    from craftai_infer.pipelines import matte_u2netp
+    from craftai_models.onnx_sessions import open_session
+
+    torch.manual_seed(SEED)
+    net = u2net_class()().eval()
+    every = _batch(sorted(PHOTOS))
+    one = _batch([CALIBRATION_PHOTO])
+    calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
+
+    u2netp = open_session(u2netp_onnx(), "cpu")
+    rgb = np.asarray(Image.open(photos()[CALIBRATION_PHOTO]).convert("RGB"))
+    fused = u2netp.run(None, {u2netp.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    subject = matte_u2netp.postprocess(fused, (matte_u2netp.SIZE, matte_u2netp.SIZE)).astype(np.float32) / 255.0
+    target = torch.from_numpy(8.0 * (subject - 0.5))[None, None]
+
+    def forward() -> object:
+        return net(one)
+
+    for name in ("side1", "outconv"):
+        readout = _conv(net, name)
+        calibration.fit_readout(readout, calibration.readout_input(net, readout, forward), target)
+    return net
+
+
+def _conv(net: torch.nn.Module, name: str) -> torch.nn.Conv2d:
+    conv = net.get_submodule(name)
+    assert isinstance(conv, torch.nn.Conv2d)
+    return conv
+
+
+def _export(net: torch.nn.Module, path: Path) -> None:
+    partial = path.with_suffix(".part")
+    torch.onnx.export(
+        net,
+        (torch.zeros(1, 3, 320, 320),),
+        str(partial),
+        dynamo=False,  # the legacy TorchScript exporter: one file, no external data, as rembg's files
+        export_params=True,
+        opset_version=11,
+        input_names=[INPUT],
+        output_names=OUTPUTS,
+    )
+    partial.replace(path)
+
+
+def onnx_files() -> dict[str, Path]:
+    """recipe -> its stand-in ONNX file (made once, then read from the cache)."""
+    folder = CACHE / "fixtures" / f"u2net-family-{SEED}-{VERSION}"
+    paths = {name: folder / f"{name}.onnx" for name in VARIANTS}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    with exclusive(folder.name):
+        if all(p.exists() for p in paths.values()):
+            return paths
+        folder.mkdir(parents=True, exist_ok=True)
+        net = calibrated()
+        fusion = _conv(net, "outconv")
+        assert fusion.bias is not None
+        weight, bias = fusion.weight.detach().clone(), fusion.bias.detach().clone()
+        with torch.no_grad():
+            for name, (scale, shift) in VARIANTS.items():
+                fusion.weight.copy_(weight * scale)
+                fusion.bias.copy_(bias * scale + shift)
+                _export(net, paths[name])
+    return paths

@@ -1,0 +1,113 @@
+"""rembg's U²-Net family beside u2netp (u2net, u2net_human_seg, silueta) through the services: each
+recipe set up by the prepare service from a loopback source under its pin, and its mattes byte for
+byte those of rembg's own session of that model on the same file, on the sample photos and on
+pictures over 2000 px.
+
+The published files cannot be downloaded here: each recipe is pinned to a stand-in of its own, the
+authors' U²-Net with random weights calibrated on the photos (craftai_dev.u2net_fixture)."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from PIL import Image
+
+from craftai import AiClient
+from craftai_dev import catalogues, servers, u2net_fixture
+from craftai_dev.files import sha256_of
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parents[2]
+RECIPES = list(u2net_fixture.VARIANTS)
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, Path]:
+    return u2net_fixture.onnx_files()
+
+
+@pytest.fixture(scope="module")
+def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The four sample photos, a 2400x1600 PNG and a 2048x2560 JPEG (both over 2000 px, other aspects)."""
+    folder = tmp_path_factory.mktemp("u2net-pictures")
+    large = dict(photos)
+    wide = folder / "wide.png"
+    Image.open(photos["chelsea.png"]).convert("RGB").resize((2400, 1600), Image.Resampling.LANCZOS).save(wide)
+    tall = folder / "tall.jpg"
+    Image.open(photos["coffee.png"]).convert("RGB").resize((2048, 2560), Image.Resampling.BICUBIC).save(
+        tall, quality=90
+    )
+    large["wide.png"], large["tall.jpg"] = wide, tall
+    return large
+
+
+@pytest.fixture(scope="module")
+def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    """`craftai serve` with the three recipes pinned to their stand-ins, each set up from a loopback
+    HTTP server by the prepare service."""
+    work = tmp_path_factory.mktemp("u2net-family")
+    (work / "files").mkdir()
+    for name, path in files.items():
+        (work / "files" / name).mkdir()
+        (work / "files" / name / path.name).symlink_to(path)
+    with servers.FileServer(work / "files") as source:
+        data = catalogues.real_data()
+        for name, path in files.items():
+            (pin,) = catalogues.recipe(data, name)["files"]
+            pin.update(size=path.stat().st_size, sha256=sha256_of(path))
+            pin["sources"] = [{"url": f"{source.url}/{name}/{path.name}"}]
+        env = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data))}
+        with servers.running(servers.embedded(work / "store", work, env)) as process:
+            with AiClient(app_id="tests", target=process.address) as ai:
+                for name in RECIPES:
+                    events = list(ai.setup("image.matte", name))
+                    assert events[-1].files[0].sha256 == sha256_of(files[name])  # type: ignore[union-attr]
+            yield process
+
+
+def _rembg(model: str, file: Path, pictures: dict[str, Path], work: Path) -> dict[str, npt.NDArray[np.uint8]]:
+    """rembg's `remove(only_mask=True)` with its session of `model`, in a process of its own."""
+    home = work / "home"
+    home.mkdir(parents=True)
+    (home / f"{model}.onnx").symlink_to(file)  # rembg takes a model already in its home folder
+    env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
+    command = [sys.executable, "-m", "craftai_dev.rembg_peer", "--model", model, str(work / "out")]
+    subprocess.run([*command, *map(str, pictures.values())], env=env, cwd=REPO, check=True, timeout=600)
+    return {name: np.asarray(Image.open(work / "out" / f"{Path(name).stem}.png")) for name in pictures}
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_the_recipes_mattes_are_rembgs_byte_for_byte(
+    recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
+) -> None:
+    theirs = _rembg(recipe, files[recipe], pictures, tmp_path)
+    with AiClient(app_id="tests", target=server.address) as ai:
+        for name, path in pictures.items():
+            answer = ai.remove_background(path, outputs="matte", recipe=recipe)
+            assert (answer.recipe, answer.engine) == (recipe, "onnxruntime")
+            ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
+            assert ours.shape == theirs[name].shape, name
+            assert np.array_equal(ours, theirs[name]), (
+                recipe,
+                name,
+                int(np.abs(ours.astype(int) - theirs[name]).max()),
+            )
+            # not a trivial matte: many levels, subject and background both present
+            assert len(np.unique(ours)) >= 64 and 0.02 < float((ours > 127).mean()) < 0.98, (recipe, name)
+
+
+def test_each_recipe_answers_from_its_own_file(server: servers.Process, photos: dict[str, Path]) -> None:
+    with AiClient(app_id="tests", target=server.address) as ai:
+        mattes = {
+            recipe: ai.remove_background(photos["chelsea.png"], outputs="matte", recipe=recipe).matte_png
+            for recipe in RECIPES
+        }
+    assert len(set(mattes.values())) == len(RECIPES)
