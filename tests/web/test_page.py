@@ -129,6 +129,19 @@ def test_the_key_comes_from_the_link_and_the_route_and_device_are_shown(page: Pa
     assert "u2netp / onnxruntime" in matte.locator("select").inner_text()
 
 
+def test_the_chosen_recipe_shows_what_it_is_its_download_and_its_licence(page: Page) -> None:
+    card = page.locator(".route[data-feature='image.matte']")
+    model = card.locator("p.model")
+    assert model.inner_text().startswith("U²-Net portable: U²-Net portable (Qin et al.")
+    assert "download 4.6 MB; licence: Apache-2.0" in model.inner_text()
+    card.locator("select").select_option("u2net_human_seg/onnxruntime")
+    assert "trained by its authors for people" in model.inner_text() and "download 176.0 MB" in model.inner_text()
+    card.locator("select").select_option("silueta/onnxruntime")
+    assert "download 44.2 MB; licence: not stated" in model.inner_text()
+    card.locator("select").select_option("u2netp/onnxruntime")
+    assert "4.6 MB" in model.inner_text()
+
+
 def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, photo: Path, sdk: AiClient) -> None:
     _choose(page, photo)
     page.click("#remove")

@@ -177,6 +177,21 @@ function chooseRoutes() {
   }
 }
 
+function recipeOf(feature, name) {
+  const found = (state.status.features || []).find((f) => f.name === feature);
+  return found && (found.recipes || []).find((r) => r.name === name);
+}
+
+// What the chosen recipe is, what it downloads and its licence (the catalogue's words).
+function modelLine(recipe) {
+  const line = document.createElement("p");
+  line.className = "hint model";
+  const size = (recipe.files || []).reduce((total, f) => total + Number(f.size || 0), 0);
+  const licence = recipe.available === false ? `not offered: ${recipe.unavailable_reason}` : `licence: ${recipe.license}`;
+  line.textContent = `${recipe.title}: ${recipe.network}; download ${(size / 1e6).toFixed(1)} MB; ${licence}`;
+  return line;
+}
+
 function renderRoutes() {
   const runtime = state.status.runtime;
   $("runtime").textContent = `infer runs on ${runtime.device}` +
@@ -214,6 +229,8 @@ function renderRoutes() {
     badge.textContent = route ? route.state.replace("ROUTE_STATE_", "").toLowerCase() : "no route";
     card.dataset.ready = ready ? "true" : "false";
     card.append(title, select, " ", badge);
+    const recipe = chosen && recipeOf(feature, chosen.recipe);
+    if (recipe) card.append(modelLine(recipe));
     if (route && !ready) {
       const detail = document.createElement("p");
       detail.className = "hint";
