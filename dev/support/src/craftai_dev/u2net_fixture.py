@@ -1,7 +1,10 @@
-"""Stand-ins for the published U²-Net family files (u2net, u2net_human_seg, silueta), which cannot be
-downloaded here: the authors' network (craftai_dev.u2net_reference) with random weights, calibrated,
-exported to ONNX as rembg's files are (input `input.1` f32[1, 3, 320, 320]; seven outputs, the
-sigmoid inside the graph, the fused map first); cached under <repo>/.cache/fixtures/.
+"""Stand-ins for the published U²-Net family files that cannot be had here (u2net_human_seg, silueta;
+u2net itself is real: craftai_dev.files.u2net_onnx): the authors' network
+(craftai_dev.u2net_reference) with random weights, calibrated, exported to ONNX as rembg's files are
+(input `input.1` f32[1, 3, H, W], 320² in use; seven outputs, the sigmoid inside the graph, the fused
+map first); cached under <repo>/.cache/fixtures/. The picture's height and width are left named in
+the export, so that the resizes take their sizes from the tensors' shapes, as in the published
+graphs (a fixed-size export folds them into constants, which the torch route's conversion refuses).
 
 Calibration (craftai_dev.calibration), so that a matte is not one value or noise: every BatchNorm
 gets its input's statistics on the four sample photos at once, then the first side readout and the
@@ -24,14 +27,13 @@ import torch
 from craftai_dev.cache import CACHE, exclusive
 
 SEED = 0
-VERSION = 2  # bump when what is made here changes: a new cache folder
+VERSION = 3  # bump when what is made here changes: a new cache folder
 INPUT = "input.1"
 OUTPUTS = [f"d{i}" for i in range(7)]
 CALIBRATION_PHOTO = "astronaut.png"
 # recipe -> (scale, shift) of the fusion's logits: distinct files and mattes per recipe
 VARIANTS: dict[str, tuple[float, float]] = {  # the first is the network as calibrated
-    "u2net": (1.0, 0.0),
-    "u2net_human_seg": (0.6, 0.8),
+    "u2net_human_seg": (1.0, 0.0),
     "silueta": (1.5, -0.6),
 }
 
@@ -98,6 +100,7 @@ def _export(net: torch.nn.Module, path: Path) -> None:
         opset_version=11,
         input_names=[INPUT],
         output_names=OUTPUTS,
+        dynamic_axes={INPUT: {2: "height", 3: "width"}},
     )
     partial.replace(path)
 

@@ -16,14 +16,18 @@ size (pooling uses ceil mode and the decoder upsamples to the skip tensor's size
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 #: The side of the square input the published graph was exported for.
 INPUT_SIZE = 320
-# The prepared torch route's weights, written by the conversion of the published graph.
+# The prepared torch routes' weights, written by the conversion of the published graph: u2netp's,
+# and the full network's (u2net, u2net_human_seg).
 WEIGHTS = "u2netp.safetensors"
+WEIGHTS_FULL = "u2net.safetensors"
 #: Names of the seven outputs, in the published graph's order: the fused map first, then the six
 #: side outputs (side 1 at full resolution ... side 6 from the deepest stage), all after a sigmoid.
 OUTPUT_NAMES = ("fused", "side_1", "side_2", "side_3", "side_4", "side_5", "side_6")
@@ -117,44 +121,66 @@ class RSU(nn.Module):
         return hx + hx_in  # [N, 64, 320, 320]       F1(x) + U(F1(x))
 
 
-class U2NetP(nn.Module):
-    """U²-Net portable (the paper's "U²-Net†", 1.13 M parameters): six encoder stages En_1..En_6,
-    five decoder stages De_5..De_1, six side outputs and their 1x1 fusion.
+@dataclass(frozen=True)
+class Widths:
+    """Table 1's channels: (M, C_out) of each stage, En_1..En_6 then De_5..De_1; each decoder stage
+    takes the deeper stage's output and its encoder twin's, concatenated."""
 
-    Every stage has M = 16 middle and 64 output channels (table 1). Side output k is a conv 3x3
-    (64 -> 1) on De_k (En_6 for k = 6), upsampled to the input size; the fused map is a conv 1x1 on
-    the six concatenated side logits. ``forward`` returns the sigmoid of the fused map and of the
-    six side outputs, in that order, like the published graph. Eval only: no training code and
-    no layer that behaves differently in training.
+    encoder: tuple[tuple[int, int], ...]
+    decoder: tuple[tuple[int, int], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.encoder) != 6 or len(self.decoder) != 5:
+            raise ValueError("U²-Net has six encoder and five decoder stages")
+
+
+#: U²-Net† (1.13 M parameters): every stage M = 16, C_out = 64.
+PORTABLE = Widths(encoder=((16, 64),) * 6, decoder=((16, 64),) * 5)
+#: U²-Net (44.0 M parameters).
+FULL = Widths(
+    encoder=((32, 64), (32, 128), (64, 256), (128, 512), (256, 512), (256, 512)),
+    decoder=((256, 512), (128, 256), (64, 128), (32, 64), (16, 64)),
+)
+
+
+class U2Net(nn.Module):
+    """U²-Net at the widths of table 1 (`FULL` by default; `PORTABLE` is U2NetP): six encoder stages
+    En_1..En_6, five decoder stages De_5..De_1, six side outputs and their 1x1 fusion.
+
+    Stages: RSU-7, RSU-6, RSU-5, RSU-4, RSU-4F, RSU-4F, and back up RSU-4F, RSU-4, RSU-5, RSU-6,
+    RSU-7. Side output k is a conv 3x3 (C_out -> 1) on De_k (En_6 for k = 6), upsampled to the input
+    size; the fused map is a conv 1x1 on the six concatenated side logits. ``forward`` returns the
+    sigmoid of the fused map and of the six side outputs, in that order, like the published graphs.
+    Eval only: no training code and no layer that behaves differently in training.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, widths: Widths = FULL) -> None:
         super().__init__()
-        mid, out = 16, 64
-        # Encoder (table 1): RSU-7, RSU-6, RSU-5, RSU-4, RSU-4F, RSU-4F.
-        self.en_1 = RSU(7, 3, mid, out)
-        self.en_2 = RSU(6, out, mid, out)
-        self.en_3 = RSU(5, out, mid, out)
-        self.en_4 = RSU(4, out, mid, out)
-        self.en_5 = RSU(4, out, mid, out, dilated=True)
-        self.en_6 = RSU(4, out, mid, out, dilated=True)
-        # Decoder: each stage takes the upsampled deeper stage and its encoder twin (2 x 64 channels).
-        self.de_5 = RSU(4, 2 * out, mid, out, dilated=True)
-        self.de_4 = RSU(4, 2 * out, mid, out)
-        self.de_3 = RSU(5, 2 * out, mid, out)
-        self.de_2 = RSU(6, 2 * out, mid, out)
-        self.de_1 = RSU(7, 2 * out, mid, out)
+        (m1, c1), (m2, c2), (m3, c3), (m4, c4), (m5, c5), (m6, c6) = widths.encoder
+        (n5, d5), (n4, d4), (n3, d3), (n2, d2), (n1, d1) = widths.decoder
+        self.en_1 = RSU(7, 3, m1, c1)
+        self.en_2 = RSU(6, c1, m2, c2)
+        self.en_3 = RSU(5, c2, m3, c3)
+        self.en_4 = RSU(4, c3, m4, c4)
+        self.en_5 = RSU(4, c4, m5, c5, dilated=True)
+        self.en_6 = RSU(4, c5, m6, c6, dilated=True)
+        self.de_5 = RSU(4, c6 + c5, n5, d5, dilated=True)
+        self.de_4 = RSU(4, d5 + c4, n4, d4)
+        self.de_3 = RSU(5, d4 + c3, n3, d3)
+        self.de_2 = RSU(6, d3 + c2, n2, d2)
+        self.de_1 = RSU(7, d2 + c1, n1, d1)
         # Side outputs (saliency logits) and their fusion.
-        self.side_1 = nn.Conv2d(out, 1, 3, padding=1)
-        self.side_2 = nn.Conv2d(out, 1, 3, padding=1)
-        self.side_3 = nn.Conv2d(out, 1, 3, padding=1)
-        self.side_4 = nn.Conv2d(out, 1, 3, padding=1)
-        self.side_5 = nn.Conv2d(out, 1, 3, padding=1)
-        self.side_6 = nn.Conv2d(out, 1, 3, padding=1)
+        self.side_1 = nn.Conv2d(d1, 1, 3, padding=1)
+        self.side_2 = nn.Conv2d(d2, 1, 3, padding=1)
+        self.side_3 = nn.Conv2d(d3, 1, 3, padding=1)
+        self.side_4 = nn.Conv2d(d4, 1, 3, padding=1)
+        self.side_5 = nn.Conv2d(d5, 1, 3, padding=1)
+        self.side_6 = nn.Conv2d(c6, 1, 3, padding=1)
         self.fuse = nn.Conv2d(6, 1, 1)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """``x``: f32[N, 3, H, W] (normalised picture) -> seven f32[N, 1, H, W] maps in [0, 1]."""
+        """``x``: f32[N, 3, H, W] (normalised picture) -> seven f32[N, 1, H, W] maps in [0, 1] (the
+        shapes below are U²-Net†'s at 320²)."""
         hx1 = self.en_1(x)  # [N, 64, 320, 320]
         hx2 = self.en_2(_pool(hx1))  # [N, 64, 160, 160]
         hx3 = self.en_3(_pool(hx2))  # [N, 64, 80, 80]
@@ -176,3 +202,10 @@ class U2NetP(nn.Module):
         s6 = _upsample_like(self.side_6(hx6), s1)
         fused = self.fuse(torch.cat((s1, s2, s3, s4, s5, s6), dim=1))  # [N, 1, 320, 320]
         return tuple(torch.sigmoid(t) for t in (fused, s1, s2, s3, s4, s5, s6))
+
+
+class U2NetP(U2Net):
+    """U²-Net portable (the paper's "U²-Net†"): every stage M = 16 middle and 64 output channels."""
+
+    def __init__(self) -> None:
+        super().__init__(PORTABLE)

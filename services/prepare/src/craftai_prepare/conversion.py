@@ -50,7 +50,10 @@ def converters() -> dict[str, Converter]:
     """Known conversions by revision. Imports are lazy: torch and onnx load only to convert."""
     from craftai_prepare.converters import birefnet, sam21, sam21_decoder, u2netp
 
-    return {c.revision: c for c in (u2netp.CONVERTER, sam21.CONVERTER, sam21_decoder.CONVERTER, birefnet.CONVERTER)}
+    return {
+        c.revision: c
+        for c in (u2netp.CONVERTER, u2netp.CONVERTER_FULL, sam21.CONVERTER, sam21_decoder.CONVERTER, birefnet.CONVERTER)
+    }
 
 
 def made_with() -> dict[str, str]:

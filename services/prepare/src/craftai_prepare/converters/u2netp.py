@@ -1,4 +1,5 @@
-"""u2netp: the published ONNX graph -> a state_dict for craftai_models.u2netp.U2NetP.
+"""U²-Net's published graphs (u2netp; u2net and u2net_human_seg, the full network) -> a state_dict
+for craftai_models.u2netp.U2Net at the network's widths (`U2NETP`, `U2NET`).
 
 The weights are recovered by following the graph, not by reading initializer names: starting
 from the graph input, the walk mirrors U2NetP.forward and, at each step, finds the node that
@@ -22,7 +23,7 @@ below (fp32 on the CPU). Both are what the prepare step runs before publishing a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +34,7 @@ import torch
 
 from craftai_models import imagenet
 from craftai_models.onnx_sessions import open_session
-from craftai_models.u2netp import INPUT_SIZE, OUTPUT_NAMES, RSU, WEIGHTS, U2NetP
+from craftai_models.u2netp import FULL, INPUT_SIZE, OUTPUT_NAMES, PORTABLE, RSU, WEIGHTS, WEIGHTS_FULL, U2Net, Widths
 from craftai_prepare.converters import ConversionError, Converter, Step, own_files_only, write_weights
 from craftai_prepare.onnx_graph import OnnxGraph, attribute, attributes, constant_value, describe
 
@@ -79,9 +80,10 @@ def _ints(value: object) -> list[int]:
 class _Walk:
     """Matches the module's forward against the graph, one node at a time, and fills the state_dict."""
 
-    def __init__(self, model: onnx.ModelProto, module: U2NetP) -> None:
+    def __init__(self, model: onnx.ModelProto, module: U2Net, name: str) -> None:
         self.g = OnnxGraph(model)
         self.module = module
+        self.name = name
         self.claimed: set[int] = set()  # positions of the nodes matched so far
         self.state: dict[str, torch.Tensor] = {}
 
@@ -136,7 +138,7 @@ class _Walk:
             if producer.op_type != "Constant":
                 raise ConversionError(
                     f"{describe(user)}: input {stored!r} is computed by {describe(producer)}, "
-                    "where u2netp has a stored tensor"
+                    f"where {self.name} has a stored tensor"
                 )
             self._claim(producer)
             found = constant_value(producer)
@@ -152,7 +154,7 @@ class _Walk:
         expected = self.module.get_parameter(key)
         if tuple(array.shape) != tuple(expected.shape):
             raise ConversionError(
-                f"{describe(node)} ({key}): shape {tuple(array.shape)}, where u2netp has {tuple(expected.shape)}"
+                f"{describe(node)} ({key}): shape {tuple(array.shape)}, where {self.name} has {tuple(expected.shape)}"
             )
         # A fresh float32 copy per key: shared initializers must not share storage (safetensors refuses it).
         self.state[key] = torch.from_numpy(np.array(array, dtype=np.float32, copy=True))
@@ -180,11 +182,11 @@ class _Walk:
         if (_ints(attrs.get("strides")) or [1, 1]) != [1, 1]:
             problems.append(f"strides {attrs['strides']}")
         if kernel != list(module.kernel_size):
-            problems.append(f"kernel {kernel} (u2netp: {list(module.kernel_size)})")
+            problems.append(f"kernel {kernel} ({self.name}: {list(module.kernel_size)})")
         if dilation != want_dilation:
-            problems.append(f"dilations {dilation} (u2netp: {want_dilation})")
+            problems.append(f"dilations {dilation} ({self.name}: {want_dilation})")
         if (_ints(attrs.get("pads")) or [0, 0, 0, 0]) != want_pads:
-            problems.append(f"pads {attrs.get('pads')} (u2netp: {want_pads})")
+            problems.append(f"pads {attrs.get('pads')} ({self.name}: {want_pads})")
         if problems:
             raise ConversionError(f"{describe(node)} ({key}): " + ", ".join(problems))
         out = node.output[0]
@@ -225,7 +227,9 @@ class _Walk:
             and len(node.output) == 1
         )
         if not ok:
-            raise ConversionError(f"{describe(node)}: u2netp pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}")
+            raise ConversionError(
+                f"{describe(node)}: {self.name} pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}"
+            )
         return node.output[0]
 
     def upsample_like(self, x: str, like: str) -> str:
@@ -240,28 +244,33 @@ class _Walk:
             or "axes" in attrs
         ):
             raise ConversionError(
-                f"{describe(node)}: u2netp resizes bilinearly with half-pixel centres and no antialias; "
+                f"{describe(node)}: {self.name} resizes bilinearly with half-pixel centres and no antialias; "
                 f"got {_show(attrs)}"
             )
         inputs = list(node.input) + [""] * (4 - len(node.input))
         for name in inputs[1:3]:  # roi, scales: absent or empty
             if name and self._constant(name, node).size != 0:
                 raise ConversionError(
-                    f"{describe(node)}: resizes by fixed scales; u2netp resizes to the skip tensor's size"
+                    f"{describe(node)}: resizes by fixed scales; {self.name} resizes to the skip tensor's size"
                 )
         if not inputs[3]:
-            raise ConversionError(f"{describe(node)}: has no sizes input; u2netp resizes to the skip tensor's size")
+            raise ConversionError(
+                f"{describe(node)}: has no sizes input; {self.name} resizes to the skip tensor's size"
+            )
         sources = self._shape_sources(inputs[3], node)
         if like not in sources or not sources <= {x, like}:
             raise ConversionError(
-                f"{describe(node)}: its size comes from the shapes of {sorted(sources)}; u2netp takes it from {like!r}"
+                f"{describe(node)}: its size comes from the shapes of {sorted(sources)}; "
+                f"{self.name} takes it from {like!r}"
             )
         return node.output[0]
 
     def _shape_sources(self, value: str, user: onnx.NodeProto) -> set[str]:
         """The tensors whose Shape the size computation ending at ``value`` reads (claims its nodes)."""
         if value in self.g.initializers:
-            raise ConversionError(f"{describe(user)}: fixed sizes {value!r}; u2netp resizes to the skip tensor's size")
+            raise ConversionError(
+                f"{describe(user)}: fixed sizes {value!r}; {self.name} resizes to the skip tensor's size"
+            )
         node = self.g.producers.get(value)
         if node is None:
             raise ConversionError(f"{describe(user)}: input {value!r} is not computed in the graph")
@@ -328,7 +337,7 @@ class _Walk:
         return self.add(hx, hx_in, f"{key} residual")
 
     def network(self, x: str) -> list[str]:
-        """Mirrors U2NetP.forward; returns the names of the seven output values."""
+        """Mirrors U2Net.forward; returns the names of the seven output values."""
         hx1 = self.rsu(x, "en_1")
         hx2 = self.rsu(self.pool(hx1), "en_2")
         hx3 = self.rsu(self.pool(hx2), "en_3")
@@ -347,39 +356,56 @@ class _Walk:
         return [self.sigmoid(value, f"the sigmoid of {name}") for value, name in maps]
 
 
-def _graph_input(g: OnnxGraph) -> str:
+def _graph_input(g: OnnxGraph, name: str) -> str:
     inputs = g.inputs()
     if len(inputs) != 1:
-        raise ConversionError(f"u2netp has one input; the graph has {len(inputs)}: {[i.name for i in inputs]}")
+        raise ConversionError(f"{name} has one input; the graph has {len(inputs)}: {[i.name for i in inputs]}")
     tensor = inputs[0].type.tensor_type
     dims = [d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim]
     if tensor.elem_type != onnx.TensorProto.FLOAT or len(dims) != 4 or dims[1] not in (3, None):
         raise ConversionError(
-            f"graph input {inputs[0].name!r}: u2netp takes float32 [N, 3, H, W]; got element type "
+            f"graph input {inputs[0].name!r}: {name} takes float32 [N, 3, H, W]; got element type "
             f"{onnx.TensorProto.DataType.Name(tensor.elem_type)}, dims {dims}"
         )
     return inputs[0].name
 
 
-def convert(model: onnx.ModelProto) -> dict[str, torch.Tensor]:
-    """The u2netp state_dict (float32, loads strict into U2NetP) recovered by following ``model``'s graph.
+@dataclass(frozen=True)
+class Network:
+    """A published U²-Net graph's network: its name in messages, its widths, the prepared weights'
+    file and the revision the catalogue's torch route names (a test holds the two equal)."""
+
+    name: str
+    widths: Widths
+    weights: str
+    revision: str
+
+
+U2NETP = Network("u2netp", PORTABLE, WEIGHTS, f"u2netp-torch.{CONVERTER_VERSION}")
+U2NET = Network("u2net", FULL, WEIGHTS_FULL, f"u2net-torch.{CONVERTER_VERSION}")
+
+
+def convert(model: onnx.ModelProto, network: Network = U2NETP) -> dict[str, torch.Tensor]:
+    """The state_dict (float32, loads strict into U2Net at the network's widths) recovered by
+    following ``model``'s graph.
 
     Raises ConversionError, naming the node, when the graph's structure, attributes or tensor shapes
-    are not those of u2netp, when a node is left unmatched, or when the outputs are not the seven
-    maps in the published order.
+    are not those of the network, when a node is left unmatched, or when the outputs are not the
+    seven maps in the published order.
     """
-    module = U2NetP()
-    walk = _Walk(model, module)
-    outputs = walk.network(_graph_input(walk.g))
+    name = network.name
+    module = U2Net(network.widths)
+    walk = _Walk(model, module, name)
+    outputs = walk.network(_graph_input(walk.g, name))
     declared = [o.name for o in model.graph.output]
     if declared != outputs:
         raise ConversionError(
-            f"the graph's outputs are {declared}; u2netp's are the fused map then side outputs 1..6: {outputs}"
+            f"the graph's outputs are {declared}; {name}'s are the fused map then side outputs 1..6: {outputs}"
         )
     left = [node for i, node in enumerate(walk.g.nodes) if i not in walk.claimed]
     if left:
         shown = ", ".join(describe(n) for n in left[:5])
-        raise ConversionError(f"{len(left)} node(s) are not part of u2netp: {shown}")
+        raise ConversionError(f"{len(left)} node(s) are not part of {name}: {shown}")
     missing = sorted(set(module.state_dict()) - set(walk.state))
     if missing:  # cannot happen while the walk mirrors forward; kept as a guard for later edits
         raise ConversionError(f"the walk did not reach {missing}")
@@ -430,9 +456,9 @@ def run_reference(model: onnx.ModelProto, inputs: Array, *, threads: int = 1) ->
     ]
 
 
-def run_converted(state_dict: dict[str, torch.Tensor], inputs: Array) -> list[Array]:
+def run_converted(state_dict: dict[str, torch.Tensor], inputs: Array, network: Network = U2NETP) -> list[Array]:
     """The converted network (torch, CPU, fp32), loaded strict."""
-    module = U2NetP()
+    module = U2Net(network.widths)
     module.load_state_dict(state_dict, strict=True)
     module.eval()
     with torch.inference_mode():
@@ -454,7 +480,7 @@ class OutputDifference:
 
 
 def differences(ours: Iterable[Array], reference: Iterable[Array]) -> list[OutputDifference]:
-    """Per-output differences, named as U2NetP's outputs (fused first)."""
+    """Per-output differences, named as U2Net's outputs (fused first)."""
     result = []
     for name, a, b in zip(OUTPUT_NAMES, ours, reference, strict=True):
         if a.shape != b.shape:
@@ -465,12 +491,17 @@ def differences(ours: Iterable[Array], reference: Iterable[Array]) -> list[Outpu
 
 
 def compare(
-    model: onnx.ModelProto, state_dict: dict[str, torch.Tensor], inputs: Array | None = None, *, threads: int = 1
+    model: onnx.ModelProto,
+    state_dict: dict[str, torch.Tensor],
+    inputs: Array | None = None,
+    *,
+    threads: int = 1,
+    network: Network = U2NETP,
 ) -> list[OutputDifference]:
     """Runs the converted network and the source graph on ``inputs`` (default: the probe) and reports
     the per-output differences."""
     x = probe_input() if inputs is None else inputs
-    return differences(run_converted(state_dict, x), run_reference(model, x, threads=threads))
+    return differences(run_converted(state_dict, x, network), run_reference(model, x, threads=threads))
 
 
 def tolerance(name: str) -> float:
@@ -478,32 +509,38 @@ def tolerance(name: str) -> float:
     return FUSED_MAX_ABS_TOLERANCE if name == OUTPUT_NAMES[0] else SIDE_MAX_ABS_TOLERANCE
 
 
-def check(found: Sequence[OutputDifference]) -> None:
+def check(found: Sequence[OutputDifference], name: str = U2NETP.name) -> None:
     """Refuses a conversion whose outputs differ from the source graph's by more than the tolerances."""
     bad = [d for d in found if not d.max_abs <= tolerance(d.name)]  # "not <=" also catches NaN
     if bad:
         shown = ", ".join(f"{d.name} {d.max_abs:.3g} (kept: {tolerance(d.name):g})" for d in bad)
-        raise ConversionError(f"the converted u2netp differs from the source graph by more than allowed: {shown}")
+        raise ConversionError(f"the converted {name} differs from the source graph by more than allowed: {shown}")
 
 
 # -- the prepare step ---------------------------------------------------------------------------------
 
 #: The revision the catalogue's torch route of u2netp names (a test holds the two equal).
-REVISION = f"u2netp-torch.{CONVERTER_VERSION}"
+REVISION = U2NETP.revision
 
 
-def prepare(sources: Mapping[str, Path], out: Path, step: Step) -> dict[str, float]:
-    """Convert the published graph, check it against onnxruntime on the probe, write the weights."""
-    step("reading the published ONNX graph")
-    model = onnx.load(str(sources["network"]))
-    step("following the graph into the network's weights")
-    state_dict = convert(model)
-    step("checking the converted network against onnxruntime on the probe")
-    found = compare(model, state_dict)
-    check(found)
-    step("writing the weights")
-    write_weights(out / WEIGHTS, state_dict)
-    return {f"max_abs_{d.name}": d.max_abs for d in found}
+def preparation(network: Network) -> Callable[[Mapping[str, Path], Path, Step], dict[str, float]]:
+    """The prepare step of ``network``: convert the published graph, check it against onnxruntime on
+    the probe, write the weights."""
+
+    def prepare(sources: Mapping[str, Path], out: Path, step: Step) -> dict[str, float]:
+        step("reading the published ONNX graph")
+        model = onnx.load(str(sources["network"]))
+        step("following the graph into the network's weights")
+        state_dict = convert(model, network)
+        step("checking the converted network against onnxruntime on the probe")
+        found = compare(model, state_dict, network=network)
+        check(found, network.name)
+        step("writing the weights")
+        write_weights(out / network.weights, state_dict)
+        return {f"max_abs_{d.name}": d.max_abs for d in found}
+
+    return prepare
 
 
-CONVERTER = Converter(REVISION, own_files_only(prepare), steps=4)
+CONVERTER = Converter(U2NETP.revision, own_files_only(preparation(U2NETP)), steps=4)
+CONVERTER_FULL = Converter(U2NET.revision, own_files_only(preparation(U2NET)), steps=4)
