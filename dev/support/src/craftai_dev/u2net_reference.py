@@ -24,32 +24,48 @@ MODULE = "backgroundremover.u2net.u2net"
 
 
 @contextlib.contextmanager
-def _torchvision_models_if_missing() -> Iterator[None]:
+def _torchvision_models() -> Iterator[None]:
+    """`from torchvision import models` answered while the network module is imported: by torchvision
+    where it imports, else by a stand-in `models` (on the stand-in torchvision another reference may
+    have left in sys.modules, or on one made here), everything put back as it was afterwards."""
     try:
-        importlib.import_module("torchvision")
+        importlib.import_module("torchvision.models")
+        real = True
+    except (ImportError, OSError, RuntimeError):  # no torchvision, one that does not load, or a stand-in
+        real = False
+    if real:
         yield
         return
-    except ImportError:
-        pass
-    stand_in = types.ModuleType("torchvision")
-    stand_in.models = types.ModuleType("torchvision.models")  # type: ignore[attr-defined]
-    sys.modules["torchvision"] = stand_in
+    saved = {name: sys.modules.get(name) for name in ("torchvision", "torchvision.models")}
+    parent = saved["torchvision"] or types.ModuleType("torchvision")
+    had = parent.__dict__.get("models")
+    stand_in = types.ModuleType("torchvision.models")
+    parent.models = stand_in  # type: ignore[attr-defined]
+    sys.modules["torchvision"], sys.modules["torchvision.models"] = parent, stand_in
     try:
         yield
     finally:
-        sys.modules.pop("torchvision", None)
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+        if had is None:
+            parent.__dict__.pop("models", None)
+        else:
+            parent.models = had  # type: ignore[attr-defined]
 
 
 def u2net_class() -> type[nn.Module]:
     """backgroundremover's U2NET class (the authors' network: in_ch=3, out_ch=1 by default)."""
     if MODULE not in sys.modules:
-        spec = importlib.util.find_spec("backgroundremover")
-        if spec is None or spec.submodule_search_locations is None:
+        spec = importlib.util.find_spec("backgroundremover") if "backgroundremover" not in sys.modules else None
+        root = list(spec.submodule_search_locations or []) if spec else list(sys.modules["backgroundremover"].__path__)
+        if not root:
             raise ModuleNotFoundError("backgroundremover is not installed (tools/install_references.sh installs it)")
-        root = list(spec.submodule_search_locations)
         bare_package("backgroundremover", root)
         bare_package("backgroundremover.u2net", [f"{root[0]}/u2net"])
-        with _torchvision_models_if_missing():
+        with _torchvision_models():
             importlib.import_module(MODULE)
     cls: type[nn.Module] = sys.modules[MODULE].U2NET
     return cls
