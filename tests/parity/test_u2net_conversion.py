@@ -11,22 +11,15 @@ import numpy as np
 import onnx
 import pytest
 import torch
-from PIL import Image
 
-from craftai_dev.files import sample_photo, u2net_onnx
+from craftai_dev import u2net_fixture
+from craftai_dev.files import u2net_onnx
 from craftai_dev.samples import PHOTOS
 from craftai_dev.u2net_reference import u2net_class
-from craftai_infer.pipelines import matte_u2netp
 from craftai_models.u2netp import OUTPUT_NAMES
 from craftai_prepare.converters import u2netp as converter
 
 pytestmark = pytest.mark.slow
-
-
-def _photos() -> np.ndarray:
-    return np.concatenate(
-        [matte_u2netp.preprocess(np.asarray(Image.open(sample_photo(n)).convert("RGB"))).copy() for n in PHOTOS]
-    )
 
 
 def test_the_authors_network_converted_agrees_within_1e_4(tmp_path: Path) -> None:
@@ -53,7 +46,7 @@ def test_the_authors_network_converted_agrees_within_1e_4(tmp_path: Path) -> Non
         dynamic_axes={"input.1": {2: "height", 3: "width"}},
     )
     state = converter.convert(onnx.load(str(path)), converter.U2NET)
-    x = _photos()[:2]
+    x = u2net_fixture.photo_batch(list(PHOTOS[:2])).numpy()
     ours = converter.run_converted(state, x, converter.U2NET)
     with torch.inference_mode():
         theirs = [t.numpy() for t in reference(torch.from_numpy(x))]
@@ -65,6 +58,6 @@ def test_the_authors_network_converted_agrees_within_1e_4(tmp_path: Path) -> Non
 def test_the_published_u2net_converted_agrees_with_onnxruntime_on_the_photos() -> None:
     model = onnx.load(str(u2net_onnx()))
     state = converter.convert(model, converter.U2NET)
-    found = converter.compare(model, state, _photos(), network=converter.U2NET)
+    found = converter.compare(model, state, u2net_fixture.photo_batch(list(PHOTOS)).numpy(), network=converter.U2NET)
     converter.check(found, "u2net")
     assert found[0].max_abs > 0  # two engines: equal to the last bit would mean one ran twice

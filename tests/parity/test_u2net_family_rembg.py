@@ -11,24 +11,19 @@ weights calibrated on the photos (craftai_dev.u2net_fixture)."""
 from __future__ import annotations
 
 import io
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import numpy.typing as npt
 import pytest
 from PIL import Image
 
 from craftai import AiClient
-from craftai_dev import catalogues, servers, u2net_fixture
+from craftai_dev import catalogues, rembg_peer, servers, u2net_fixture
 from craftai_dev.files import sha256_of, u2net_onnx
 from craftai_dev.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
 pytestmark = pytest.mark.slow
-REPO = Path(__file__).resolve().parents[2]
 RECIPES = ["u2net", *u2net_fixture.VARIANTS]
 
 
@@ -71,22 +66,11 @@ def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
             yield process
 
 
-def _rembg(model: str, file: Path, pictures: dict[str, Path], work: Path) -> dict[str, npt.NDArray[np.uint8]]:
-    """rembg's `remove(only_mask=True)` with its session of `model`, in a process of its own."""
-    home = work / "home"
-    home.mkdir(parents=True)
-    (home / f"{model}.onnx").symlink_to(file)  # rembg takes a model already in its home folder
-    env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
-    command = [sys.executable, "-m", "craftai_dev.rembg_peer", "--model", model, str(work / "out")]
-    subprocess.run([*command, *map(str, pictures.values())], env=env, cwd=REPO, check=True, timeout=600)
-    return {name: np.asarray(Image.open(work / "out" / f"{Path(name).stem}.png")) for name in pictures}
-
-
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_recipes_mattes_are_rembgs_byte_for_byte(
     recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
 ) -> None:
-    theirs = _rembg(recipe, files[recipe], pictures, tmp_path)
+    theirs = rembg_peer.mattes(recipe, files[recipe], pictures, tmp_path)
     with AiClient(app_id="tests", target=server.address) as ai:
         for name, path in pictures.items():
             answer = ai.remove_background(path, outputs="matte", recipe=recipe)

@@ -4,10 +4,6 @@ openvino engine's are within 1/255 of it (issue 19)."""
 from __future__ import annotations
 
 import io
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -16,10 +12,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, RouteState, SetupOutput
-from craftai_dev import servers
+from craftai_dev import rembg_peer, servers
 from craftai_dev.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -27,19 +21,7 @@ def rembg_mattes(
     tmp_path_factory: pytest.TempPathFactory, photos: dict[str, Path], u2netp_file: Path
 ) -> dict[str, npt.NDArray[np.uint8]]:
     """rembg's `remove(only_mask=True)` of each photo, run by rembg itself in a process of its own."""
-    work = tmp_path_factory.mktemp("rembg")
-    home = work / "u2net"
-    home.mkdir()
-    shutil.copyfile(u2netp_file, home / "u2netp.onnx")  # rembg checks its MD5 and downloads nothing
-    env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
-    subprocess.run(
-        [sys.executable, "-m", "craftai_dev.rembg_peer", str(work / "out"), *map(str, photos.values())],
-        env=env,
-        cwd=REPO,
-        check=True,
-        timeout=600,
-    )
-    return {name: np.asarray(Image.open(work / "out" / f"{Path(name).stem}.png")) for name in photos}
+    return rembg_peer.mattes("u2netp", u2netp_file, photos, tmp_path_factory.mktemp("rembg"))
 
 
 def _matte(ai: AiClient, path: Path, engine: str | None = None) -> npt.NDArray[np.uint8]:

@@ -38,7 +38,8 @@ VARIANTS: dict[str, tuple[float, float]] = {  # the first is the network as cali
 }
 
 
-def _batch(names: list[str]) -> torch.Tensor:
+def photo_batch(names: list[str]) -> torch.Tensor:
+    """The sample photos `names`, each as the pipeline feeds U²-Net (f32[1, 3, 320, 320]), stacked."""
     from PIL import Image
 
     from craftai_dev.samples import photos
@@ -64,8 +65,8 @@ def calibrated() -> torch.nn.Module:
 
     torch.manual_seed(SEED)
     net = u2net_class()().eval()
-    every = _batch(sorted(PHOTOS))
-    one = _batch([CALIBRATION_PHOTO])
+    every = photo_batch(list(PHOTOS))
+    one = photo_batch([CALIBRATION_PHOTO])
     calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
 
     u2netp = open_session(u2netp_onnx(), "cpu")

@@ -16,7 +16,8 @@ craftai web --address 10.0.0.7:50051           # the page and HTTP API in front 
 
 One module a command family (serve, status, models, setup, remove_background, segment, keys); the batch
 planner of remove-background (batch), the parser (parser), the client a command talks through
-(connection) and the progress bars, plain lines when not on a terminal (progress), apart.
+(connection), the progress bars, plain lines when not on a terminal (progress), and the aligned
+columns of the listings (tables), apart.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from craftai.cli.connection import connect
+from craftai.cli.tables import aligned
 from craftai.installation import RecipeInfo
 
 
@@ -30,8 +31,7 @@ def cmd_models(options: argparse.Namespace) -> int:
             )
             for recipe in feature.recipes
         ]
-        widths = [max(len(row[i]) for row in rows) for i in range(3)]
-        for row, recipe in zip(rows, feature.recipes, strict=True):
-            print("  ".join(cell.ljust(w) for cell, w in zip(row[:3], widths, strict=True)) + "  " + row[3])
+        for line, recipe in zip(aligned(rows), feature.recipes, strict=True):
+            print(line)
             print(" " * 4 + recipe.network)
     return 0

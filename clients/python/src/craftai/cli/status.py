@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from craftai.cli.connection import connect
+from craftai.cli.tables import aligned
 from craftai.local_server import local_address, shared
 
 
@@ -37,7 +38,6 @@ def cmd_status(options: argparse.Namespace) -> int:
                     f"(it runs {', '.join(runtime.engines) or 'none'}); files: {detail}"
                 )
             rows.append((f"{r.route.feature}", r.route.recipe, r.route.engine, r.state or "?", detail))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)] if rows else [0] * 4
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True)) + "  " + row[4])
+    for line in aligned(rows):
+        print(line)
     return 0
