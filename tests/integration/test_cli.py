@@ -13,6 +13,7 @@ from PIL import Image
 from craftai import AiClient, RouteState
 from craftai_dev import catalogues, servers
 from craftai_infer.pictures import NOT_A_PICTURE
+from craftai_wire.vocabulary import RECIPES_OF, Feature
 
 
 def _craftai(address: str, *args: str) -> subprocess.CompletedProcess[str]:
@@ -107,11 +108,12 @@ def test_models_lists_every_recipe_with_its_download_engines_and_licence(matte_s
     lines = run.stdout.splitlines()
     assert lines[0].startswith("image.matte (") and not any(line.startswith("image.segment") for line in lines)
     rows = {line.lstrip("* ").split()[0]: line for line in lines[1::2]}
-    assert set(rows) == {"u2netp", "inspyrenet-swinb", "birefnet-lite", "u2net", "u2net_human_seg", "silueta"}
+    assert set(rows) == set(RECIPES_OF[Feature.MATTE])
     assert rows["u2netp"].startswith("* u2netp") and "4.6 MB" in rows["u2netp"]  # the default on a CPU
     assert "onnxruntime, torch, openvino" in rows["u2netp"]
     assert "176.0 MB" in rows["u2net_human_seg"] and "Apache-2.0" in rows["u2net_human_seg"]
     assert "44.2 MB" in rows["silueta"] and "not stated" in rows["silueta"]
+    assert "178.6 MB" in rows["isnet-general-use"] and "Apache-2.0 (xuebinqin/DIS)" in rows["isnet-general-use"]
     network = lines[lines.index(rows["u2netp"]) + 1]  # each recipe's network under it
     assert network.startswith("    U²-Net portable (Qin et al."), network
     everything = _craftai(matte_server.address, "models")

@@ -1,6 +1,7 @@
 """The U²-Net family's onnxruntime route loads a graph only of the rembg files' contract (one
 [1, 3, 320, 320] picture in, the [1, 1, 320, 320] fused map first out) and refuses another in words,
-on real graphs run by onnxruntime."""
+on real graphs run by onnxruntime; the IS-Net routes the same at 1024², their working memory on the
+CPU counted before a picture runs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from onnx import TensorProto, helper
 
 from craftai_dev.files import u2netp_onnx
 from craftai_infer.routes import ModelRefusedError, RouteFiles
+from craftai_infer.routes.isnet_onnx import NETWORK_BYTES, IsnetAnimeOnnx, IsnetOnnx
 from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 
 
@@ -34,8 +36,8 @@ def _graph(path: Path, input_shape: list[int | str], mean_channels: bool) -> Pat
     return path
 
 
-def _load(path: Path) -> U2netpOnnx:
-    return U2netpOnnx(RouteFiles(by_role={"network": path}, prepared=None, cpu_threads=1), "cpu")
+def _load(path: Path, route: type[U2netpOnnx] = U2netpOnnx) -> U2netpOnnx:
+    return route(RouteFiles(by_role={"network": path}, prepared=None, cpu_threads=1), "cpu")
 
 
 def test_the_published_u2netp_and_a_graph_of_its_contract_load(tmp_path: Path) -> None:
@@ -55,3 +57,12 @@ def test_a_graph_of_another_contract_is_refused_in_words(
 ) -> None:
     with pytest.raises(ModelRefusedError, match=words.replace("[", r"\[").replace("]", r"\]")):
         _load(_graph(tmp_path / "other.onnx", shape, mean_channels))
+
+
+@pytest.mark.parametrize("route", [IsnetOnnx, IsnetAnimeOnnx])
+def test_the_isnet_routes_take_a_1024_graph_and_refuse_u2netps(tmp_path: Path, route: type[U2netpOnnx]) -> None:
+    loaded = _load(_graph(tmp_path / "isnet.onnx", [1, 3, 1024, 1024], mean_channels=True), route)
+    assert loaded.capabilities.concurrent_runs == 1
+    assert loaded.working_bytes(3000, 4000) > NETWORK_BYTES  # the same for any picture: it runs at 1024²
+    with pytest.raises(ModelRefusedError, match=r"not one \[1, 3, 1024, 1024\] picture"):
+        _load(u2netp_onnx(), route)

@@ -96,6 +96,8 @@ class Recipe(StrEnum):
     U2NET = "u2net"
     U2NET_HUMAN_SEG = "u2net_human_seg"
     SILUETA = "silueta"
+    ISNET_GENERAL_USE = "isnet-general-use"
+    ISNET_ANIME = "isnet-anime"
     INSPYRENET_SWINB = "inspyrenet-swinb"
     BIREFNET_LITE = "birefnet-lite"
     SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
@@ -155,6 +157,8 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
             Recipe.U2NET,
             Recipe.U2NET_HUMAN_SEG,
             Recipe.SILUETA,
+            Recipe.ISNET_GENERAL_USE,
+            Recipe.ISNET_ANIME,
         ),
         Feature.SEGMENT: (Recipe.SAM21_HIERA_TINY, Recipe.SAM2_HIERA_TINY),
     }

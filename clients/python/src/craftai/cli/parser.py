@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import textwrap
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from craftai.cli.keys import cmd_keys_add, cmd_keys_hash
 from craftai.cli.models import cmd_models
@@ -75,8 +77,22 @@ def _web_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--web-port", type=int, default=None, help="its port (default CRAFTAI_WEB_PORT or 8080)")
 
 
+class _Help(argparse.HelpFormatter):
+    """Lines wrapped at spaces only: a name with a hyphen (isnet-general-use) is never split, so the
+    help can be copied from."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="craftai",
         description="craft-ai services: local AI image features. With no --address (nor CRAFTAI_ADDRESS), a "
         "command that finds no server at the local address starts one in the background and says so "

@@ -5,6 +5,10 @@ channel is dropped, not composited), resized to 320x320 with Lanczos, divided by
 (not by 255), normalised with ImageNet mean/std in float64, cast to float32 NCHW; the first
 output's map min-max normalised, scaled to 8 bits by truncation, and resized back to the picture's
 size with Lanczos. The resizes are Pillow's, as rembg's are.
+
+rembg's IS-Net sessions (isnet-general-use, isnet-anime) take the same steps with another square
+size and normalisation (`Normalisation`: `ISNET`, `ISNET_ANIME`); their networks, like U²-Net's,
+apply the sigmoid inside the graph.
 """
 
 from __future__ import annotations
@@ -18,38 +22,59 @@ from PIL import Image
 from craftai_models import imagenet
 
 SIZE = 320
-_MEAN = np.asarray(imagenet.MEAN)  # float64, as rembg's arithmetic
-_STD = np.asarray(imagenet.STD)
+
+
+@dataclass(frozen=True)
+class Normalisation:
+    """What one rembg session feeds its network: a `size`² picture, divided by its maximum, then
+    `(x - mean) / std` per channel (float64, as rembg's arithmetic)."""
+
+    size: int
+    mean: tuple[float, float, float]
+    std: tuple[float, float, float]
+
+
+U2NET = Normalisation(SIZE, imagenet.MEAN, imagenet.STD)  # u2netp, u2net, u2net_human_seg, silueta
+ISNET = Normalisation(1024, (0.5, 0.5, 0.5), (1.0, 1.0, 1.0))  # isnet-general-use (DIS)
+ISNET_ANIME = Normalisation(1024, imagenet.MEAN, (1.0, 1.0, 1.0))  # isnet-anime (SkyTNT's IS-Net)
 
 
 @dataclass(eq=False)
 class Scratch:
-    """The arrays `preprocess` computes in (3.7 MB), for a caller that runs one picture at a time on
-    a thread and keeps them from call to call. Blocks of 1 MiB and more are mapped afresh for each
-    use and faulted in page by page (craftai_infer.memory): computing in new arrays, one an
-    operation as rembg does, faulted ~2,700 pages a picture in the service."""
+    """The arrays `preprocess` computes in (3.7 MB at 320², 38 MB at 1024²), for a caller that runs
+    one picture at a time on a thread and keeps them from call to call. Blocks of 1 MiB and more are
+    mapped afresh for each use and faulted in page by page (craftai_infer.memory): computing in new
+    arrays, one an operation as rembg does, faulted ~2,700 pages a u2netp picture in the service."""
 
-    pixels: NDArray[np.float64] = field(default_factory=lambda: np.empty((SIZE, SIZE, 3), np.float64))
-    batch: NDArray[np.float32] = field(default_factory=lambda: np.empty((1, 3, SIZE, SIZE), np.float32))
+    size: int = SIZE
+    pixels: NDArray[np.float64] = field(init=False)
+    batch: NDArray[np.float32] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pixels = np.empty((self.size, self.size, 3), np.float64)
+        self.batch = np.empty((1, 3, self.size, self.size), np.float32)
 
 
-def preprocess(picture: NDArray[np.uint8], scratch: Scratch | None = None) -> NDArray[np.float32]:
-    """(H, W, 3) RGB or (H, W, 4) RGBA uint8 picture of any size -> f32[1,3,320,320]: `scratch.batch`
-    when given (valid until the next call with it), else a fresh array. rembg's float64 arithmetic,
-    operation by operation, in place."""
-    small = Image.fromarray(np.ascontiguousarray(picture[:, :, :3])).resize((SIZE, SIZE), Image.Resampling.LANCZOS)
-    work = scratch or Scratch()
+def preprocess(
+    picture: NDArray[np.uint8], scratch: Scratch | None = None, normalisation: Normalisation = U2NET
+) -> NDArray[np.float32]:
+    """(H, W, 3) RGB or (H, W, 4) RGBA uint8 picture of any size -> f32[1,3,S,S] (S the
+    normalisation's size): `scratch.batch` when given (valid until the next call with it), else a
+    fresh array. rembg's float64 arithmetic, operation by operation, in place."""
+    side = normalisation.size
+    small = Image.fromarray(np.ascontiguousarray(picture[:, :, :3])).resize((side, side), Image.Resampling.LANCZOS)
+    work = scratch if scratch is not None and scratch.size == side else Scratch(side)
     pixels = work.pixels
     np.copyto(pixels, np.asarray(small))
     np.divide(pixels, max(float(pixels.max()), 1e-6), out=pixels)
-    np.subtract(pixels, _MEAN, out=pixels)
-    np.divide(pixels, _STD, out=pixels)  # [320,320,3]
+    np.subtract(pixels, np.asarray(normalisation.mean), out=pixels)
+    np.divide(pixels, np.asarray(normalisation.std), out=pixels)  # [S,S,3]
     np.copyto(work.batch[0], pixels.transpose(2, 0, 1), casting="same_kind")  # rounded as astype rounds
     return work.batch
 
 
 def postprocess(fused: NDArray[np.float32], size: tuple[int, int]) -> NDArray[np.uint8]:
-    """First output f32[1,1,320,320] (sigmoid applied) -> (H, W) uint8 matte at `size` (width, height).
+    """First output f32[1,1,S,S] (sigmoid applied) -> (H, W) uint8 matte at `size` (width, height).
 
     A constant map (max == min) gives an empty matte, where rembg would divide by zero.
     """

@@ -30,6 +30,8 @@ ROUTES: dict[tuple[str, str], str] = {
     ("u2net_human_seg", "onnxruntime"): "u2netp_onnx.U2netpOnnx",
     ("u2net_human_seg", "torch"): "u2netp_torch.U2netTorch",
     ("silueta", "onnxruntime"): "u2netp_onnx.U2netpOnnx",
+    ("isnet-general-use", "onnxruntime"): "isnet_onnx.IsnetOnnx",
+    ("isnet-anime", "onnxruntime"): "isnet_onnx.IsnetAnimeOnnx",
     ("inspyrenet-swinb", "torch"): "inspyrenet_torch.InspyrenetTorch",
     ("birefnet-lite", "onnxruntime"): "birefnet_onnx.BirefnetOnnx",
     ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",

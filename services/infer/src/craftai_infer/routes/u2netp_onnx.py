@@ -1,6 +1,7 @@
 """rembg's U²-Net family for image.matte on onnxruntime (u2netp, u2net, u2net_human_seg, silueta):
 the published ONNX run as published, with the rembg-compatible pipeline
-(craftai_infer.pipelines.matte_u2netp), which rembg applies to all four alike.
+(craftai_infer.pipelines.matte_u2netp), which rembg applies to all four alike (and, at another size
+and normalisation, to its IS-Net files: routes/isnet_onnx.py).
 
 `U2netpGraph` is the route on any engine that runs the published graph itself (this one, and
 OpenVINO: routes/u2netp_openvino.py); only the model that runs the network differs."""
@@ -19,26 +20,25 @@ from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import Capabilities, MatteRoute, ModelRefusedError, RouteFiles
 
-# What the pipeline feeds and reads: one picture, and the fused map first (sigmoid applied).
-INPUT_SHAPE = [1, 3, matte_u2netp.SIZE, matte_u2netp.SIZE]
-FUSED_SHAPE = [1, 1, matte_u2netp.SIZE, matte_u2netp.SIZE]
 
-
-def check_contract(inputs: Sequence[Sequence[object]], outputs: Sequence[Sequence[object]]) -> None:
-    """The graph's shapes are those of the rembg files: a graph of another contract is refused when
-    the route loads it, in words, rather than answering nonsense (a dimension the graph leaves named
-    is taken as it comes)."""
+def check_contract(
+    inputs: Sequence[Sequence[object]], outputs: Sequence[Sequence[object]], size: int = matte_u2netp.SIZE
+) -> None:
+    """The graph's shapes are those of the rembg files (one `size`² picture in, the fused map first
+    out, sigmoid applied): a graph of another contract is refused when the route loads it, in words,
+    rather than answering nonsense (a dimension the graph leaves named is taken as it comes)."""
+    input_shape, fused_shape = [1, 3, size, size], [1, 1, size, size]
 
     def fits(shape: Sequence[object], expected: list[int]) -> bool:
         return len(shape) == len(expected) and all(
             not isinstance(d, int) or d == e for d, e in zip(shape, expected, strict=True)
         )
 
-    if len(inputs) != 1 or not fits(inputs[0], INPUT_SHAPE):
-        raise ModelRefusedError(f"the graph's inputs are {[list(i) for i in inputs]}, not one {INPUT_SHAPE} picture")
-    if not outputs or not fits(outputs[0], FUSED_SHAPE):
+    if len(inputs) != 1 or not fits(inputs[0], input_shape):
+        raise ModelRefusedError(f"the graph's inputs are {[list(i) for i in inputs]}, not one {input_shape} picture")
+    if not outputs or not fits(outputs[0], fused_shape):
         first = list(outputs[0]) if outputs else "none"
-        raise ModelRefusedError(f"the graph's first output is {first}, not the {FUSED_SHAPE} fused map")
+        raise ModelRefusedError(f"the graph's first output is {first}, not the {fused_shape} fused map")
 
 
 class GraphModel(Protocol):
@@ -51,7 +51,10 @@ class GraphModel(Protocol):
 
 
 class U2netpGraph(MatteRoute):
-    """The published graph takes one picture at a time; `concurrent_runs` pictures may run at once."""
+    """The published graph takes one picture at a time; `concurrent_runs` pictures may run at once.
+    `normalisation` is what rembg's session of the file feeds it."""
+
+    normalisation: matte_u2netp.Normalisation = matte_u2netp.U2NET
 
     def __init__(self, model: GraphModel, concurrent_runs: int) -> None:
         self.model = model
@@ -67,8 +70,9 @@ class U2netpGraph(MatteRoute):
     def _matte(self, picture: Picture) -> npt.NDArray[np.uint8]:
         scratch = getattr(self._scratch, "arrays", None)
         if scratch is None:
-            scratch = self._scratch.arrays = matte_u2netp.Scratch()
-        (fused, *_sides) = self.model.run({self.input_name: matte_u2netp.preprocess(picture, scratch)})
+            scratch = self._scratch.arrays = matte_u2netp.Scratch(self.normalisation.size)
+        x = matte_u2netp.preprocess(picture, scratch, self.normalisation)
+        (fused, *_sides) = self.model.run({self.input_name: x})
         height, width = picture.shape[:2]
         return matte_u2netp.postprocess(fused, (width, height))
 
@@ -77,10 +81,15 @@ class U2netpOnnx(U2netpGraph):
     """onnxruntime: byte-identical to rembg's matte on the same file (the default engine)."""
 
     model: OnnxModel
+    # On the CPU two requests may run at once on the one (thread-safe) session: the second uses the
+    # cores the first leaves idle (a small network does not keep all of them busy).
+    cpu_concurrent_runs = 2
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         model = OnnxModel(files.role("network"), device, files.cpu_threads, files.cpu_spin)
-        check_contract([i.shape for i in model.session.get_inputs()], [o.shape for o in model.session.get_outputs()])
-        # On the CPU two requests may run at once on the one (thread-safe) session: the second uses
-        # the cores the first leaves idle (a small network does not keep all of them busy).
-        super().__init__(model, concurrent_runs=2 if model.device == "cpu" else 1)
+        check_contract(
+            [i.shape for i in model.session.get_inputs()],
+            [o.shape for o in model.session.get_outputs()],
+            self.normalisation.size,
+        )
+        super().__init__(model, concurrent_runs=self.cpu_concurrent_runs if model.device == "cpu" else 1)

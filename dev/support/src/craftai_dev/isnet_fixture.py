@@ -1,0 +1,148 @@
+"""Stand-ins for rembg's IS-Net files (isnet-general-use, isnet-anime), which cannot be had here: the
+reference networks (craftai_dev.isnet_reference) with random weights, calibrated, exported to ONNX
+in the form the published files have (evidence: docs/research/weights.md), cached under
+<repo>/.cache/fixtures/:
+
+- isnet-general-use: the DIS authors' ISNetDIS, input `input_image` f32[1, 3, 1024, 1024], twelve
+  outputs (six sigmoid maps at the input's size, the first `output_image`, then six features);
+- isnet-anime: SkyTNT's export, `sigmoid(ISNetDIS(img)[0][0])`, input `img`, one output `mask`
+  f32[1, 1, 1024, 1024], opset 11.
+
+Calibration (craftai_dev.calibration), so that a matte is not one value or noise: every BatchNorm
+gets its input's statistics on the four sample photos at once (at 512², where the four fit in a few
+GB), then the first side readout is fitted to the real u2netp's matte of one photo, as ±4 logits,
+at 1024² as the route runs it. Each file answers every sample photo with a matte of many levels
+(tests/parity/test_isnet_rembg.py checks it on each).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import nn
+
+from craftai_dev.cache import CACHE, exclusive
+
+if TYPE_CHECKING:
+    from craftai_infer.pipelines import matte_u2netp
+
+SEED = 0
+VERSION = 1  # bump when what is made here changes: a new cache folder
+CALIBRATION_PHOTO = "astronaut.png"
+RECIPES = ("isnet-general-use", "isnet-anime")
+
+
+class _Published(nn.Module):
+    """The network's answer in the published file's outputs."""
+
+    def __init__(self, net: nn.Module, anime: bool) -> None:
+        super().__init__()
+        self.net = net
+        self.anime = anime
+
+    def forward(self, x: torch.Tensor) -> object:
+        maps, features = self.net(x)
+        if self.anime:
+            return maps[0].sigmoid()
+        return (*maps, *features)
+
+
+def normalisation(recipe: str) -> matte_u2netp.Normalisation:
+    """What rembg's session of the recipe feeds its network."""
+    from craftai_infer.pipelines import matte_u2netp
+
+    return matte_u2netp.ISNET_ANIME if recipe == "isnet-anime" else matte_u2netp.ISNET
+
+
+def photo_batch(recipe: str, names: list[str], side: int | None = None) -> torch.Tensor:
+    """The sample photos `names`, each as the pipeline feeds the recipe's network, stacked; at
+    `side`² rather than the network's size where given."""
+    from dataclasses import replace
+
+    from PIL import Image
+
+    from craftai_dev.samples import photos
+    from craftai_infer.pipelines import matte_u2netp
+
+    norm = normalisation(recipe)
+    if side is not None:
+        norm = replace(norm, size=side)
+    arrays = []
+    for name in names:
+        rgb = np.asarray(Image.open(photos()[name]).convert("RGB"))
+        arrays.append(matte_u2netp.preprocess(rgb, normalisation=norm).copy())
+    return torch.from_numpy(np.concatenate(arrays))
+
+
+def _target(side: int) -> torch.Tensor:
+    """The real u2netp's matte of the calibration photo at `side`², as ±4 logits."""
+    from PIL import Image
+
+    from craftai_dev.files import u2netp_onnx
+    from craftai_dev.samples import photos
+    from craftai_infer.pipelines import matte_u2netp
+    from craftai_models.onnx_sessions import open_session
+
+    u2netp = open_session(u2netp_onnx(), "cpu")
+    rgb = np.asarray(Image.open(photos()[CALIBRATION_PHOTO]).convert("RGB"))
+    fused = u2netp.run(None, {u2netp.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    subject = matte_u2netp.postprocess(fused, (side, side)).astype(np.float32) / 255.0
+    return torch.from_numpy(8.0 * (subject - 0.5))[None, None]
+
+
+def calibrated(recipe: str) -> nn.Module:
+    """The recipe's reference network with random weights, calibrated on the sample photos (eval, CPU)."""
+    from craftai_dev import calibration
+    from craftai_dev.isnet_reference import anime_class, dis_class
+    from craftai_dev.samples import PHOTOS
+
+    torch.manual_seed(SEED)
+    net = (anime_class() if recipe == "isnet-anime" else dis_class())().eval()
+    every = photo_batch(recipe, list(PHOTOS), side=512)
+    calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
+    one = photo_batch(recipe, [CALIBRATION_PHOTO])
+    readout = net.get_submodule("side1")
+    assert isinstance(readout, nn.Conv2d)
+    features = calibration.readout_input(net, readout, lambda: net(one))
+    calibration.fit_readout(readout, features, _target(features.shape[-1]))
+    return net
+
+
+def _export(recipe: str, path: Path) -> None:
+    anime = recipe == "isnet-anime"
+    if anime:  # SkyTNT's export.py
+        inputs, outputs = ["img"], ["mask"]
+    else:
+        inputs = ["input_image"]
+        outputs = ["output_image", *(f"d{i}" for i in range(2, 7)), *(f"f{i}" for i in range(1, 7))]
+    partial = path.with_suffix(".part")
+    torch.onnx.export(
+        _Published(calibrated(recipe), anime).eval(),
+        (torch.zeros(1, 3, 1024, 1024),),
+        str(partial),
+        dynamo=False,  # the legacy TorchScript exporter: one file, no external data, as the published files
+        export_params=True,
+        opset_version=11,
+        do_constant_folding=True,
+        input_names=inputs,
+        output_names=outputs,
+    )
+    partial.replace(path)
+
+
+def onnx_files() -> dict[str, Path]:
+    """recipe -> its stand-in ONNX file (made once, then read from the cache)."""
+    folder = CACHE / "fixtures" / f"isnet-{SEED}-{VERSION}"
+    paths = {name: folder / f"{name}.onnx" for name in RECIPES}
+    if all(p.exists() for p in paths.values()):
+        return paths
+    with exclusive(folder.name):
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, path in paths.items():
+            if not path.exists():
+                with torch.no_grad():
+                    _export(name, path)
+    return paths
