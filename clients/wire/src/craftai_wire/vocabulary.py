@@ -98,6 +98,13 @@ class Recipe(StrEnum):
     SILUETA = "silueta"
     ISNET_GENERAL_USE = "isnet-general-use"
     ISNET_ANIME = "isnet-anime"
+    BIREFNET_GENERAL = "birefnet-general"
+    BIREFNET_PORTRAIT = "birefnet-portrait"
+    BIREFNET_DIS = "birefnet-dis"
+    BIREFNET_HRSOD = "birefnet-hrsod"
+    BIREFNET_COD = "birefnet-cod"
+    BIREFNET_MASSIVE = "birefnet-massive"
+    BRIA_RMBG = "bria-rmbg"
     INSPYRENET_SWINB = "inspyrenet-swinb"
     BIREFNET_LITE = "birefnet-lite"
     SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
@@ -159,6 +166,13 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
             Recipe.SILUETA,
             Recipe.ISNET_GENERAL_USE,
             Recipe.ISNET_ANIME,
+            Recipe.BIREFNET_GENERAL,
+            Recipe.BIREFNET_PORTRAIT,
+            Recipe.BIREFNET_DIS,
+            Recipe.BIREFNET_HRSOD,
+            Recipe.BIREFNET_COD,
+            Recipe.BIREFNET_MASSIVE,
+            Recipe.BRIA_RMBG,
         ),
         Feature.SEGMENT: (Recipe.SAM21_HIERA_TINY, Recipe.SAM2_HIERA_TINY),
     }

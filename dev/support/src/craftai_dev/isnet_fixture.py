@@ -50,7 +50,7 @@ class _Published(nn.Module):
         return (*maps, *features)
 
 
-def normalisation(recipe: str) -> matte_u2netp.Normalisation:
+def steps(recipe: str) -> matte_u2netp.Steps:
     """What rembg's session of the recipe feeds its network."""
     from craftai_infer.pipelines import matte_u2netp
 
@@ -67,13 +67,13 @@ def photo_batch(recipe: str, names: list[str], side: int | None = None) -> torch
     from craftai_dev.samples import photos
     from craftai_infer.pipelines import matte_u2netp
 
-    norm = normalisation(recipe)
+    norm = steps(recipe)
     if side is not None:
         norm = replace(norm, size=side)
     arrays = []
     for name in names:
         rgb = np.asarray(Image.open(photos()[name]).convert("RGB"))
-        arrays.append(matte_u2netp.preprocess(rgb, normalisation=norm).copy())
+        arrays.append(matte_u2netp.preprocess(rgb, steps=norm).copy())
     return torch.from_numpy(np.concatenate(arrays))
 
 

@@ -6,9 +6,10 @@ channel is dropped, not composited), resized to 320x320 with Lanczos, divided by
 output's map min-max normalised, scaled to 8 bits by truncation, and resized back to the picture's
 size with Lanczos. The resizes are Pillow's, as rembg's are.
 
-rembg's IS-Net sessions (isnet-general-use, isnet-anime) take the same steps with another square
-size and normalisation (`Normalisation`: `ISNET`, `ISNET_ANIME`); their networks, like U²-Net's,
-apply the sigmoid inside the graph.
+rembg's IS-Net and BiRefNet sessions take the same steps with another square size and
+normalisation (`Steps`: `ISNET`, `ISNET_ANIME`, `BIREFNET`); the IS-Net graphs, like U²-Net's, apply
+the sigmoid themselves, the BiRefNet graphs answer logits, to which rembg applies it (in float32)
+before the min-max.
 """
 
 from __future__ import annotations
@@ -25,18 +26,22 @@ SIZE = 320
 
 
 @dataclass(frozen=True)
-class Normalisation:
-    """What one rembg session feeds its network: a `size`² picture, divided by its maximum, then
-    `(x - mean) / std` per channel (float64, as rembg's arithmetic)."""
+class Steps:
+    """What one rembg session does around its network: a `size`² picture, divided by its maximum,
+    then `(x - mean) / std` per channel (float64, as rembg's arithmetic); the first output's sigmoid
+    taken first where the graph answers logits (`sigmoid`)."""
 
     size: int
     mean: tuple[float, float, float]
     std: tuple[float, float, float]
+    sigmoid: bool = False
 
 
-U2NET = Normalisation(SIZE, imagenet.MEAN, imagenet.STD)  # u2netp, u2net, u2net_human_seg, silueta
-ISNET = Normalisation(1024, (0.5, 0.5, 0.5), (1.0, 1.0, 1.0))  # isnet-general-use (DIS)
-ISNET_ANIME = Normalisation(1024, imagenet.MEAN, (1.0, 1.0, 1.0))  # isnet-anime (SkyTNT's IS-Net)
+U2NET = Steps(SIZE, imagenet.MEAN, imagenet.STD)  # u2netp, u2net, u2net_human_seg, silueta
+ISNET = Steps(1024, (0.5, 0.5, 0.5), (1.0, 1.0, 1.0))  # isnet-general-use (DIS)
+ISNET_ANIME = Steps(1024, imagenet.MEAN, (1.0, 1.0, 1.0))  # isnet-anime (SkyTNT's IS-Net)
+BIREFNET = Steps(1024, imagenet.MEAN, imagenet.STD, sigmoid=True)  # birefnet-general, -portrait, ...
+BRIA = Steps(1024, imagenet.MEAN, imagenet.STD)  # bria-rmbg (BiRefNet trained by BRIA; its graph applies the sigmoid)
 
 
 @dataclass(eq=False)
@@ -55,30 +60,31 @@ class Scratch:
         self.batch = np.empty((1, 3, self.size, self.size), np.float32)
 
 
-def preprocess(
-    picture: NDArray[np.uint8], scratch: Scratch | None = None, normalisation: Normalisation = U2NET
-) -> NDArray[np.float32]:
-    """(H, W, 3) RGB or (H, W, 4) RGBA uint8 picture of any size -> f32[1,3,S,S] (S the
-    normalisation's size): `scratch.batch` when given (valid until the next call with it), else a
-    fresh array. rembg's float64 arithmetic, operation by operation, in place."""
-    side = normalisation.size
+def preprocess(picture: NDArray[np.uint8], scratch: Scratch | None = None, steps: Steps = U2NET) -> NDArray[np.float32]:
+    """(H, W, 3) RGB or (H, W, 4) RGBA uint8 picture of any size -> f32[1,3,S,S] (S the steps'
+    size): `scratch.batch` when given (valid until the next call with it), else a fresh array.
+    rembg's float64 arithmetic, operation by operation, in place."""
+    side = steps.size
     small = Image.fromarray(np.ascontiguousarray(picture[:, :, :3])).resize((side, side), Image.Resampling.LANCZOS)
     work = scratch if scratch is not None and scratch.size == side else Scratch(side)
     pixels = work.pixels
     np.copyto(pixels, np.asarray(small))
     np.divide(pixels, max(float(pixels.max()), 1e-6), out=pixels)
-    np.subtract(pixels, np.asarray(normalisation.mean), out=pixels)
-    np.divide(pixels, np.asarray(normalisation.std), out=pixels)  # [S,S,3]
+    np.subtract(pixels, np.asarray(steps.mean), out=pixels)
+    np.divide(pixels, np.asarray(steps.std), out=pixels)  # [S,S,3]
     np.copyto(work.batch[0], pixels.transpose(2, 0, 1), casting="same_kind")  # rounded as astype rounds
     return work.batch
 
 
-def postprocess(fused: NDArray[np.float32], size: tuple[int, int]) -> NDArray[np.uint8]:
-    """First output f32[1,1,S,S] (sigmoid applied) -> (H, W) uint8 matte at `size` (width, height).
+def postprocess(fused: NDArray[np.float32], size: tuple[int, int], steps: Steps = U2NET) -> NDArray[np.uint8]:
+    """First output f32[1,1,S,S] (sigmoid applied, or logits where `steps.sigmoid`) -> (H, W) uint8
+    matte at `size` (width, height).
 
     A constant map (max == min) gives an empty matte, where rembg would divide by zero.
     """
     pred = fused[:, 0, :, :]
+    if steps.sigmoid:
+        pred = (1 / (1 + np.exp(-pred))).astype(np.float32, copy=False)  # rembg's expression: float32 throughout
     high, low = pred.max(), pred.min()
     pred = (pred - low) / (high - low) if high > low else np.zeros_like(pred)
     matte = Image.fromarray((np.squeeze(pred) * 255).astype(np.uint8), mode="L")

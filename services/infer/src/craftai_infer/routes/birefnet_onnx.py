@@ -30,7 +30,8 @@ class BirefnetOnnx(MatteRoute):
     graph's own input."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        self.model = OnnxModel(files.role("network"), device, files.cpu_threads)
+        # the working memory admitted per request (`working_bytes`) is given back after each picture
+        self.model = OnnxModel(files.role("network"), device, files.cpu_threads, shrink_cpu_arena=True)
         self.device = self.model.device
         inputs = self.model.session.get_inputs()
         if len(inputs) != 1:

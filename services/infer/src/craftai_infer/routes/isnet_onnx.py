@@ -17,21 +17,24 @@ NETWORK_BYTES = 700 * 2**20
 
 class IsnetOnnx(U2netpOnnx):
     """isnet-general-use (the DIS authors' IS-Net): byte-identical to rembg's matte on the same file.
-    One picture at a time on the CPU: the network at 1024² keeps every core busy."""
+    One picture at a time on the CPU: the network at 1024² keeps every core busy; its working memory
+    given back after each picture (admitted per request: `working_bytes`)."""
 
-    normalisation = matte_u2netp.ISNET
+    steps = matte_u2netp.ISNET
     cpu_concurrent_runs = 1
+    shrink_cpu_arena = True
+    network_bytes = NETWORK_BYTES
 
     def working_bytes(self, height: int, width: int) -> int:
         """On the CPU: the pre-processing's arrays and the network's activations (none on a GPU's host side)."""
         if self.device != "cpu":
             return 0
-        side = self.normalisation.size
-        return side * side * 3 * (8 + 4) + NETWORK_BYTES
+        side = self.steps.size
+        return side * side * 3 * (8 + 4) + self.network_bytes
 
 
 class IsnetAnimeOnnx(IsnetOnnx):
     """isnet-anime (SkyTNT's IS-Net for anime characters): rembg normalises its pictures with
     ImageNet's mean and no scaling."""
 
-    normalisation = matte_u2netp.ISNET_ANIME
+    steps = matte_u2netp.ISNET_ANIME

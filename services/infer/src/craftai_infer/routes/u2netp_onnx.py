@@ -1,7 +1,7 @@
 """rembg's U²-Net family for image.matte on onnxruntime (u2netp, u2net, u2net_human_seg, silueta):
 the published ONNX run as published, with the rembg-compatible pipeline
 (craftai_infer.pipelines.matte_u2netp), which rembg applies to all four alike (and, at another size
-and normalisation, to its IS-Net files: routes/isnet_onnx.py).
+and normalisation, to its IS-Net and BiRefNet files: routes/isnet_onnx.py, routes/birefnet_rembg_onnx.py).
 
 `U2netpGraph` is the route on any engine that runs the published graph itself (this one, and
 OpenVINO: routes/u2netp_openvino.py); only the model that runs the network differs."""
@@ -52,9 +52,9 @@ class GraphModel(Protocol):
 
 class U2netpGraph(MatteRoute):
     """The published graph takes one picture at a time; `concurrent_runs` pictures may run at once.
-    `normalisation` is what rembg's session of the file feeds it."""
+    `steps` are what rembg's session of the file does around it."""
 
-    normalisation: matte_u2netp.Normalisation = matte_u2netp.U2NET
+    steps: matte_u2netp.Steps = matte_u2netp.U2NET
 
     def __init__(self, model: GraphModel, concurrent_runs: int) -> None:
         self.model = model
@@ -70,11 +70,11 @@ class U2netpGraph(MatteRoute):
     def _matte(self, picture: Picture) -> npt.NDArray[np.uint8]:
         scratch = getattr(self._scratch, "arrays", None)
         if scratch is None:
-            scratch = self._scratch.arrays = matte_u2netp.Scratch(self.normalisation.size)
-        x = matte_u2netp.preprocess(picture, scratch, self.normalisation)
+            scratch = self._scratch.arrays = matte_u2netp.Scratch(self.steps.size)
+        x = matte_u2netp.preprocess(picture, scratch, self.steps)
         (fused, *_sides) = self.model.run({self.input_name: x})
         height, width = picture.shape[:2]
-        return matte_u2netp.postprocess(fused, (width, height))
+        return matte_u2netp.postprocess(fused, (width, height), self.steps)
 
 
 class U2netpOnnx(U2netpGraph):
@@ -84,12 +84,15 @@ class U2netpOnnx(U2netpGraph):
     # On the CPU two requests may run at once on the one (thread-safe) session: the second uses the
     # cores the first leaves idle (a small network does not keep all of them busy).
     cpu_concurrent_runs = 2
+    shrink_cpu_arena = False  # onnxruntime.OnnxModel: a 320² network's working memory is small
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        model = OnnxModel(files.role("network"), device, files.cpu_threads, files.cpu_spin)
+        model = OnnxModel(
+            files.role("network"), device, files.cpu_threads, files.cpu_spin, shrink_cpu_arena=self.shrink_cpu_arena
+        )
         check_contract(
             [i.shape for i in model.session.get_inputs()],
             [o.shape for o in model.session.get_outputs()],
-            self.normalisation.size,
+            self.steps.size,
         )
         super().__init__(model, concurrent_runs=self.cpu_concurrent_runs if model.device == "cpu" else 1)

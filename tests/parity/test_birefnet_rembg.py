@@ -1,0 +1,129 @@
+"""rembg's BiRefNet models (birefnet-general, -portrait, -dis, -hrsod, -cod, -massive) through the
+services: each recipe set up by the prepare service from a loopback source under its pin, and its
+mattes byte for byte those of rembg's own session of that model on the same file: birefnet-general on
+a sample photo and a picture over 2000 px, each of the others on a photo of its own. bria-rmbg,
+listed but not offered, is refused at setup; its route, run on its own, answers rembg's matte too.
+
+None of the files can be downloaded here: each recipe is pinned to a stand-in of its own, the
+calibrated BiRefNet_lite graph with the published contract (craftai_dev.birefnet_rembg_fixture)."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from craftai import AiClient, CraftAiError
+from craftai_dev import birefnet_rembg_fixture, catalogues, rembg_peer, servers
+from craftai_dev.files import sha256_of
+from craftai_infer.routes import RouteFiles
+from craftai_infer.routes.birefnet_rembg_onnx import BriaRembgOnnx
+
+pytestmark = pytest.mark.slow
+OFFERED = [name for name in birefnet_rembg_fixture.VARIANTS if name != "bria-rmbg"]
+# recipe -> the pictures its matte is compared on (each is slow on two cores: ~10 s a picture, each side)
+PICTURES = {
+    "birefnet-general": ["astronaut.png", "large.jpg"],
+    "birefnet-portrait": ["astronaut.png"],
+    "birefnet-dis": ["coffee.png"],
+    "birefnet-hrsod": ["rocket.jpg"],
+    "birefnet-cod": ["chelsea.png"],
+    "birefnet-massive": ["coffee.png"],
+}
+
+
+@pytest.fixture(scope="module")
+def files() -> dict[str, Path]:
+    return birefnet_rembg_fixture.onnx_files()
+
+
+@pytest.fixture(scope="module")
+def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The four sample photos and a 2400x1600 JPEG (over 2000 px)."""
+    large = tmp_path_factory.mktemp("birefnet-pictures") / "large.jpg"
+    Image.open(photos["coffee.png"]).convert("RGB").resize((2400, 1600), Image.Resampling.LANCZOS).save(
+        large, quality=90
+    )
+    return {**photos, "large.jpg": large}
+
+
+@pytest.fixture(scope="module")
+def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    """`craftai serve` with every recipe pinned to its stand-in, the offered ones set up on
+    onnxruntime from a loopback HTTP server by the prepare service."""
+    work = tmp_path_factory.mktemp("birefnet-rembg")
+    (work / "files").mkdir()
+    data = catalogues.real_data()
+    for name, path in files.items():
+        (pin,) = catalogues.recipe(data, name)["files"]
+        (work / "files" / name).mkdir()
+        (work / "files" / name / pin["name"]).symlink_to(path)
+    with servers.FileServer(work / "files") as source:
+        for name, path in files.items():
+            (pin,) = catalogues.recipe(data, name)["files"]
+            pin.update(size=path.stat().st_size, sha256=sha256_of(path))
+            pin["sources"] = [{"url": f"{source.url}/{name}/{pin['name']}"}]
+        env = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data))}
+        with servers.running(servers.embedded(work / "store", work, env)) as process:
+            with AiClient(app_id="tests", target=process.address) as ai:
+                for name in OFFERED:
+                    events = list(ai.setup("image.matte", name))
+                    assert events[-1].files[0].sha256 == sha256_of(files[name])  # type: ignore[union-attr]
+            yield process
+
+
+def _assert_not_trivial(matte: np.ndarray, what: object) -> None:
+    """Many levels, subject and background both present."""
+    assert len(np.unique(matte)) >= 64 and 0.02 < float((matte > 127).mean()) < 0.98, what
+
+
+@pytest.mark.parametrize("recipe", OFFERED)
+def test_the_recipes_mattes_are_rembgs_byte_for_byte(
+    recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
+) -> None:
+    chosen = {name: pictures[name] for name in PICTURES[recipe]}
+    theirs = rembg_peer.mattes(recipe, files[recipe], chosen, tmp_path)
+    with AiClient(app_id="tests", target=server.address) as ai:
+        for name, path in chosen.items():
+            answer = ai.remove_background(path, outputs="matte", recipe=recipe)
+            assert (answer.recipe, answer.engine) == (recipe, "onnxruntime")
+            ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
+            assert ours.shape == theirs[name].shape, name
+            worst = int(np.abs(ours.astype(int) - theirs[name]).max())
+            assert np.array_equal(ours, theirs[name]), (recipe, name, worst)
+            _assert_not_trivial(ours, (recipe, name))
+
+
+def test_bria_is_listed_with_its_licence_and_refused_at_setup(server: servers.Process) -> None:
+    with AiClient(app_id="tests", target=server.address) as ai:
+        (bria,) = [r for f in ai.features() for r in f.recipes if r.name == "bria-rmbg"]
+        assert not bria.available and "non-commercial" in bria.unavailable_reason, bria
+        assert "CC BY-NC 4.0" in bria.license
+        with pytest.raises(CraftAiError, match="non-commercial"):
+            list(ai.setup("image.matte", "bria-rmbg"))
+
+
+def _resident() -> int:
+    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_brias_route_answers_rembgs_matte_and_gives_its_working_memory_back(
+    files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
+) -> None:
+    """Its steps differ (no sigmoid: BRIA's graph applies it); the route runs on its own, on the CPU.
+    The network's working memory (counted per request by `working_bytes`, ~1.5 GB here) is not kept
+    resident once the picture is answered."""
+    chosen = {"rocket.jpg": pictures["rocket.jpg"]}
+    theirs = rembg_peer.mattes("bria-rmbg", files["bria-rmbg"], chosen, tmp_path)
+    route = BriaRembgOnnx(RouteFiles(by_role={"network": files["bria-rmbg"]}, prepared=None, cpu_threads=2), "cpu")
+    picture = np.asarray(Image.open(chosen["rocket.jpg"]).convert("RGB"))
+    before = _resident()
+    (ours,) = route.matte([picture])
+    assert _resident() - before < 400 * 2**20, (before, _resident())
+    assert np.array_equal(ours, theirs["rocket.jpg"]), int(np.abs(ours.astype(int) - theirs["rocket.jpg"]).max())
+    _assert_not_trivial(ours, "bria-rmbg")
