@@ -63,8 +63,24 @@ def test_setup_status_and_remove_background(tmp_path: Path, local_catalogue: Pat
         assert plain.returncode == 0, plain.stderr  # the defaults of the SDK and HTTP too: the cutout alone
         assert sorted(p.name for p in (tmp_path / "default").iterdir()) == ["chelsea.cutout.png"]
 
+        # --recipe auto: the advice per picture (a CPU server: u2netp for general pictures; the
+        # specialist for portraits, which is not set up here: that picture fails in words)
+        auto = _craftai(
+            process.address, "remove-background", inputs[0], "-o", str(tmp_path / "auto"), "--recipe", "auto"
+        )
+        assert auto.returncode == 0, auto.stderr
+        assert "u2netp/onnxruntime" in auto.stdout
+        assert "[auto: u2netp for general pictures of 451 px on a CPU" in auto.stdout
+        portrait = _craftai(
+            process.address, "remove-background", inputs[0], "-o", str(tmp_path / "portrait"), "--recipe", "auto",
+            "--subject", "portrait",
+        )  # fmt: skip
+        assert portrait.returncode == 1 and "u2net_human_seg" in portrait.stderr, portrait.stderr
+
         status = _craftai(process.address, "status")
         assert "ready" in status.stdout and "unavailable" in status.stdout
+        assert "image.matte --recipe auto (by --subject and the picture's longer side; here: CPU):" in status.stdout
+        assert "  portrait  CPU  any size     u2net_human_seg" in status.stdout
         assert f"server: {process.address}\n" in status.stdout
         (openvino,) = [line for line in status.stdout.splitlines() if " u2netp " in line and "openvino" in line]
         assert "prepared" in openvino  # its files are there ...

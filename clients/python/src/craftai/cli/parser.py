@@ -21,7 +21,8 @@ from craftai.cli.segment import EVERYTHING_FLAGS, box_arg, cmd_segment, cmd_segm
 from craftai.cli.serve import cmd_serve, cmd_web
 from craftai.cli.setup import cmd_setup
 from craftai.cli.status import cmd_status
-from craftai_wire import vocabulary
+from craftai_wire import advice, vocabulary
+from craftai_wire.advice import Subject
 from craftai_wire.vocabulary import RECIPES_OF, Engine, Feature, ImageFormat
 
 # --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
@@ -34,13 +35,24 @@ RECIPES_HELP = "; ".join(f"{feature}: {', '.join(names)}" for feature, names in 
 
 def _recipe_flags(s: argparse.ArgumentParser, feature: str = "") -> None:
     names = ", ".join(RECIPES_OF[Feature(feature)]) if feature else RECIPES_HELP
+    auto = ""
+    if feature == Feature.MATTE:
+        names += f"; {advice.AUTO}: chosen per picture from --subject, its size and the server's device"
+        auto = ", the rule `craftai status` prints"
     s.add_argument(
         "--recipe",
         default=None,
         metavar="RECIPE",
         help=f"the recipe ({names}; default: the catalogue's advice for the infer service's machine; "
-        "`craftai status` lists each with its state)",
+        f"`craftai status` lists each with its state{auto})",
     )
+    if feature == Feature.MATTE:
+        s.add_argument(
+            "--subject",
+            default=Subject.GENERAL,
+            choices=list(Subject),
+            help=f"what the pictures show, for --recipe {advice.AUTO} (default: general)",
+        )
     s.add_argument(
         "--engine",
         default=None,

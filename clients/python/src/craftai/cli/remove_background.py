@@ -5,6 +5,7 @@ can escape (the server, the route, the key) stops the run. Where outputs go: cra
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -21,6 +22,7 @@ from craftai.cli.connection import connect
 from craftai.cli.progress import on_terminal
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
+from craftai_wire import advice
 from craftai_wire.vocabulary import ImageFormat, Output, Reason
 
 # The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
@@ -59,6 +61,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
     if not missing:
         return done  # skipped: every output is there
     options = dict(asked)
+    auto = options.pop("auto", None)
     if Output.COMPOSITE not in missing:
         options.update(bg_color=None, bg_blur=None, bg_image=None)
     if Output.MASK not in missing:
@@ -66,6 +69,8 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
     started = time.perf_counter()
     try:
         data = stdin if picture.source is None else picture.source.read_bytes()
+        if auto is not None:
+            options["recipe"], chose = _advised(data, *auto)
         for attempt in range(TOO_MANY_REQUESTS_TRIES):
             try:
                 result = ai.remove_background(data, outputs=missing, **options)
@@ -94,8 +99,25 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
         f"{result.recipe}/{result.engine} on {result.device}: {round_trip:.0f} ms round trip "
         f"(server {result.server_ms:.0f} ms: {stages}) -> {where}"
     )
+    if auto is not None:
+        done.line += f" [{advice.AUTO}: {chose}]"
     done.notices = result.notices
     return done
+
+
+def _advised(data: bytes, subject: str, gpu: bool) -> tuple[str | None, str]:
+    """The recipe --recipe auto gives this picture (its size read from its header), and why; the
+    catalogue's default where the picture cannot be read (the server then says what is wrong)."""
+    from PIL import Image  # checked when the command started
+
+    try:
+        with Image.open(io.BytesIO(data)) as opened:
+            side = max(opened.size)
+    except (OSError, ValueError, Image.DecompressionBombError):
+        return None, "not a picture the advice could read: the default recipe"
+    row = advice.advise(subject, side, gpu=gpu)
+    device = "GPU" if gpu else "CPU"
+    return row.recipe, f"{row.recipe} for {subject} pictures of {side} px on a {device}: {row.why}"
 
 
 def default_jobs(ai: AiClient) -> int:
@@ -115,6 +137,13 @@ def _names(options: argparse.Namespace) -> list[Output]:
         return [Output(name) for name in matte_options(outputs=options.outputs, cutout=options.cutout).outputs]
     background = bool(options.bg_color or options.bg_blur or options.bg_image)
     return default_outputs(cutout=options.cutout, background=background, threshold=options.threshold is not None)
+
+
+def _server_has_gpu(ai: AiClient) -> bool:
+    try:
+        return ai.runtime().gpu_available
+    except CraftAiError:
+        return False  # the advice for a CPU: the pictures' own requests will say what is wrong
 
 
 def cmd_remove_background(options: argparse.Namespace) -> int:
@@ -146,6 +175,13 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
             "engine": options.engine,
         }
         checked = matte_options(outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")})
+        if options.recipe == advice.AUTO:
+            try:
+                import PIL  # noqa: F401  (each picture's size, read from its header)
+            except ImportError as error:
+                raise ValueError(
+                    f"--recipe {advice.AUTO} reads each picture's size with Pillow: pip install 'craftai[arrays]'"
+                ) from error
         pictures = plan(options.inputs, options.output, names, checked.formats)
     except (ValueError, OSError) as error:
         print(f"craftai: {error}", file=sys.stderr)
@@ -154,6 +190,8 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
     results: list[Done] = []
     stopped = ""
     with connect(options) as ai:
+        if options.recipe == advice.AUTO:
+            asked.update(recipe=None, auto=(options.subject, _server_has_gpu(ai)))
         jobs = max(1, min(options.jobs or default_jobs(ai), len(pictures) or 1))
         bar = tqdm(
             total=len(pictures),

@@ -9,6 +9,8 @@ import argparse
 from craftai.cli.connection import connect
 from craftai.cli.tables import aligned
 from craftai.local_server import local_address, shared
+from craftai_wire import advice
+from craftai_wire.vocabulary import Feature
 
 
 def _server_line(options: argparse.Namespace) -> str:
@@ -40,4 +42,9 @@ def cmd_status(options: argparse.Namespace) -> int:
             rows.append((f"{r.route.feature}", r.route.recipe, r.route.engine, r.state or "?", detail))
     for line in aligned(rows):
         print(line)
+    if options.feature in ("", Feature.MATTE):
+        device = "GPU" if runtime.gpu_available else "CPU"
+        print(f"image.matte --recipe {advice.AUTO} (by --subject and the picture's longer side; here: {device}):")
+        for line in advice.table():
+            print(f"  {line}")
     return 0
