@@ -19,8 +19,8 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient
-from craftai_dev import catalogues, rembg_peer, servers, u2net_fixture
-from craftai_dev.files import sha256_of, u2net_onnx
+from craftai_dev import rembg_peer, servers, stand_ins, u2net_fixture
+from craftai_dev.files import u2net_onnx
 from craftai_dev.masks import NEAR_MASK_MIN_IOU, NEAR_MATTE_MAX_DIFF, iou
 
 pytestmark = pytest.mark.slow
@@ -46,24 +46,8 @@ def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) 
 def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
     """`craftai serve` with the three recipes pinned to their files (u2net's pin is the published
     one), each set up on onnxruntime from a loopback HTTP server by the prepare service."""
-    work = tmp_path_factory.mktemp("u2net-family")
-    (work / "files").mkdir()
-    for name, path in files.items():
-        (work / "files" / name).mkdir()
-        (work / "files" / name / path.name).symlink_to(path)
-    with servers.FileServer(work / "files") as source:
-        data = catalogues.real_data()
-        for name, path in files.items():
-            (pin,) = catalogues.recipe(data, name)["files"]
-            pin.update(size=path.stat().st_size, sha256=sha256_of(path))
-            pin["sources"] = [{"url": f"{source.url}/{name}/{path.name}"}]
-        env = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data))}
-        with servers.running(servers.embedded(work / "store", work, env)) as process:
-            with AiClient(app_id="tests", target=process.address) as ai:
-                for name in RECIPES:
-                    events = list(ai.setup("image.matte", name))
-                    assert events[-1].files[0].sha256 == sha256_of(files[name])  # type: ignore[union-attr]
-            yield process
+    with stand_ins.serving(files, tmp_path_factory.mktemp("u2net-family"), RECIPES) as process:
+        yield process
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -71,19 +55,7 @@ def test_the_recipes_mattes_are_rembgs_byte_for_byte(
     recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
 ) -> None:
     theirs = rembg_peer.mattes(recipe, files[recipe], pictures, tmp_path)
-    with AiClient(app_id="tests", target=server.address) as ai:
-        for name, path in pictures.items():
-            answer = ai.remove_background(path, outputs="matte", recipe=recipe)
-            assert (answer.recipe, answer.engine) == (recipe, "onnxruntime")
-            ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
-            assert ours.shape == theirs[name].shape, name
-            assert np.array_equal(ours, theirs[name]), (
-                recipe,
-                name,
-                int(np.abs(ours.astype(int) - theirs[name]).max()),
-            )
-            # not a trivial matte: many levels, subject and background both present
-            assert len(np.unique(ours)) >= 64 and 0.005 < float((ours > 127).mean()) < 0.995, (recipe, name)
+    stand_ins.assert_rembgs_mattes(server.address, recipe, theirs, pictures, min_share=0.005)
 
 
 def test_each_recipe_answers_from_its_own_file(server: servers.Process, photos: dict[str, Path]) -> None:

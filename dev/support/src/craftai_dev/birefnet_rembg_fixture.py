@@ -15,8 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-
+from craftai_dev import stand_ins
 from craftai_dev.cache import CACHE, exclusive
 
 VERSION = 2  # bump when what is made here changes: a new cache folder
@@ -36,30 +35,6 @@ VARIANTS: dict[str, tuple[float, float]] = {
 SIGMOID_INSIDE = {"bria-rmbg"}
 
 
-def _variant(exported: Path, path: Path, scale: float, shift: float, sigmoid: bool) -> None:
-    """`exported` with its last convolution's logits scaled by `scale` and shifted by `shift`, and
-    their sigmoid answered instead where `sigmoid`."""
-    import onnx
-    from onnx import helper, numpy_helper
-
-    model = onnx.load(str(exported))
-    tensors = {t.name: t for t in model.graph.initializer}
-    weight = numpy_helper.to_array(tensors[f"{READOUT}.weight"])
-    bias = numpy_helper.to_array(tensors[f"{READOUT}.bias"])
-    tensors[f"{READOUT}.weight"].CopyFrom(numpy_helper.from_array(weight * np.float32(scale), f"{READOUT}.weight"))
-    tensors[f"{READOUT}.bias"].CopyFrom(
-        numpy_helper.from_array(bias * np.float32(scale) + np.float32(shift), f"{READOUT}.bias")
-    )
-    if sigmoid:
-        (output,) = model.graph.output
-        (last,) = [n for n in model.graph.node if output.name in n.output]
-        last.output[list(last.output).index(output.name)] = "logits"
-        model.graph.node.append(helper.make_node("Sigmoid", ["logits"], [output.name]))
-    partial = path.with_suffix(".part")
-    onnx.save(model, str(partial))
-    partial.replace(path)
-
-
 def onnx_files() -> dict[str, Path]:
     """recipe -> its stand-in ONNX file (made once, then read from the cache)."""
     from craftai_dev import birefnet_fixture
@@ -73,5 +48,5 @@ def onnx_files() -> dict[str, Path]:
         folder.mkdir(parents=True, exist_ok=True)
         for name, path in paths.items():
             if not path.exists():
-                _variant(base, path, *VARIANTS[name], sigmoid=name in SIGMOID_INSIDE)
+                stand_ins.scaled_readout(base, path, READOUT, *VARIANTS[name], sigmoid=name in SIGMOID_INSIDE)
     return paths

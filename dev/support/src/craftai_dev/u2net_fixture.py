@@ -24,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from craftai_dev import stand_ins
 from craftai_dev.cache import CACHE, exclusive
 
 SEED = 0
@@ -106,25 +107,6 @@ def _export(net: torch.nn.Module, path: Path) -> None:
     partial.replace(path)
 
 
-def _variant(exported: Path, path: Path, scale: float, shift: float) -> None:
-    """`exported` with its fusion scaled by `scale` and shifted by `shift` (the base variant is (1, 0)):
-    the graph's own initializers edited, rather than the network exported again."""
-    import onnx
-    from onnx import numpy_helper
-
-    model = onnx.load(str(exported))
-    tensors = {t.name: t for t in model.graph.initializer}
-    weight = numpy_helper.to_array(tensors["outconv.weight"])
-    bias = numpy_helper.to_array(tensors["outconv.bias"])
-    tensors["outconv.weight"].CopyFrom(numpy_helper.from_array(weight * np.float32(scale), "outconv.weight"))
-    tensors["outconv.bias"].CopyFrom(
-        numpy_helper.from_array(bias * np.float32(scale) + np.float32(shift), "outconv.bias")
-    )
-    partial = path.with_suffix(".part")
-    onnx.save(model, str(partial))
-    partial.replace(path)
-
-
 def onnx_files() -> dict[str, Path]:
     """recipe -> its stand-in ONNX file (made once, then read from the cache)."""
     folder = CACHE / "fixtures" / f"u2net-family-{SEED}-{VERSION}"
@@ -138,5 +120,5 @@ def onnx_files() -> dict[str, Path]:
         first, *others = VARIANTS
         _export(calibrated(), paths[first])
         for name in others:
-            _variant(paths[first], paths[name], *VARIANTS[name])
+            stand_ins.scaled_readout(paths[first], paths[name], "outconv", *VARIANTS[name])
     return paths

@@ -1,0 +1,92 @@
+"""What the stand-ins of published ONNX files share: a graph made into per-recipe variants by editing
+its readout's initializers (other bytes, other mattes, without exporting the network again), and a
+`craftai serve` whose recipes are pinned to the stand-ins and set up from a loopback source, as the
+prepare service sets up a real download."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from craftai_dev import catalogues, servers
+from craftai_dev.files import sha256_of
+
+
+def scaled_readout(
+    exported: Path, path: Path, readout: str, scale: float, shift: float, *, sigmoid: bool = False
+) -> None:
+    """`exported` with the convolution `readout`'s output scaled by `scale` and shifted by `shift`
+    (its weight and bias edited), and where `sigmoid` the graph's one output passed through a
+    sigmoid appended to the graph; written atomically to `path`."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model = onnx.load(str(exported))
+    tensors = {t.name: t for t in model.graph.initializer}
+    weight = numpy_helper.to_array(tensors[f"{readout}.weight"])
+    bias = numpy_helper.to_array(tensors[f"{readout}.bias"])
+    tensors[f"{readout}.weight"].CopyFrom(numpy_helper.from_array(weight * np.float32(scale), f"{readout}.weight"))
+    tensors[f"{readout}.bias"].CopyFrom(
+        numpy_helper.from_array(bias * np.float32(scale) + np.float32(shift), f"{readout}.bias")
+    )
+    if sigmoid:
+        (output,) = model.graph.output
+        (last,) = [n for n in model.graph.node if output.name in n.output]
+        last.output[list(last.output).index(output.name)] = "logits"
+        model.graph.node.append(helper.make_node("Sigmoid", ["logits"], [output.name]))
+    partial = path.with_suffix(".part")
+    onnx.save(model, str(partial))
+    partial.replace(path)
+
+
+@contextlib.contextmanager
+def serving(files: Mapping[str, Path], work: Path, set_up: list[str]) -> Iterator[servers.Process]:
+    """`craftai serve` with each recipe of `files` pinned to its file (under its published name),
+    served from a loopback HTTP server; the recipes `set_up` set up by the prepare service, each
+    checked to have kept the pinned bytes."""
+    from craftai import AiClient
+
+    data = catalogues.real_data()
+    (work / "files").mkdir(parents=True)
+    for name, path in files.items():
+        (pin,) = catalogues.recipe(data, name)["files"]
+        (work / "files" / name).mkdir()
+        (work / "files" / name / pin["name"]).symlink_to(path)
+    with servers.FileServer(work / "files") as source:
+        for name, path in files.items():
+            (pin,) = catalogues.recipe(data, name)["files"]
+            pin.update(size=path.stat().st_size, sha256=sha256_of(path))
+            pin["sources"] = [{"url": f"{source.url}/{name}/{pin['name']}"}]
+        env = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data))}
+        with servers.running(servers.embedded(work / "store", work, env)) as process:
+            with AiClient(app_id="tests", target=process.address) as ai:
+                for name in set_up:
+                    events = list(ai.setup("image.matte", name))
+                    assert events[-1].files[0].sha256 == sha256_of(files[name])  # type: ignore[union-attr]
+            yield process
+
+
+def assert_rembgs_mattes(
+    address: str, recipe: str, theirs: Mapping[str, np.ndarray], pictures: Mapping[str, Path], min_share: float
+) -> None:
+    """Each picture's matte from the server at `address` on `recipe` (onnxruntime) is `theirs` byte for
+    byte, and not trivial: many levels, more than `min_share` of it subject and of it background."""
+    import io
+
+    from PIL import Image
+
+    from craftai import AiClient
+
+    with AiClient(app_id="tests", target=address) as ai:
+        for name, path in pictures.items():
+            answer = ai.remove_background(path, outputs="matte", recipe=recipe)
+            assert (answer.recipe, answer.engine) == (recipe, "onnxruntime")
+            ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
+            assert ours.shape == theirs[name].shape, name
+            worst = int(np.abs(ours.astype(int) - theirs[name]).max())
+            assert np.array_equal(ours, theirs[name]), (recipe, name, worst)
+            share = float((ours > 127).mean())
+            assert len(np.unique(ours)) >= 64 and min_share < share < 1 - min_share, (recipe, name, share)
