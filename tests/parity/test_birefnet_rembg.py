@@ -43,11 +43,9 @@ def files() -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The four sample photos and a 2400x1600 JPEG (over 2000 px)."""
-    large = tmp_path_factory.mktemp("birefnet-pictures") / "large.jpg"
-    Image.open(photos["coffee.png"]).convert("RGB").resize((2400, 1600), Image.Resampling.LANCZOS).save(
-        large, quality=90
+    return stand_ins.with_a_large_picture(
+        photos, tmp_path_factory.mktemp("birefnet-pictures"), "coffee.png", (2400, 1600)
     )
-    return {**photos, "large.jpg": large}
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
 from craftai_dev import isnet_fixture, rembg_peer, servers, stand_ins
 
@@ -29,11 +28,9 @@ def files() -> dict[str, Path]:
 @pytest.fixture(scope="module")
 def pictures(photos: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The four sample photos and a 1600x2400 JPEG (over 2000 px, portrait)."""
-    large = tmp_path_factory.mktemp("isnet-pictures") / "large.jpg"
-    Image.open(photos["astronaut.png"]).convert("RGB").resize((1600, 2400), Image.Resampling.LANCZOS).save(
-        large, quality=90
+    return stand_ins.with_a_large_picture(
+        photos, tmp_path_factory.mktemp("isnet-pictures"), "astronaut.png", (1600, 2400)
     )
-    return {**photos, "large.jpg": large}
 
 
 @pytest.fixture(scope="module")

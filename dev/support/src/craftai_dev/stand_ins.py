@@ -90,3 +90,15 @@ def assert_rembgs_mattes(
             assert np.array_equal(ours, theirs[name]), (recipe, name, worst)
             share = float((ours > 127).mean())
             assert len(np.unique(ours)) >= 64 and min_share < share < 1 - min_share, (recipe, name, share)
+
+
+def with_a_large_picture(
+    photos: Mapping[str, Path], folder: Path, source: str, size: tuple[int, int]
+) -> dict[str, Path]:
+    """The sample photos and `source` enlarged to `size` (width, height) as a JPEG, `large.jpg`: a
+    picture over 2000 px for the parity tests."""
+    from PIL import Image
+
+    large = folder / "large.jpg"
+    Image.open(photos[source]).convert("RGB").resize(size, Image.Resampling.LANCZOS).save(large, quality=90)
+    return {**photos, "large.jpg": large}
