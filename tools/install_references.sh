@@ -35,8 +35,8 @@ install --no-deps nobg
 install --no-deps backgroundremover
 
 # IS-Net references (Qin et al., ECCV 2022): the DIS authors' network module (DIS `IS-Net/models/isnet.py`,
-# class ISNetDIS) as dis-inference ships it, and SkyTNT's anime variant (its ISNetDIS pools after the
-# first convolution and answers logits) as anime-seg ships it (anime_seg/remove_bg/isnet.py). Both
+# class ISNetDIS) as dis-inference ships it, and SkyTNT's copy for anime (its ISNetDIS answers logits)
+# as anime-seg ships it (anime_seg/remove_bg/isnet.py). Both
 # modules are imported by path, without their packages (craftai_dev.isnet_reference). --no-deps: their
 # CLIs' and pipelines' dependencies are not needed by the networks.
 install --no-deps dis-inference anime-seg

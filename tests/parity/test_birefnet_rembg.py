@@ -1,11 +1,13 @@
 """rembg's BiRefNet models (birefnet-general, -portrait, -dis, -hrsod, -cod, -massive) through the
 services: each recipe set up by the prepare service from a loopback source under its pin, and its
-mattes byte for byte those of rembg's own session of that model on the same file: birefnet-general on
-a sample photo and a picture over 2000 px, each of the others on a photo of its own. bria-rmbg,
-listed but not offered, is refused at setup; its route, run on its own, answers rembg's matte too.
+mattes byte for byte those of rembg's own session of that model on the same file, each on two
+pictures (one over 2000 px among them). bria-rmbg, listed but not offered, is refused at setup; its
+route, run on its own, answers rembg's matte too and gives its working memory back.
 
-None of the files can be downloaded here: each recipe is pinned to a stand-in of its own, the
-calibrated BiRefNet_lite graph with the published contract (craftai_dev.birefnet_rembg_fixture)."""
+None of the files can be downloaded here: each recipe is pinned to a stand-in of its own with the
+published contract (craftai_dev.birefnet_rembg_fixture): the calibrated BiRefNet_lite graph for
+birefnet-general and bria-rmbg, small graphs of the contract for the five others (the same route
+class and steps as birefnet-general's)."""
 
 from __future__ import annotations
 
@@ -24,14 +26,15 @@ from craftai_infer.routes.birefnet_rembg_onnx import BriaRembgOnnx
 
 pytestmark = pytest.mark.slow
 OFFERED = [name for name in birefnet_rembg_fixture.VARIANTS if name != "bria-rmbg"]
-# recipe -> the pictures its matte is compared on (each is slow on two cores: ~10 s a picture, each side)
+# recipe -> the pictures its matte is compared on (the network stand-in takes ~10 s a picture on two
+# cores, each side; the small contract graphs of the others well under one)
 PICTURES = {
     "birefnet-general": ["astronaut.png", "large.jpg"],
-    "birefnet-portrait": ["astronaut.png"],
-    "birefnet-dis": ["coffee.png"],
-    "birefnet-hrsod": ["rocket.jpg"],
-    "birefnet-cod": ["chelsea.png"],
-    "birefnet-massive": ["coffee.png"],
+    "birefnet-portrait": ["astronaut.png", "chelsea.png"],
+    "birefnet-dis": ["coffee.png", "rocket.jpg"],
+    "birefnet-hrsod": ["rocket.jpg", "large.jpg"],
+    "birefnet-cod": ["chelsea.png", "coffee.png"],
+    "birefnet-massive": ["coffee.png", "astronaut.png"],
 }
 
 

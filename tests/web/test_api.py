@@ -27,6 +27,7 @@ from craftai.web.app import build
 from craftai.web.settings import WebSettings
 from craftai_dev import servers, web
 from craftai_dev.segment import mask_of
+from craftai_wire import advice
 from craftai_wire.vocabulary import GatewayReason, Reason
 
 CLICK = {"x": 200, "y": 150, "foreground": True}
@@ -528,14 +529,22 @@ def test_draining_services_are_503_with_retry_after(
         slow.stop()
 
 
-def test_the_page_gets_the_error_reasons_from_the_gateway(gateway: servers.Process) -> None:
-    """The page's only copy of the reasons is the module the gateway makes from the wire's own."""
+def test_the_page_gets_the_error_reasons_and_the_advice_from_the_gateway(gateway: servers.Process) -> None:
+    """The page's only copy of the reasons and of the recipe advice's rule is the module the gateway
+    makes from the wire's own."""
     module = httpx.get(f"{gateway.address}/vocabulary.js")
     assert module.status_code == 200 and module.headers["content-type"].startswith("text/javascript")
-    served = json.loads(module.text.split("Object.freeze(", 1)[1].rsplit(");", 1)[0])
-    assert served == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
+    exported = {}
+    for part in module.text.split("export const ")[1:]:
+        name, value = part.split(" = Object.freeze(", 1)
+        exported[name] = json.loads(value.rsplit(");", 1)[0])
+    assert exported["Reason"] == {r.name: r.value for enum in (Reason, GatewayReason) for r in enum}
+    assert exported["Subjects"] == [s.value for s in advice.Subject]
+    assert [(r["subject"], r["gpu"], r["min_side"], r["recipe"]) for r in exported["AdviceRules"]] == [
+        (r.subject, r.gpu, r.min_side, r.recipe) for r in advice.RULES
+    ]
     script = httpx.get(f"{gateway.address}/static/app.js").text
-    assert 'import { Reason } from "/vocabulary.js";' in script
+    assert 'import { AdviceRules, Reason, Subjects } from "/vocabulary.js";' in script
 
 
 def test_a_router_serves_alone(services: servers.Process, key: str) -> None:

@@ -142,6 +142,25 @@ def test_the_chosen_recipe_shows_what_it_is_its_download_and_its_licence(page: P
     assert "4.6 MB" in model.inner_text()
 
 
+def test_the_advice_names_a_recipe_for_the_picture_which_one_click_takes(page: Page, photo: Path) -> None:
+    """The rule of `--recipe auto` (craftai_wire.advice, served in /vocabulary.js), shown for the picture
+    chosen: on this CPU server, u2netp for a general picture, u2net_human_seg for a portrait."""
+    _choose(page, photo)
+    width, height = Image.open(photo).size
+    advice = page.locator("#advice")
+    assert f"advised for this {width}x{height} picture on a CPU: u2netp" in advice.inner_text()
+    assert page.locator("#use-advice").is_hidden()  # u2netp is the route chosen already
+    page.select_option("#subject", "portrait")
+    page.wait_for_selector("body[data-advice='u2net_human_seg']")
+    assert "u2net_human_seg (U²-Net trained for people" in advice.inner_text()
+    page.click("#use-advice")
+    card = page.locator(".route[data-feature='image.matte']")
+    assert card.locator("select").input_value() == "u2net_human_seg/onnxruntime"
+    assert page.locator("#use-advice").is_hidden()
+    card.locator("select").select_option("u2netp/onnxruntime")  # as the other tests expect it
+    page.select_option("#subject", "general")
+
+
 def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, photo: Path, sdk: AiClient) -> None:
     _choose(page, photo)
     page.click("#remove")

@@ -4,7 +4,7 @@
 // key is kept in this page's memory only, never in the browser's storage: a program that takes the
 // gateway's port after it stopped serves a page that finds nothing there.
 
-import { Reason } from "/vocabulary.js"; // the error reasons, served by the gateway from the wire's own
+import { AdviceRules, Reason, Subjects } from "/vocabulary.js"; // served by the gateway from the wire's own
 
 const API = "/api/v1";
 const $ = (id) => document.getElementById(id);
@@ -192,6 +192,33 @@ function modelLine(recipe) {
   return line;
 }
 
+// The recipe the advice's rule gives this picture (craftai_wire.advice, as `--recipe auto`): the
+// first rule for the subject on this device that the picture's longer side reaches.
+function renderAdvice() {
+  const runtime = state.status && state.status.runtime;
+  const button = $("use-advice");
+  if (!runtime || !state.shown) {
+    $("advice").textContent = "";
+    button.hidden = true;
+    return;
+  }
+  const width = $("picture").width, height = $("picture").height;
+  const subject = $("subject").value;
+  const gpu = Boolean(runtime.gpu_available);
+  const rule = AdviceRules.find((r) => r.subject === subject && r.gpu === gpu && Math.max(width, height) >= r.min_side);
+  if (!rule) return;
+  const route = routesOf("image.matte").find((r) => r.route.recipe === rule.recipe);
+  $("advice").textContent = `advised for this ${width}x${height} picture on a ${gpu ? "GPU" : "CPU"}: ` +
+    `${rule.recipe} (${rule.why})`;
+  document.body.dataset.advice = rule.recipe;
+  const chosen = state.chosen["image.matte"];
+  button.hidden = !route || (chosen && chosen.recipe === rule.recipe);
+  button.onclick = () => {
+    state.chosen["image.matte"] = { recipe: route.route.recipe, engine: route.route.engine };
+    renderRoutes();
+  };
+}
+
 function renderRoutes() {
   const runtime = state.status.runtime;
   $("runtime").textContent = `infer runs on ${runtime.device}` +
@@ -243,6 +270,7 @@ function renderRoutes() {
     }
     box.append(card);
   }
+  renderAdvice();
 }
 
 async function loadStatus() {
@@ -345,6 +373,7 @@ async function choose(file) {
     $("picture-view").hidden = true;
   }
   drawMarks();
+  renderAdvice();
   $("remove").disabled = false;
   $("select").disabled = false;
   $("everything").disabled = false;
@@ -737,6 +766,8 @@ function listen() {
     choose(event.dataTransfer.files[0]);
   });
   $("remove").addEventListener("click", removeBackground);
+  for (const subject of Subjects) $("subject").append(new Option(subject, subject));
+  $("subject").addEventListener("change", renderAdvice);
   for (const [id, event] of [["background", "change"], ["bg-color", "input"], ["bg-blur", "change"], ["bg-file", "change"]]) {
     $(id).addEventListener(event, recompose);
   }
