@@ -4,7 +4,8 @@ ISNetDIS and SkyTNT's copy for anime, each with random weights calibrated on the
 (craftai_dev.isnet_reference.folded_state), on a sample photo at 512² (the network is convolutional:
 the published graphs take 1024², four times the work, the same functions).
 
-In float64 the two are the same function (every side map within 1e-9). In float32 ours is held to
+In float64 the two are the same function (every side map within 1e-9; shown on the authors'
+network, which SkyTNT's copies but for its logits). In float32 ours is held to
 1e-4 of the reference's float64 answer, or, where the reference's own float32 answer is further off
 than that (side 1 of the calibrated stand-ins: ~4.5e-4, a readout fitted with large weights sums
 activations that cancel), to 1.5 times the reference's own error."""
@@ -39,11 +40,12 @@ def test_isnet_is_the_references_network(recipe: str) -> None:
 
     exact = copy.deepcopy(reference).double()
     theirs64 = _maps(exact, x.double(), logits)
-    ours64 = IsNet().double().eval()
-    ours64.load_state_dict(folded_state(reference, torch.float64), strict=True)
-    with torch.no_grad():
-        same = [float((a - b).abs().max()) for a, b in zip(ours64(x.double()), theirs64, strict=True)]
-    assert max(same) <= 1e-9, same
+    if not logits:  # the same function: shown once (SkyTNT's module differs only by its logits)
+        ours64 = IsNet().double().eval()
+        ours64.load_state_dict(folded_state(reference, torch.float64), strict=True)
+        with torch.no_grad():
+            same = [float((a - b).abs().max()) for a, b in zip(ours64(x.double()), theirs64, strict=True)]
+        assert max(same) <= 1e-9, same
 
     theirs32 = _maps(reference, x, logits)
     ours = IsNet().eval()

@@ -24,9 +24,9 @@ from craftai_infer.routes import Capabilities, MatteRoute, ModelRefusedError, Ro
 def check_contract(
     inputs: Sequence[Sequence[object]], outputs: Sequence[Sequence[object]], size: int = matte_u2netp.SIZE
 ) -> None:
-    """The graph's shapes are those of the rembg files (one `size`² picture in, the fused map first
-    out, sigmoid applied): a graph of another contract is refused when the route loads it, in words,
-    rather than answering nonsense (a dimension the graph leaves named is taken as it comes)."""
+    """The graph's shapes are those of the rembg files (one `size`² picture in, the answer's map first
+    out): a graph of another contract is refused when the route loads it, in words, rather than
+    answering nonsense (a dimension the graph leaves named is taken as it comes)."""
     input_shape, fused_shape = [1, 3, size, size], [1, 1, size, size]
 
     def fits(shape: Sequence[object], expected: list[int]) -> bool:
