@@ -123,12 +123,15 @@ class RouteStatus:
 
 @dataclass(frozen=True)
 class LoadedRoute:
-    """A route loaded in the infer service: where, and the model requests and batched calls it made."""
+    """A route loaded in the infer service: where, the model requests and batched calls it made, and
+    the memory it holds (what its load added to the process, at least its files: the models' budget
+    counts it)."""
 
     route: Route
     device: str
     requests: int
     batches: int
+    resident_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -143,6 +146,7 @@ class Limits:
     session_idle_seconds: float
     max_prompts: int
     max_points_per_side: int
+    models_budget_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,8 +274,11 @@ def runtime_info(answer: infer_pb2.Runtime) -> Runtime:
         m.session_idle_seconds,
         m.max_prompts,
         m.max_points_per_side,
+        m.models_budget_bytes,
     )
-    loaded = tuple(LoadedRoute(route(r.route), r.device, r.requests, r.batches) for r in answer.loaded)
+    loaded = tuple(
+        LoadedRoute(route(r.route), r.device, r.requests, r.batches, r.resident_bytes) for r in answer.loaded
+    )
     return Runtime(
         device=answer.device,
         gpu_available=answer.gpu_available,

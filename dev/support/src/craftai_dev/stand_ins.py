@@ -43,10 +43,12 @@ def scaled_readout(
 
 
 @contextlib.contextmanager
-def serving(files: Mapping[str, Path], work: Path, set_up: list[str]) -> Iterator[servers.Process]:
+def serving(
+    files: Mapping[str, Path], work: Path, set_up: list[str], env: Mapping[str, str] | None = None
+) -> Iterator[servers.Process]:
     """`craftai serve` with each recipe of `files` pinned to its file (under its published name),
     served from a loopback HTTP server; the recipes `set_up` set up by the prepare service, each
-    checked to have kept the pinned bytes."""
+    checked to have kept the pinned bytes; `env`: the server's settings beside that."""
     from craftai import AiClient
 
     data = catalogues.real_data()
@@ -60,8 +62,8 @@ def serving(files: Mapping[str, Path], work: Path, set_up: list[str]) -> Iterato
             (pin,) = catalogues.recipe(data, name)["files"]
             pin.update(size=path.stat().st_size, sha256=sha256_of(path))
             pin["sources"] = [{"url": f"{source.url}/{name}/{pin['name']}"}]
-        env = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data))}
-        with servers.running(servers.embedded(work / "store", work, env)) as process:
+        settings = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data)), **(env or {})}
+        with servers.running(servers.embedded(work / "store", work, settings)) as process:
             with AiClient(app_id="tests", target=process.address) as ai:
                 for name in set_up:
                     events = list(ai.setup("image.matte", name))

@@ -4,23 +4,36 @@ The infer service never downloads or converts: a route whose files are missing o
 their pins is refused with FAILED_PRECONDITION naming the command that sets it up. A failure on
 the GPU that is not a cancel rebuilds the model on the CPU from the same files, re-runs the
 request there (with a notice), and keeps the model on the CPU once that worked; tried once.
+
+Loaded models share one budget (CRAFTAI_MODELS_BUDGET_BYTES): a server that has answered every
+recipe once would otherwise hold every network for good. A route costs what its load added to the
+process's resident memory (at least its files' bytes); before a load the least recently used idle
+routes are unloaded until the new one's files fit. A route is idle when no request holds it (a
+request holds its route from its load to its end: `get`, `LoadedRoute.release`), nothing waits for
+or runs on its workers, and no kept session was made by it. Where the idle routes cannot make room
+the load waits for one, then is refused (MEMORY_BUDGET, retryable); a route whose files alone are
+larger than the budget is refused at once (OVER_BUDGET). Loads run one at a time, so that each
+one's cost is measured alone.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import logging
+import sys
 import time
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
 from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_command
-from craftai_common.errors import ServiceError, failed_precondition
+from craftai_common.errors import ServiceError, failed_precondition, resource_exhausted
 from craftai_common.store import FilePin, Store, check_prepared
-from craftai_infer import faults
+from craftai_infer import faults, memory
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
@@ -34,6 +47,7 @@ RouteT = TypeVar("RouteT", bound=Route)
 I = TypeVar("I")  # noqa: E741 - an operation's request type
 O = TypeVar("O")  # noqa: E741 - its result type
 RESOLVE_TTL = 60.0
+IDLE_POLL_SECONDS = 0.05  # a load that waits for a route to go idle looks again this often
 
 
 @dataclass
@@ -106,6 +120,24 @@ class LoadedRoute(Generic[RouteT]):
         )
         self.requests = 0
         self.operations: Counter[str] = Counter()  # requests by operation (MATTE, ENCODE, ...): the metrics
+        self.resident_bytes = 0  # what loading it added to the process (at least its files): RouteLoader
+        self.holders = 0  # requests between their load and their end (RouteLoader.get, `release`)
+        self.last_used = time.monotonic()
+        self.closed = False
+
+    def hold(self) -> None:
+        """A request uses the route until it calls `release`: it is not unloaded meanwhile."""
+        self.holders += 1
+        self.last_used = time.monotonic()
+
+    def release(self) -> None:
+        self.holders -= 1
+        self.last_used = time.monotonic()
+
+    @property
+    def idle(self) -> bool:
+        """No request holds it, and nothing waits for or runs on its workers."""
+        return self.holders == 0 and self.queue.depth == 0 and self.queue.busy == 0
 
     @property
     def device(self) -> str:
@@ -177,7 +209,12 @@ class LoadedRoute(Generic[RouteT]):
         return self.queue.batches
 
     def close(self) -> None:
+        self.closed = True
         self._workers.close()
+
+    def join(self, timeout: float) -> None:
+        """Wait for the closed route's threads to end (their batches hold its model)."""
+        self._workers.join(timeout)
 
 
 class RouteLoader:
@@ -196,6 +233,8 @@ class RouteLoader:
         bulk_niceness: int = 0,
         fault_injection: str = "",
         batching: Batching | None = None,
+        models_budget_bytes: int = 0,
+        wait_seconds: float = 30.0,
     ) -> None:
         self.catalogue = catalogue
         self.store = store
@@ -212,6 +251,16 @@ class RouteLoader:
         self._loading: dict[RouteKey, asyncio.Future[LoadedRoute[Any]]] = {}
         self._factories = factories()
         self.resolutions = {"cache": 0, "catalogue": 0}  # where route resolutions were answered
+        self.budget_bytes = models_budget_bytes  # 0: no budget
+        self.wait_seconds = wait_seconds  # how long a load waits for an idle route to unload
+        self.pinned: Callable[[LoadedRoute[Any]], bool] = lambda _route: False  # e.g. kept sessions use it
+        self.unloaded_total = 0
+        self._one_load = asyncio.Lock()
+
+    @property
+    def resident_bytes(self) -> int:
+        """What the loaded routes hold, together."""
+        return sum(loaded.resident_bytes for loaded in self._loaded.values())
 
     def loaded(self) -> list[LoadedRoute[Any]]:
         return list(self._loaded.values())
@@ -232,31 +281,132 @@ class RouteLoader:
         return (r.feature, r.recipe, r.engine) in self._loaded
 
     async def get(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step | None = None) -> LoadedRoute[Any]:
-        """The loaded route, loading it first (once, however many requests ask at the same time).
+        """The loaded route, held for the caller (who calls its `release` when done), loading it
+        first: once, however many requests ask at the same time, within the models' budget.
 
         `step` hears the load's warm-up steps (called from the loading thread)."""
         r = resolved.route
         key = (r.feature, r.recipe, r.engine)
-        if key in self._loaded:
-            return self._loaded[key]
-        pending = self._loading.get(key)
-        if pending is None:
-            pending = asyncio.get_running_loop().create_future()
-            self._loading[key] = pending
-            try:
-                loaded = await asyncio.to_thread(self._load, resolved, step or (lambda _message: None))
-                self._loaded[key] = loaded
-                pending.set_result(loaded)
-            except BaseException as exc:
-                pending.set_exception(exc)
-                pending.exception()  # retrieved: joiners re-raise it; no "never retrieved" warning
-                raise
-            finally:
-                del self._loading[key]
-            return loaded
-        return await asyncio.shield(pending)
+        while True:
+            loaded = self._loaded.get(key)
+            if loaded is not None:
+                loaded.hold()
+                return loaded
+            pending = self._loading.get(key)
+            if pending is None:
+                pending = asyncio.get_running_loop().create_future()
+                self._loading[key] = pending
+                try:
+                    loaded = await self._load_within_budget(key, resolved, step or (lambda _message: None))
+                    loaded.hold()
+                    pending.set_result(loaded)
+                except BaseException as exc:
+                    pending.set_exception(exc)
+                    pending.exception()  # retrieved: joiners re-raise it; no "never retrieved" warning
+                    raise
+                finally:
+                    del self._loading[key]
+                return loaded
+            loaded = await asyncio.shield(pending)
+            if not loaded.closed:  # else unloaded before this joiner woke: load it again
+                loaded.hold()
+                return loaded
 
-    def _load(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step) -> LoadedRoute[Any]:
+    async def _load_within_budget(
+        self, key: RouteKey, resolved: catalogue_pb2.ResolveRouteResponse, step: Step
+    ) -> LoadedRoute[Any]:
+        """Load one route at a time: idle routes unloaded first until its files fit, its cost
+        measured, and any excess that measure shows unloaded after."""
+        async with self._one_load:
+            r = resolved.route
+            needed = self._files_bytes(resolved)
+            unloaded = await self._make_room(needed, f"{r.recipe} ({r.engine})")
+            loaded = await asyncio.to_thread(self._load, resolved, step, needed, unloaded)
+            del unloaded
+            self._loaded[key] = loaded
+            more = self._unload_idle(0, keep=loaded)
+            if more:
+                await asyncio.to_thread(_give_back, more)
+            return loaded
+
+    def _files_bytes(self, resolved: catalogue_pb2.ResolveRouteResponse) -> int:
+        """The bytes of the files this route loads: the least a loaded route holds."""
+        engine = resolved.route.engine
+        return sum(f.size for f in resolved.recipe.files if not f.engines or engine in f.engines)
+
+    async def _make_room(self, needed: int, what: str) -> list[LoadedRoute[Any]]:
+        """Unload idle routes, least recently used first, until `needed` more bytes fit the budget;
+        wait for routes in use to go idle, up to `wait_seconds`. The routes unloaded are returned
+        (their memory is given back by the loading thread, before it measures)."""
+        if not self.budget_bytes:
+            return []
+        if needed > self.budget_bytes:
+            raise resource_exhausted(
+                Reason.OVER_BUDGET,
+                f"the model {what} needs at least {memory.mib(needed)} loaded (its files), more than the "
+                f"{memory.mib(self.budget_bytes)} this server gives loaded models (CRAFTAI_MODELS_BUDGET_BYTES), "
+                "so it cannot be loaded here; raise that budget or choose a smaller recipe",
+                needed_bytes=str(needed),
+                budget_bytes=str(self.budget_bytes),
+            )
+        unloaded: list[LoadedRoute[Any]] = []
+        deadline = time.monotonic() + self.wait_seconds
+        while True:
+            unloaded += self._unload_idle(needed)
+            if self.resident_bytes + needed <= self.budget_bytes:
+                return unloaded
+            if time.monotonic() >= deadline:
+                busy = ", ".join(f"{lr.ref.recipe} ({memory.mib(lr.resident_bytes)})" for lr in self._loaded.values())
+                raise resource_exhausted(
+                    Reason.MEMORY_BUDGET,
+                    f"the model {what} needs ~{memory.mib(needed)} loaded and the models in use hold "
+                    f"{memory.mib(self.resident_bytes)} of the {memory.mib(self.budget_bytes)} budget "
+                    f"(CRAFTAI_MODELS_BUDGET_BYTES): {busy}; retry when they are idle",
+                    retry_after=1.0,
+                    needed_bytes=str(needed),
+                    budget_bytes=str(self.budget_bytes),
+                )
+            await asyncio.sleep(IDLE_POLL_SECONDS)
+
+    def _unload_idle(self, needed: int, keep: LoadedRoute[Any] | None = None) -> list[LoadedRoute[Any]]:
+        """Unload idle routes (not pinned, not `keep`), least recently used first, while the loaded
+        routes and `needed` more are over the budget."""
+        unloaded: list[LoadedRoute[Any]] = []
+        while self.budget_bytes and self.resident_bytes + needed > self.budget_bytes:
+            idle = [
+                (loaded.last_used, key)
+                for key, loaded in self._loaded.items()
+                if loaded is not keep and loaded.idle and not self.pinned(loaded)
+            ]
+            if not idle:
+                break
+            _, key = min(idle)
+            loaded = self._loaded.pop(key)
+            loaded.close()
+            self.unloaded_total += 1
+            log.info(
+                "unloaded %s/%s (%s, idle): the loaded models were over CRAFTAI_MODELS_BUDGET_BYTES (%s)",
+                loaded.ref.recipe,
+                loaded.ref.engine,
+                memory.mib(loaded.resident_bytes),
+                memory.mib(self.budget_bytes),
+            )
+            unloaded.append(loaded)
+        return unloaded
+
+    def _load(
+        self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step, needed: int, unloaded: list[LoadedRoute[Any]]
+    ) -> LoadedRoute[Any]:
+        """On a thread: the routes unloaded for it given back, then the route built, warmed up and
+        its cost measured (what the process's resident memory grew by, at least `needed`)."""
+        _give_back(unloaded)
+        del unloaded[:]
+        before = memory.resident()
+        loaded = self._build(resolved, step)
+        loaded.resident_bytes = max(needed, memory.resident() - before)
+        return loaded
+
+    def _build(self, resolved: catalogue_pb2.ResolveRouteResponse, step: Step) -> LoadedRoute[Any]:
         ref = resolved.route
         factory = self._factories.get((ref.recipe, ref.engine))
         if factory is None:
@@ -343,6 +493,22 @@ class RouteLoader:
         for loaded in self._loaded.values():
             loaded.close()
         self._loaded.clear()
+
+
+def _give_back(unloaded: list[LoadedRoute[Any]]) -> None:
+    """The memory of unloaded routes back to the system: their threads ended (nothing else holds
+    their models), the cycles collected, a GPU's cached blocks freed, glibc's heaps trimmed."""
+    if not unloaded:
+        return
+    for loaded in unloaded:
+        loaded.join(timeout=10.0)
+    unloaded.clear()
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        with contextlib.suppress(RuntimeError):
+            torch.cuda.empty_cache()
+    memory.trim()
 
 
 __all__ = ["LoadedRoute", "Notices", "RouteLoader", "ServiceError"]

@@ -80,6 +80,15 @@ def prefer_mmap() -> bool:
     return bool(_LIBC.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)) and mapped
 
 
+def resident() -> int:
+    """This process's resident memory, in bytes (0 where /proc is not there)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 def trim() -> None:
     """Give the free memory of glibc's heaps back to the system (a no-op elsewhere)."""
     if _LIBC is not None and hasattr(_LIBC, "malloc_trim"):
@@ -224,6 +233,7 @@ def mib(nbytes: float) -> str:
 
 SESSION_SHARE, SESSION_RANGE = 0.10, (64 << 20, 1 << 30)
 REQUEST_SHARE, REQUEST_RANGE = 0.30, (256 << 20, 8 << 30)
+MODELS_FLOOR = 512 << 20  # the models' share where the two budgets above take (nearly) the whole limit
 _CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
 
 
@@ -248,25 +258,27 @@ class Budgets:
     source: str
     requests: int  # CRAFTAI_DECODE_BUDGET_BYTES
     sessions: int  # CRAFTAI_SESSION_BUDGET_BYTES
+    models: int  # CRAFTAI_MODELS_BUDGET_BYTES: what the loaded models may hold together
 
     @classmethod
-    def of(cls, memory_limit_bytes: int, decode_budget_bytes: int, session_budget_bytes: int) -> Budgets:
+    def of(
+        cls, memory_limit_bytes: int, decode_budget_bytes: int, session_budget_bytes: int, models_budget_bytes: int = 0
+    ) -> Budgets:
         limit, source = (memory_limit_bytes, "CRAFTAI_MEMORY_LIMIT_BYTES") if memory_limit_bytes else memory_limit()
 
         def share(given: int, fraction: float, bounds: tuple[int, int]) -> int:
             return given or int(min(max(limit * fraction, bounds[0]), bounds[1]))
 
-        return cls(
-            limit,
-            source,
-            share(decode_budget_bytes, REQUEST_SHARE, REQUEST_RANGE),
-            share(session_budget_bytes, SESSION_SHARE, SESSION_RANGE),
-        )
+        requests = share(decode_budget_bytes, REQUEST_SHARE, REQUEST_RANGE)
+        sessions = share(session_budget_bytes, SESSION_SHARE, SESSION_RANGE)
+        models = models_budget_bytes or max(limit - requests - sessions, MODELS_FLOOR)
+        return cls(limit, source, requests, sessions, models)
 
     def __str__(self) -> str:
         return (
             f"memory limit {mib(self.limit)} ({self.source}): {mib(self.requests)} for the requests in progress "
-            f"(CRAFTAI_DECODE_BUDGET_BYTES), {mib(self.sessions)} for kept pictures (CRAFTAI_SESSION_BUDGET_BYTES)"
+            f"(CRAFTAI_DECODE_BUDGET_BYTES), {mib(self.sessions)} for kept pictures (CRAFTAI_SESSION_BUDGET_BYTES), "
+            f"{mib(self.models)} for loaded models (CRAFTAI_MODELS_BUDGET_BYTES)"
         )
 
 

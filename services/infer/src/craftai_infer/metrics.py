@@ -101,6 +101,22 @@ class InferCollector(Collector):
         yield loaded
         yield operations
         yield queued
+        resident = GaugeMetricFamily(
+            "craftai_infer_model_bytes",
+            "What a loaded route holds (its load's growth of the process, at least its files)",
+            labels=["feature", "recipe", "engine"],
+        )
+        for route in self.routes.loaded():
+            resident.add_metric([route.ref.feature, route.ref.recipe, route.ref.engine], route.resident_bytes)
+        yield resident
+        yield GaugeMetricFamily(
+            "craftai_infer_models_budget_bytes", "CRAFTAI_MODELS_BUDGET_BYTES (0: none)", value=self.routes.budget_bytes
+        )
+        yield CounterMetricFamily(
+            "craftai_infer_models_unloaded",
+            "Idle routes unloaded to keep the loaded models within their budget",
+            value=self.routes.unloaded_total,
+        )
         waiting = GaugeMetricFamily(
             "craftai_infer_queue_depth",
             "Jobs waiting for a worker, by queue (a route's model, or a CPU pool), class and app",

@@ -371,6 +371,12 @@ class Workers(Generic[P, R]):
         for job in self.queue.close():
             job.deliver(None, asyncio.CancelledError())
 
+    def join(self, timeout: float) -> None:
+        """Wait up to `timeout` seconds in all for the threads to end (after `close`)."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
 
 async def submitted(
     queue: WorkQueue[P, R],

@@ -42,7 +42,10 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.instance = new_instance()
         self.device = devices.detect(settings.device)
         self.budgets = memory.Budgets.of(
-            settings.memory_limit_bytes, settings.decode_budget_bytes, settings.session_budget_bytes
+            settings.memory_limit_bytes,
+            settings.decode_budget_bytes,
+            settings.session_budget_bytes,
+            settings.models_budget_bytes,
         )
         self.catalogue = catalogue
         self.routes = RouteLoader(
@@ -56,6 +59,8 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             bulk_niceness=settings.bulk_niceness,
             fault_injection=settings.fault_injection,
             batching=Batching(settings.batch_window_ms / 1000.0, settings.max_batch),
+            models_budget_bytes=self.budgets.models,
+            wait_seconds=settings.decode_wait_seconds,
         )
         self.sessions = SessionStore(
             self.budgets.sessions,
@@ -63,6 +68,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             max_per_app=settings.max_sessions_per_app,
             replica=self.replica,
         )
+        self.routes.pinned = self.sessions.uses  # a route whose embeddings sessions keep stays loaded
         self.context = FeatureContext(settings, self.routes, self.budgets.requests)
         self.matte = MatteFeature(self.context)
         self.segment = SegmentFeature(self.context, self.sessions, self.replica)
@@ -76,7 +82,13 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             gpu_available=self.device.gpu_available,
             gpu_name=self.device.gpu_name,
             loaded=[
-                infer_pb2.LoadedRoute(route=r.ref, device=r.device, requests=r.requests, batches=r.batches)
+                infer_pb2.LoadedRoute(
+                    route=r.ref,
+                    device=r.device,
+                    requests=r.requests,
+                    batches=r.batches,
+                    resident_bytes=r.resident_bytes,
+                )
                 for r in self.routes.loaded()
             ],
             limits=infer_pb2.Limits(
@@ -88,6 +100,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
                 session_idle_seconds=s.session_idle_seconds,
                 max_prompts=s.max_prompts,
                 max_points_per_side=s.max_points_per_side,
+                models_budget_bytes=self.routes.budget_bytes,
             ),
             engines=engines,
             replica=self.replica,

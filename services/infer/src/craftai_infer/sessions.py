@@ -126,6 +126,10 @@ class SessionStore:
         """How many sessions the app has open."""
         return self._per_app.get(app_id, 0)
 
+    def uses(self, route: object) -> bool:
+        """Whether a kept session was made by `route` (its prompts need it loaded)."""
+        return any(session.route is route for session in self._sessions.values())
+
     def per_app(self) -> dict[str, int]:
         return dict(self._per_app)
 

@@ -76,6 +76,13 @@ class InferSettings(ServerSettings):
         "before they run): wait beyond it, refused when one alone is larger; 0: 30% of the memory limit, "
         "256 MiB to 8 GiB",
     )
+    models_budget_bytes: int = Field(
+        0,
+        ge=0,
+        description="memory for loaded models, each counted as what its load added (at least its files): before "
+        "a load the least recently used idle models are unloaded until it fits; 0: what the memory limit leaves "
+        "after the two budgets above, at least 512 MiB",
+    )
     decode_wait_seconds: float = Field(
         30.0, gt=0, description="how long a request waits for room in the decode budget before MEMORY_BUDGET"
     )

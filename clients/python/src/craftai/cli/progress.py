@@ -24,6 +24,11 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 def _amount(value: int, unit: str) -> str:
     if unit != "bytes":
         return f"{value:,}"
+    return size_text(value)
+
+
+def size_text(value: int) -> str:
+    """Bytes as the commands print them (binary units)."""
     size = float(value)
     for name in ("B", "KiB", "MiB", "GiB"):
         if size < 1024 or name == "GiB":

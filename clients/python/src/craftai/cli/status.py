@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 
 from craftai.cli.connection import connect
+from craftai.cli.progress import size_text
 from craftai.cli.tables import aligned
 from craftai.local_server import local_address, shared
 from craftai_wire import advice
@@ -31,6 +32,13 @@ def cmd_status(options: argparse.Namespace) -> int:
         runtime = ai.runtime()
         gpu = f"GPU: {runtime.gpu_name}" if runtime.gpu_available else "no GPU"
         print(f"infer device: {runtime.device} ({gpu}); engines: {', '.join(runtime.engines)}")
+        models = [f"{r.route.recipe} ({r.route.engine}, {size_text(r.resident_bytes)})" for r in runtime.loaded]
+        used = size_text(sum(r.resident_bytes for r in runtime.loaded))
+        budget = size_text(runtime.limits.models_budget_bytes)
+        print(
+            f"loaded models: {', '.join(models) or 'none'}; {used} of the {budget} for models "
+            "(idle ones are unloaded beyond it: CRAFTAI_MODELS_BUDGET_BYTES)"
+        )
         rows = []
         for r in ai.status(options.feature or ""):
             detail = r.detail

@@ -162,6 +162,7 @@ class Limits(_message.Message):
     SESSION_IDLE_SECONDS_FIELD_NUMBER: _builtins.int
     MAX_PROMPTS_FIELD_NUMBER: _builtins.int
     MAX_POINTS_PER_SIDE_FIELD_NUMBER: _builtins.int
+    MODELS_BUDGET_BYTES_FIELD_NUMBER: _builtins.int
     max_message_bytes: _builtins.int
     """largest request message accepted"""
     max_picture_pixels: _builtins.int
@@ -177,6 +178,8 @@ class Limits(_message.Message):
     """prompts (objects) per Segment / SegmentOnce call"""
     max_points_per_side: _builtins.int
     """SegmentEverything: the densest grid accepted"""
+    models_budget_bytes: _builtins.int
+    """memory for loaded models (idle ones unloaded, least recently used first, beyond it)"""
     def __init__(
         self,
         *,
@@ -188,10 +191,11 @@ class Limits(_message.Message):
         session_idle_seconds: _builtins.float = ...,
         max_prompts: _builtins.int = ...,
         max_points_per_side: _builtins.int = ...,
+        models_budget_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_message_bytes", b"max_message_bytes", "max_picture_pixels", b"max_picture_pixels", "max_picture_side", b"max_picture_side", "max_points", b"max_points", "max_points_per_side", b"max_points_per_side", "max_prompts", b"max_prompts", "session_budget_bytes", b"session_budget_bytes", "session_idle_seconds", b"session_idle_seconds"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_message_bytes", b"max_message_bytes", "max_picture_pixels", b"max_picture_pixels", "max_picture_side", b"max_picture_side", "max_points", b"max_points", "max_points_per_side", b"max_points_per_side", "max_prompts", b"max_prompts", "models_budget_bytes", b"models_budget_bytes", "session_budget_bytes", b"session_budget_bytes", "session_idle_seconds", b"session_idle_seconds"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -205,12 +209,15 @@ class LoadedRoute(_message.Message):
     DEVICE_FIELD_NUMBER: _builtins.int
     REQUESTS_FIELD_NUMBER: _builtins.int
     BATCHES_FIELD_NUMBER: _builtins.int
+    RESIDENT_BYTES_FIELD_NUMBER: _builtins.int
     device: _builtins.str
     """"cuda:0" or "cpu" """
     requests: _builtins.int
     """model requests answered since it was loaded"""
     batches: _builtins.int
     """model calls made for batched requests (dynamic batching)"""
+    resident_bytes: _builtins.int
+    """what loading it added to the process (at least its files): the models' budget counts it"""
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef: ...
     def __init__(
@@ -220,10 +227,11 @@ class LoadedRoute(_message.Message):
         device: _builtins.str = ...,
         requests: _builtins.int = ...,
         batches: _builtins.int = ...,
+        resident_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "device", b"device", "requests", b"requests", "route", b"route"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "device", b"device", "requests", b"requests", "resident_bytes", b"resident_bytes", "route", b"route"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

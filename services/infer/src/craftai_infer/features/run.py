@@ -46,6 +46,24 @@ class Run:
         self.notices = Notices([])
         self._items: asyncio.Queue[Item | object] = asyncio.Queue()
         self.answer: Message | None = None  # the final event's result message (`stream` sets it)
+        self._held: list[LoadedRoute[Any]] = []  # routes this run keeps loaded until it ends
+
+    def hold(self, loaded: LoadedRoute[Any]) -> LoadedRoute[Any]:
+        """Keep `loaded` from being unloaded until the run ends (`release`)."""
+        loaded.hold()
+        self._held.append(loaded)
+        return loaded
+
+    def adopt(self, loaded: LoadedRoute[Any]) -> LoadedRoute[Any]:
+        """`loaded` as RouteLoader.get answers it, already held: released when the run ends."""
+        self._held.append(loaded)
+        return loaded
+
+    def release(self) -> None:
+        """The run is over: the routes it held may be unloaded once idle."""
+        for loaded in self._held:
+            loaded.release()
+        self._held.clear()
 
     def result(self, kind: type[M]) -> M:
         """The RPC's result message to write the answer in: the final event's own (or a new one
@@ -106,6 +124,7 @@ async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]])
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        run.release()
 
 
 def check_size(answer: Message, limit: int, what: str, fewer: str) -> None:
@@ -134,7 +153,7 @@ async def resolve(loader: RouteLoader, route: common_pb2.RouteRef, feature: str)
 async def load(loader: RouteLoader, resolved: catalogue_pb2.ResolveRouteResponse, run: Run) -> LoadedRoute[Any]:
     """The loaded route; its first load is reported as "load" progress (with the warm-up's steps)."""
     if loader.is_loaded(resolved):
-        return await loader.get(resolved)
+        return run.adopt(await loader.get(resolved))
     r = resolved.route
     run.progress("load", 0, 1, f"loading {r.recipe} ({r.engine})")
     started = time.perf_counter()
@@ -143,7 +162,7 @@ async def load(loader: RouteLoader, resolved: catalogue_pb2.ResolveRouteResponse
     def step(message: str) -> None:  # called from the loading thread
         loop.call_soon_threadsafe(run.progress, "load", 0, 1, message)
 
-    loaded = await loader.get(resolved, step)
+    loaded = run.adopt(await loader.get(resolved, step))
     elapsed = (time.perf_counter() - started) * 1000
     run.progress("load", 1, 1, f"loaded {r.recipe} on {loaded.device} in {elapsed:.0f} ms")
     return loaded

@@ -132,9 +132,10 @@ class SegmentFeature:
         checked, output = self._check(request)
         run.stages = ("model", output.stage)
         session = self._session(app, request.session_id)
-        _answerable(session.route, checked)
+        loaded = run.hold(session.route)
+        _answerable(loaded, checked)
         asked = [(c.within(session.width, session.height), c.all_masks) for c in checked]
-        answered = await self._answer(session.route, session.embedding, asked, output, run)
+        answered = await self._answer(loaded, session.embedding, asked, output, run)
         return answered.result(run, session.width, session.height, session.id)
 
     async def once(self, request: infer_pb2.SegmentOnceRequest, run: runs.Run) -> infer_pb2.SegmentResult:
@@ -159,7 +160,7 @@ class SegmentFeature:
         session = self._session(app, request.session_id)
         height, width = session.height, session.width
         points = mask_generator.grid_points(settings.points_per_side, height, width)
-        loaded = session.route
+        loaded = run.hold(session.route)
         if not settings.multimask_output and not loaded.route.capabilities.single_mask_like_meta:
             raise prompts.like_meta_refused(loaded.ref.engine, "options", "multimask_output", Reason.BAD_OPTIONS)
         limit = s.max_message_bytes  # the masks found before de-duplication are bounded by what one answer carries
