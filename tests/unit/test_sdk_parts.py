@@ -165,6 +165,7 @@ def test_matte_options_default_to_what_the_other_options_imply() -> None:
         ({"format": "gif"}, "not a format"),
         ({"png_level": 10}, "0 (none) to 9"),
         ({"jpeg_quality": 101}, "1 to 100"),
+        ({"part": "hat"}, "'hat' is not a part: upper, lower or full (of a recipe with parts: u2net_cloth_seg)"),
     ],
 )
 def test_matte_options_that_cannot_work_are_refused_before_sending(kwargs: dict[str, Any], words: str) -> None:
@@ -190,6 +191,8 @@ def test_a_matte_request_carries_every_option() -> None:
     blur = calls.matte_request(b"p", calls.matte_options(bg_blur=2.5))
     assert blur.background.WhichOneof("kind") == "blur_radius" and blur.background.blur_radius == 2.5
     assert calls.matte_request(b"p", calls.matte_options(bg_image=b"bg")).background.picture.data == b"bg"
+    assert calls.matte_request(b"p", calls.matte_options(part=" Lower")).part == "lower"
+    assert calls.matte_request(b"p", calls.matte_options()).part == ""  # no part: every part's, stacked
     legacy = calls.matte_request(b"p", True)  # the form before the outputs: the matte and the cutout
     assert [o.kind for o in legacy.outputs] == [infer_pb2.MATTE_OUTPUT_KIND_MATTE, infer_pb2.MATTE_OUTPUT_KIND_CUTOUT]
 

@@ -151,6 +151,8 @@ def test_parameters_an_endpoint_does_not_take_are_refused_by_name(http: httpx.Cl
     assert error["violations"][0]["field"] == "only_mask" and "threshold" in error["message"]  # the known ones listed
     both = http.post("/api/v1/remove-background?model=u2netp&bgc=255,0,0,255", content=data)
     assert "'bgc', 'model'" in _error(both)["message"] and "recipe=u2netp" in _error(both)["message"]
+    cloth = _error(http.post("/api/v1/remove-background?cc=upper", content=data))
+    assert "'cc'" in cloth["message"] and "part=upper, lower or full" in cloth["message"]
     form = http.post("/api/v1/remove-background", files={"picture": ("c.png", data, "image/png")}, data={"om": "1"})
     assert form.status_code == 400 and "form field 'om'" in _error(form)["message"]
     stray = http.post(
@@ -165,6 +167,15 @@ def test_parameters_an_endpoint_does_not_take_are_refused_by_name(http: httpx.Cl
     assert "recipe" in _error(setup)["message"].split("it takes ", 1)[1]
     opened = http.post("/api/v1/sessions?engine=onnxruntime&size=9", content=data)
     assert opened.status_code == 400 and "'size'" in _error(opened)["message"]
+
+
+def test_a_part_is_passed_on_and_refused_by_a_recipe_without_parts(http: httpx.Client, photo: Path) -> None:
+    answer = http.post("/api/v1/remove-background?outputs=matte&part=upper&recipe=u2netp", content=photo.read_bytes())
+    error = _error(answer)
+    assert answer.status_code == 400 and (error["code"], error["reason"]) == ("INVALID_ARGUMENT", "BAD_OPTIONS")
+    assert "u2netp has no parts" in error["message"] and "u2net_cloth_seg (upper, lower, full)" in error["message"]
+    hat = _error(http.post("/api/v1/remove-background?part=hat", content=photo.read_bytes()))
+    assert hat["code"] == "INVALID_ARGUMENT" and "'hat' is not a part" in hat["message"]
 
 
 def test_every_error_has_a_code_and_a_reason(http: httpx.Client, gateway: servers.Process) -> None:

@@ -7,6 +7,7 @@ architecture: the same activations), warmed on a small picture, then the peak re
 
     .venv/bin/python -m tools.bench.working_memory                       # InSPyReNet and BiRefNet_lite
     .venv/bin/python -m tools.bench.working_memory --case inspyrenet:320  # one case
+    .venv/bin/python -m tools.bench.working_memory --case cloth:1024      # u2net_cloth_seg (onnxruntime)
 """
 
 from __future__ import annotations
@@ -35,13 +36,19 @@ from craftai_infer.routes.registry import factories
 torch.set_num_threads(2)
 memory.prefer_mmap()  # as the service runs
 which, side = sys.argv[1], int(sys.argv[2])
-if which == "inspyrenet":
-    from craftai_dev.inspyrenet_fixture import checkpoints
-    key = ("inspyrenet-swinb", "torch")
+if which == "cloth":
+    from craftai_dev.u2net_cloth_fixture import onnx_file
+    files = RouteFiles({"network": onnx_file()}, None, 2)
+    key = ("u2net_cloth_seg", "onnxruntime")
 else:
-    from craftai_dev.birefnet_fixture import checkpoints
-    key = ("birefnet-lite", "torch")
-route = factories()[key](RouteFiles({"weights": checkpoints()["random"].path}, None, 2), "cpu")
+    if which == "inspyrenet":
+        from craftai_dev.inspyrenet_fixture import checkpoints
+        key = ("inspyrenet-swinb", "torch")
+    else:
+        from craftai_dev.birefnet_fixture import checkpoints
+        key = ("birefnet-lite", "torch")
+    files = RouteFiles({"weights": checkpoints()["random"].path}, None, 2)
+route = factories()[key](files, "cpu")
 height, width = side * 3 // 4, side
 MATTE.call(route, [MatteJob(np.zeros((64, 64, 3), np.uint8), OutputsSpec(frozenset({"matte"})))])
 memory.trim()

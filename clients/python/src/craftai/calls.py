@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 
 from craftai.outputs import LowResMask, MaskInput, Point, PointLike, Prompt, format_codes
 from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
-from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_KINDS, Feature, ImageFormat, Output
+from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_KINDS, PARTS_OF, Feature, ImageFormat, Output, Part
 
 ServiceName = Literal["catalogue", "prepare", "infer"]
 RequestT = TypeVar("RequestT", bound=Message)
@@ -235,6 +235,7 @@ class MatteOptions:
     threshold: float | None = None
     png_level: int | None = None
     jpeg_quality: int | None = None
+    part: str | None = None  # Part's name: a recipe with parts (PARTS_OF) mattes that part alone
 
 
 def _either(names: Iterable[str]) -> str:
@@ -306,6 +307,7 @@ def matte_options(
     format: str | Mapping[str, str] | None = None,
     png_level: int | None = None,
     jpeg_quality: int | None = None,
+    part: str | None = None,
 ) -> MatteOptions:
     """The options of a remove_background call, checked (ValueError in plain words).
 
@@ -335,6 +337,13 @@ def matte_options(
         raise ValueError(f"the PNG compression level is {png_level}; it is 0 (none) to 9 (smallest)")
     if jpeg_quality is not None and not 1 <= jpeg_quality <= 100:
         raise ValueError(f"the JPEG quality is {jpeg_quality}; it is 1 to 100")
+    if part is not None:
+        try:
+            part = Part(part.strip().lower())
+        except ValueError:
+            raise ValueError(
+                f"{part!r} is not a part: {_either(Part)} (of a recipe with parts: {_either(PARTS_OF)})"
+            ) from None
     return MatteOptions(
         outputs=tuple(names),
         formats=_formats(names, format),
@@ -345,6 +354,7 @@ def matte_options(
         threshold=threshold,
         png_level=png_level,
         jpeg_quality=jpeg_quality,
+        part=part,
     )
 
 
@@ -381,6 +391,8 @@ def matte_request(
         request.png_compress_level = options.png_level
     if options.jpeg_quality is not None:
         request.jpeg_quality = options.jpeg_quality
+    if options.part is not None:
+        request.part = options.part
     return request
 
 

@@ -304,6 +304,7 @@ def remove_background(
     format: str | Mapping[str, str] | None = None,
     png_level: int | None = None,
     jpeg_quality: int | None = None,
+    part: str | None = None,
     recipe: str | None = None,
     engine: str | None = None,
     on_progress: ProgressCallback | None = None,
@@ -322,6 +323,10 @@ def remove_background(
     format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
     background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
     0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).
+    part: for a recipe whose mattes are of parts (u2net_cloth_seg: "upper", "lower" or "full"
+    clothes), that part's alone; without it such a recipe answers every part's, stacked top to
+    bottom (each output as tall as the picture times the number of parts), as rembg does. Asked
+    of another recipe, the server refuses it.
     Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
     `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
     """
@@ -336,6 +341,7 @@ def remove_background(
         format=format,
         png_level=png_level,
         jpeg_quality=jpeg_quality,
+        part=part,
     )
     request = matte_request(read_picture(picture), options, recipe, engine)
     notices: list[str] = []

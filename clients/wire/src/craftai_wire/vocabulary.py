@@ -4,7 +4,8 @@ command line, the web gateway and (through the gateway) the page.
 `Reason` is the machine-readable contract of every error (google.rpc.ErrorInfo.reason); docs/API.md
 lists them with what a caller does about each; `GatewayReason` are the web gateway's own (HTTP
 only; docs/WEB.md). `NoticeCode` names the notices a stream carries.
-`Feature`, `Recipe` and `Engine` are the names a `RouteRef` carries as strings. `Output`, `ImageFormat` and
+`Feature`, `Recipe` and `Engine` are the names a `RouteRef` carries as strings, `Part` the one a
+MatteRequest's `part` carries (for the recipes in `PARTS_OF`). `Output`, `ImageFormat` and
 `MaskFormat` are the names apps use (the SDK's arguments, the command line, HTTP) for what the
 wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS` and `MASK_FORMATS` are the one mapping
 between the two, and `ROUTE_STATES` the same for a route's state. They are Python enums of
@@ -95,6 +96,7 @@ class Recipe(StrEnum):
     U2NETP = "u2netp"
     U2NET = "u2net"
     U2NET_HUMAN_SEG = "u2net_human_seg"
+    U2NET_CLOTH_SEG = "u2net_cloth_seg"
     SILUETA = "silueta"
     ISNET_GENERAL_USE = "isnet-general-use"
     ISNET_ANIME = "isnet-anime"
@@ -127,6 +129,15 @@ class Output(StrEnum):
     CUTOUT = "cutout"
     COMPOSITE = "composite"
     MASK = "mask"
+
+
+class Part(StrEnum):
+    """MatteRequest.part: the part of the subject a recipe with parts mattes alone (`PARTS_OF`);
+    without one, such a recipe answers every part's matte, stacked top to bottom in this order."""
+
+    UPPER = "upper"  # u2net_cloth_seg: upper-body clothes
+    LOWER = "lower"  # lower-body clothes
+    FULL = "full"  # full-body clothes (dresses, overalls)
 
 
 class ImageFormat(StrEnum):
@@ -163,6 +174,7 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
             Recipe.BIREFNET_LITE,
             Recipe.U2NET,
             Recipe.U2NET_HUMAN_SEG,
+            Recipe.U2NET_CLOTH_SEG,
             Recipe.SILUETA,
             Recipe.ISNET_GENERAL_USE,
             Recipe.ISNET_ANIME,
@@ -176,6 +188,10 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
         ),
         Feature.SEGMENT: (Recipe.SAM21_HIERA_TINY, Recipe.SAM2_HIERA_TINY),
     }
+)
+# The recipes whose mattes are of parts, and their parts in the order a stacked answer has them.
+PARTS_OF: Mapping[Recipe, tuple[Part, ...]] = MappingProxyType(
+    {Recipe.U2NET_CLOTH_SEG: (Part.UPPER, Part.LOWER, Part.FULL)}
 )
 OUTPUT_KINDS: Mapping[Output, infer_pb2.MatteOutputKind.ValueType] = MappingProxyType(
     {

@@ -72,10 +72,18 @@ def serving(
 
 
 def assert_rembgs_mattes(
-    address: str, recipe: str, theirs: Mapping[str, np.ndarray], pictures: Mapping[str, Path], min_share: float
+    address: str,
+    recipe: str,
+    theirs: Mapping[str, np.ndarray],
+    pictures: Mapping[str, Path],
+    min_share: float,
+    *,
+    part: str | None = None,
+    levels: int = 64,
 ) -> None:
-    """Each picture's matte from the server at `address` on `recipe` (onnxruntime) is `theirs` byte for
-    byte, and not trivial: many levels, more than `min_share` of it subject and of it background."""
+    """Each picture's matte from the server at `address` on `recipe` (onnxruntime; of `part` where
+    given) is `theirs` byte for byte, and not trivial: at least `levels` levels, more than
+    `min_share` of it subject and of it background."""
     import io
 
     from PIL import Image
@@ -84,14 +92,14 @@ def assert_rembgs_mattes(
 
     with AiClient(app_id="tests", target=address) as ai:
         for name, path in pictures.items():
-            answer = ai.remove_background(path, outputs="matte", recipe=recipe)
+            answer = ai.remove_background(path, outputs="matte", recipe=recipe, part=part)
             assert (answer.recipe, answer.engine) == (recipe, "onnxruntime")
             ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
             assert ours.shape == theirs[name].shape, name
             worst = int(np.abs(ours.astype(int) - theirs[name]).max())
-            assert np.array_equal(ours, theirs[name]), (recipe, name, worst)
+            assert np.array_equal(ours, theirs[name]), (recipe, part, name, worst)
             share = float((ours > 127).mean())
-            assert len(np.unique(ours)) >= 64 and min_share < share < 1 - min_share, (recipe, name, share)
+            assert len(np.unique(ours)) >= levels and min_share < share < 1 - min_share, (recipe, name, share)
 
 
 def with_a_large_picture(

@@ -53,45 +53,53 @@ def photo_batch(names: list[str]) -> torch.Tensor:
     return torch.from_numpy(np.concatenate(arrays))
 
 
-def calibrated() -> torch.nn.Module:
-    """U²-Net with random weights, calibrated on the sample photos (eval mode, CPU)."""
+def u2netp_subject(name: str) -> np.ndarray:
+    """The real u2netp's matte of the sample photo `name` at 320² (rembg's pipeline), in [0, 1]: a
+    subject and a background for a stand-in's readout to be fitted to."""
     from PIL import Image
 
-    from craftai_dev import calibration
     from craftai_dev.files import u2netp_onnx
-    from craftai_dev.samples import PHOTOS, photos
-    from craftai_dev.u2net_reference import u2net_class
+    from craftai_dev.samples import photos
     from craftai_infer.pipelines import matte_u2netp
     from craftai_models.onnx_sessions import open_session
+
+    u2netp = open_session(u2netp_onnx(), "cpu")
+    rgb = np.asarray(Image.open(photos()[name]).convert("RGB"))
+    fused = u2netp.run(None, {u2netp.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
+    return matte_u2netp.postprocess(fused, (matte_u2netp.SIZE, matte_u2netp.SIZE)).astype(np.float32) / 255.0
+
+
+def calibrated() -> torch.nn.Module:
+    """U²-Net with random weights, calibrated on the sample photos (eval mode, CPU)."""
+    from craftai_dev import calibration
+    from craftai_dev.samples import PHOTOS
+    from craftai_dev.u2net_reference import u2net_class
 
     torch.manual_seed(SEED)
     net = u2net_class()().eval()
     every = photo_batch(list(PHOTOS))
     one = photo_batch([CALIBRATION_PHOTO])
     calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
-
-    u2netp = open_session(u2netp_onnx(), "cpu")
-    rgb = np.asarray(Image.open(photos()[CALIBRATION_PHOTO]).convert("RGB"))
-    fused = u2netp.run(None, {u2netp.get_inputs()[0].name: matte_u2netp.preprocess(rgb)})[0]
-    subject = matte_u2netp.postprocess(fused, (matte_u2netp.SIZE, matte_u2netp.SIZE)).astype(np.float32) / 255.0
-    target = torch.from_numpy(8.0 * (subject - 0.5))[None, None]
+    target = torch.from_numpy(8.0 * (u2netp_subject(CALIBRATION_PHOTO) - 0.5))[None, None]
 
     def forward() -> object:
         return net(one)
 
     for name in ("side1", "outconv"):
-        readout = _conv(net, name)
+        readout = readout_conv(net, name)
         calibration.fit_readout(readout, calibration.readout_input(net, readout, forward), target)
     return net
 
 
-def _conv(net: torch.nn.Module, name: str) -> torch.nn.Conv2d:
+def readout_conv(net: torch.nn.Module, name: str) -> torch.nn.Conv2d:
+    """The convolution `name` of U²-Net (a side readout, or the fusion `outconv`)."""
     conv = net.get_submodule(name)
     assert isinstance(conv, torch.nn.Conv2d)
     return conv
 
 
-def _export(net: torch.nn.Module, path: Path) -> None:
+def export(net: torch.nn.Module, path: Path) -> None:
+    """`net` exported as rembg's U²-Net files are (see the module's docstring), atomically to `path`."""
     partial = path.with_suffix(".part")
     torch.onnx.export(
         net,
@@ -118,7 +126,7 @@ def onnx_files() -> dict[str, Path]:
             return paths
         folder.mkdir(parents=True, exist_ok=True)
         first, *others = VARIANTS
-        _export(calibrated(), paths[first])
+        export(calibrated(), paths[first])
         for name in others:
             stand_ins.scaled_readout(paths[first], paths[name], "outconv", *VARIANTS[name])
     return paths

@@ -21,7 +21,7 @@ from craftai_infer.encodings import WEBP_MAX_SIDE, Encoding, Format
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.pipelines.picture import Picture
 from craftai_wire.v1 import infer_pb2
-from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_OF, Reason
+from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_OF, PARTS_OF, Part, Reason
 
 # The wire's enums -> the pipeline's names (the vocabulary's tables; the pipeline types them as Literals).
 KIND_OF: dict[int, Kind] = {code: cast(Kind, str(name)) for code, name in OUTPUT_OF.items()}
@@ -50,6 +50,18 @@ class Checked:
     blur_radius: float | None  # the background, when a blur
     background_picture: bytes | None  # the background, when a picture (decoded in the decode stage)
     legacy: bool  # no `outputs`: answer matte_png / cutout_png
+    part: Part | None = None  # a recipe with parts: the one asked (None: every part's, stacked)
+
+    def for_recipe(self, recipe: str) -> None:
+        """INVALID_ARGUMENT where a part is asked of a recipe that has none."""
+        if self.part is not None and recipe not in PARTS_OF:
+            having = ", ".join(f"{name} ({', '.join(parts)})" for name, parts in PARTS_OF.items())
+            raise invalid_argument(
+                Reason.BAD_OPTIONS,
+                f"{recipe} has no parts, so part {str(self.part)!r} cannot be asked of it; the recipes with parts: "
+                f"{having}",
+                field="part",
+            )
 
     def within(self, width: int, height: int, background: Picture | None) -> OutputsSpec:
         """The pipeline's spec; INVALID_ARGUMENT where WebP cannot hold the picture or JPEG the composite."""
@@ -162,6 +174,17 @@ def check(request: infer_pb2.MatteRequest, png_level: int) -> Checked:
             "it: ask for PNG or WebP, or an opaque colour",
         )
     picture = request.background.picture.data if which == "picture" else None
+    part: Part | None = None
+    if request.part:
+        try:
+            part = Part(request.part)
+        except ValueError:
+            raise invalid_argument(
+                Reason.BAD_OPTIONS,
+                f"part is {request.part!r}; a part is {', '.join(Part)} (of a recipe with parts: "
+                f"{', '.join(PARTS_OF)})",
+                field="part",
+            ) from None
     return Checked(
         tuple(kinds),
         {kind: _encoding(request, formats[kind], png_level) for kind in kinds},
@@ -171,4 +194,5 @@ def check(request: infer_pb2.MatteRequest, png_level: int) -> Checked:
         radius,
         picture,
         legacy,
+        part,
     )

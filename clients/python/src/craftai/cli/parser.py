@@ -23,7 +23,7 @@ from craftai.cli.setup import cmd_setup
 from craftai.cli.status import cmd_status
 from craftai_wire import advice, vocabulary
 from craftai_wire.advice import Subject
-from craftai_wire.vocabulary import RECIPES_OF, Engine, Feature, ImageFormat
+from craftai_wire.vocabulary import PARTS_OF, RECIPES_OF, Engine, Feature, ImageFormat, Part
 
 # --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
 # answer UNKNOWN_ENGINE for one it does not).
@@ -246,6 +246,13 @@ def parser() -> argparse.ArgumentParser:
         "--png-level", type=int, default=None, metavar="0-9", help="zlib level of PNGs (server default: 1, fast)"
     )
     s.add_argument("--jpeg-quality", type=int, default=None, metavar="1-100", help="JPEG quality (default 90)")
+    s.add_argument(
+        "--part",
+        choices=list(Part),
+        default=None,
+        help=f"a recipe with parts ({', '.join(PARTS_OF)}): that part's matte alone (default: every part's, "
+        "stacked top to bottom, as rembg answers)",
+    )
     s.add_argument("--overwrite", action="store_true", help="redo pictures whose outputs exist")
     s.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"

@@ -171,6 +171,7 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
             "format": fmt,
             "png_level": options.png_level,
             "jpeg_quality": options.jpeg_quality,
+            "part": options.part,
             "recipe": options.recipe,
             "engine": options.engine,
         }

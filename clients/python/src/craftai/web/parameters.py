@@ -36,6 +36,8 @@ HINTS = {
     "alpha_matting_foreground_threshold": _ALPHA_MATTING,
     "alpha_matting_background_threshold": _ALPHA_MATTING,
     "alpha_matting_erode_size": _ALPHA_MATTING,
+    "cc": "rembg's cc (u2net_cloth_seg's cloth category) is part=upper, lower or full",
+    "cloth_category": "rembg's cloth_category (u2net_cloth_seg) is part=upper, lower or full",
     "url": "the gateway fetches no URL: send the picture's bytes (the body, or the form field picture)",
     "extras": "rembg's extras: recipe= and engine= choose the route; prompts go to /api/v1/sessions",
     # Meta's SAM predictor

@@ -463,6 +463,7 @@ class MatteRequest(_message.Message):
     MASK_THRESHOLD_FIELD_NUMBER: _builtins.int
     PNG_COMPRESS_LEVEL_FIELD_NUMBER: _builtins.int
     JPEG_QUALITY_FIELD_NUMBER: _builtins.int
+    PART_FIELD_NUMBER: _builtins.int
     want_cutout: _builtins.bool
     """Requests without `outputs` (SDKs before issue 17) get matte_png, and cutout_png when this is set."""
     naive: _builtins.bool
@@ -473,6 +474,11 @@ class MatteRequest(_message.Message):
     """0..9; unset: the server's CRAFTAI_PNG_COMPRESS_LEVEL (1: fast)"""
     jpeg_quality: _builtins.int
     """1..100; unset: 90"""
+    part: _builtins.str
+    """A recipe whose mattes are of parts (u2net_cloth_seg: "upper", "lower", "full"): that part's
+    alone; unset: every part's, stacked top to bottom (each output as tall as the picture times
+    the number of parts). Refused on a recipe without parts.
+    """
     @_builtins.property
     def route(self) -> _common_pb2.RouteRef:
         """feature "image.matte"; recipe/engine optional"""
@@ -499,10 +505,11 @@ class MatteRequest(_message.Message):
         mask_threshold: _builtins.float | None = ...,
         png_compress_level: _builtins.int | None = ...,
         jpeg_quality: _builtins.int | None = ...,
+        part: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "naive", b"naive", "outputs", b"outputs", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality", "_mask_threshold", b"_mask_threshold", "_png_compress_level", b"_png_compress_level", "background", b"background", "jpeg_quality", b"jpeg_quality", "mask_threshold", b"mask_threshold", "naive", b"naive", "outputs", b"outputs", "part", b"part", "picture", b"picture", "png_compress_level", b"png_compress_level", "route", b"route", "want_cutout", b"want_cutout"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__jpeg_quality: _TypeAlias = _typing.Literal["jpeg_quality"]  # noqa: Y015
     _WhichOneofArgType__jpeg_quality: _TypeAlias = _typing.Literal["_jpeg_quality", b"_jpeg_quality"]  # noqa: Y015

@@ -117,6 +117,7 @@ class MatteFeature:
         asked = matte_options.check(request, c.settings.png_compress_level)
         run.stages = STAGES
         resolved = await runs.resolve(c.routes, request.route, FEATURE)
+        asked.for_recipe(resolved.route.recipe)
         loaded = await runs.load(c.routes, resolved, run)
         route: MatteRoute = loaded.route
 
@@ -127,7 +128,7 @@ class MatteFeature:
         made = [kind for kind in asked.kinds if kind != "matte"]
         doing = "removing the background" + (f" and making the {', '.join(made)}" if made else "")
         with run.stage("model", f"{doing} ({loaded.device})"):
-            job = MatteJob(picture, spec)
+            job = MatteJob(picture, spec, asked.part)
             rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
         run.stages_ms.update(rendered.stages_ms)  # within "model": the network, then each output made
         with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
@@ -170,7 +171,9 @@ class MatteFeature:
         if back is not None:
             back_head = await c.on_cpu(self._background, c.header, back)  # in the request's class
             back_pixels = back_head.width * back_head.height
-        estimate = Estimate(width, height, tuple(asked.kinds), asked.naive, back_pixels)
+        # every part's matte stacked: each output as tall as the picture once a part
+        stacked = len(route.parts) if route.parts and asked.part is None else 1
+        estimate = Estimate(width, height * stacked, tuple(asked.kinds), asked.naive, back_pixels)
         what = f"a {estimate.words} of a {width}x{height} picture"
         if back is not None:
             what += f" over a {back_head.width}x{back_head.height} background"

@@ -122,11 +122,21 @@ class Route(Protocol):
 
 
 class MatteRoute(Route, Protocol):
-    """image.matte: the matte of each picture (MATTE makes the outputs from it)."""
+    """image.matte: the matte of each picture (MATTE makes the outputs from it). A route whose
+    network mattes parts of the subject (craftai_wire.vocabulary.PARTS_OF) names them in `parts`
+    and answers `matte_parts`; its `matte` is every part's, stacked."""
+
+    parts: tuple[str, ...] = ()
 
     def matte(self, pictures: Sequence[Picture]) -> Sequence[Matte]:
         """Each picture's matte: a host array, or a tensor on `device` where it was computed there."""
         ...
+
+    def matte_parts(self, pictures: Sequence[Picture], parts: Sequence[str | None]) -> Sequence[Matte]:
+        """A route with `parts`: each picture's matte of the part asked (one of `parts`), or where
+        None every part's, stacked top to bottom in `parts`' order (as tall as the picture times
+        their number)."""
+        raise TypeError(f"{type(self).__name__} has no parts: its matte is the whole subject's")
 
     def batch_key(self, picture: Picture) -> Hashable:
         """Pictures with the same key may share a call (they stack into one network input)."""
@@ -194,16 +204,25 @@ class MatteJob:
 
     picture: Picture
     outputs: OutputsSpec
+    part: str | None = None  # a route with parts: the one asked; None: every part's, stacked
+
+    def shown(self, route: MatteRoute) -> Picture:
+        """The picture the outputs are made of: on a route with parts, without one asked, the
+        picture once a part, stacked as the mattes are (rembg stacks its cutouts so)."""
+        if not route.parts or self.part is not None:
+            return self.picture
+        return np.concatenate([self.picture] * len(route.parts), axis=0)
 
 
 def matte_and_outputs(route: MatteRoute, jobs: Sequence[MatteJob]) -> list[Rendered]:
     """MATTE: the route's mattes, then each job's outputs made from them on the route's device."""
     started = time.perf_counter()
-    mattes = route.matte([job.picture for job in jobs])
+    pictures = [job.picture for job in jobs]
+    mattes = route.matte_parts(pictures, [job.part for job in jobs]) if route.parts else route.matte(pictures)
     network = (time.perf_counter() - started) * 1000
     try:
         made = matte_render.rendered(
-            [(job.picture, matte, job.outputs) for job, matte in zip(jobs, mattes, strict=True)], route.device
+            [(job.shown(route), matte, job.outputs) for job, matte in zip(jobs, mattes, strict=True)], route.device
         )
         return [dataclasses.replace(r, stages_ms={"network": network, **r.stages_ms}) for r in made]
     except matte_render.TorchMissingError as exc:

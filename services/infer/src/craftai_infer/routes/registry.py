@@ -30,6 +30,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("u2net_human_seg", "onnxruntime"): "u2netp_onnx.U2netpOnnx",
     ("u2net_human_seg", "torch"): "u2netp_torch.U2netTorch",
     ("silueta", "onnxruntime"): "u2netp_onnx.U2netpOnnx",
+    ("u2net_cloth_seg", "onnxruntime"): "u2net_cloth_onnx.U2netClothOnnx",
     ("isnet-general-use", "onnxruntime"): "isnet_onnx.IsnetOnnx",
     ("isnet-anime", "onnxruntime"): "isnet_onnx.IsnetAnimeOnnx",
     ("birefnet-general", "onnxruntime"): "birefnet_rembg_onnx.BirefnetRembgOnnx",

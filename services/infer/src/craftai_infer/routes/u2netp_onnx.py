@@ -22,12 +22,15 @@ from craftai_infer.routes import Capabilities, MatteRoute, ModelRefusedError, Ro
 
 
 def check_contract(
-    inputs: Sequence[Sequence[object]], outputs: Sequence[Sequence[object]], size: int = matte_u2netp.SIZE
+    inputs: Sequence[Sequence[object]],
+    outputs: Sequence[Sequence[object]],
+    size: int = matte_u2netp.SIZE,
+    maps: int = 1,
 ) -> None:
-    """The graph's shapes are those of the rembg files (one `size`² picture in, the answer's map first
-    out): a graph of another contract is refused when the route loads it, in words, rather than
-    answering nonsense (a dimension the graph leaves named is taken as it comes)."""
-    input_shape, fused_shape = [1, 3, size, size], [1, 1, size, size]
+    """The graph's shapes are those of the rembg files (one `size`² picture in, the answer's `maps`
+    maps first out): a graph of another contract is refused when the route loads it, in words,
+    rather than answering nonsense (a dimension the graph leaves named is taken as it comes)."""
+    input_shape, fused_shape = [1, 3, size, size], [1, maps, size, size]
 
     def fits(shape: Sequence[object], expected: list[int]) -> bool:
         return len(shape) == len(expected) and all(
@@ -38,7 +41,8 @@ def check_contract(
         raise ModelRefusedError(f"the graph's inputs are {[list(i) for i in inputs]}, not one {input_shape} picture")
     if not outputs or not fits(outputs[0], fused_shape):
         first = list(outputs[0]) if outputs else "none"
-        raise ModelRefusedError(f"the graph's first output is {first}, not the {fused_shape} fused map")
+        what = "fused map" if maps == 1 else "class logits"
+        raise ModelRefusedError(f"the graph's first output is {first}, not the {fused_shape} {what}")
 
 
 class GraphModel(Protocol):
@@ -68,13 +72,17 @@ class U2netpGraph(MatteRoute):
         return [self._matte(picture) for picture in pictures]
 
     def _matte(self, picture: Picture) -> npt.NDArray[np.uint8]:
+        height, width = picture.shape[:2]
+        return matte_u2netp.postprocess(self._first_output(picture), (width, height), self.steps)
+
+    def _first_output(self, picture: Picture) -> npt.NDArray[np.float32]:
+        """The graph's first output for the picture, fed as rembg's session feeds it."""
         scratch = getattr(self._scratch, "arrays", None)
         if scratch is None:
             scratch = self._scratch.arrays = matte_u2netp.Scratch(self.steps.size)
         x = matte_u2netp.preprocess(picture, scratch, self.steps)
-        (fused, *_sides) = self.model.run({self.input_name: x})
-        height, width = picture.shape[:2]
-        return matte_u2netp.postprocess(fused, (width, height), self.steps)
+        (first, *_others) = self.model.run({self.input_name: x})
+        return first
 
 
 class U2netpOnnx(U2netpGraph):
@@ -85,6 +93,7 @@ class U2netpOnnx(U2netpGraph):
     # cores the first leaves idle (a small network does not keep all of them busy).
     cpu_concurrent_runs = 2
     shrink_cpu_arena = False  # onnxruntime.OnnxModel: a 320² network's working memory is small
+    maps = 1  # the channels of the graph's first output
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         model = OnnxModel(
@@ -94,5 +103,6 @@ class U2netpOnnx(U2netpGraph):
             [i.shape for i in model.session.get_inputs()],
             [o.shape for o in model.session.get_outputs()],
             self.steps.size,
+            self.maps,
         )
         super().__init__(model, concurrent_runs=self.cpu_concurrent_runs if model.device == "cpu" else 1)

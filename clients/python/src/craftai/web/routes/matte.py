@@ -41,6 +41,13 @@ async def remove_background(
     ] = None,
     png_level: int | None = None,
     jpeg_quality: int | None = None,
+    part: Annotated[
+        str | None,
+        Query(
+            description="a recipe with parts (u2net_cloth_seg: upper, lower or full): that part's matte alone; "
+            "unset: every part's, stacked top to bottom"
+        ),
+    ] = None,
     recipe: str | None = None,
     engine: str | None = None,
     answer: Annotated[
@@ -67,6 +74,7 @@ async def remove_background(
         "format": format,
         "png_level": png_level,
         "jpeg_quality": jpeg_quality,
+        "part": part,
         "recipe": recipe,
         "engine": engine,
         "answer": answer,
@@ -83,6 +91,7 @@ async def remove_background(
         format=formats(text(given["format"])),
         png_level=number(given["png_level"], "png_level", int),
         jpeg_quality=number(given["jpeg_quality"], "jpeg_quality", int),
+        part=text(given["part"]),
         recipe=text(given["recipe"]),
         engine=text(given["engine"]),
     )
