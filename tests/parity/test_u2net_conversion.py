@@ -59,5 +59,5 @@ def test_the_published_u2net_converted_agrees_with_onnxruntime_on_the_photos() -
     model = onnx.load(str(u2net_onnx()))
     state = converter.convert(model, converter.U2NET)
     found = converter.compare(model, state, u2net_fixture.photo_batch(list(PHOTOS)).numpy(), network=converter.U2NET)
-    converter.check(found, "u2net")
+    converter.check(found, converter.U2NET)
     assert found[0].max_abs > 0  # two engines: equal to the last bit would mean one ran twice

@@ -25,6 +25,9 @@ noise="is ignored: it is neither a file nor a directory"
 # What transparent-background's Remover imports beyond those (albumentations at the top of its module;
 # 2026-12-01 on the GPU machine: "No module named 'albumentations'"), at versions that agree.
 "${pip[@]}" easydict albumentations==2.0.8 albucore==0.0.24 stringzilla simsimd 2> >(grep -v "$noise" >&2)
+# IS-Net's references (the DIS authors' network, SkyTNT's copy), from which tests/gpu/test_isnet_cuda.py
+# makes its stand-ins there (craftai_dev.isnet_fixture; too large to carry made).
+"${pip[@]}" dis-inference anime-seg 2> >(grep -v "$noise" >&2)
 # py-spy: the sampling profiler tools/gpu/profile_sam.sh runs on the server (one binary, no dependencies).
 "${pip[@]}" py-spy==0.4.3 2> >(grep -v "$noise" >&2)
 # rembg, the peer beside u2netp in the benchmark, with what it imports that the machine lacks.

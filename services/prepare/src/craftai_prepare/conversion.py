@@ -48,11 +48,19 @@ from craftai_wire.vocabulary import NoticeCode, Reason
 
 def converters() -> dict[str, Converter]:
     """Known conversions by revision. Imports are lazy: torch and onnx load only to convert."""
-    from craftai_prepare.converters import birefnet, sam21, sam21_decoder, u2netp
+    from craftai_prepare.converters import birefnet, isnet, sam21, sam21_decoder, u2netp
 
     return {
         c.revision: c
-        for c in (u2netp.CONVERTER, u2netp.CONVERTER_FULL, sam21.CONVERTER, sam21_decoder.CONVERTER, birefnet.CONVERTER)
+        for c in (
+            u2netp.CONVERTER,
+            u2netp.CONVERTER_FULL,
+            isnet.CONVERTER,
+            isnet.CONVERTER_ANIME,
+            sam21.CONVERTER,
+            sam21_decoder.CONVERTER,
+            birefnet.CONVERTER,
+        )
     }
 
 

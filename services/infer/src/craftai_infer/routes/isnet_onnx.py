@@ -11,8 +11,15 @@ from craftai_infer.routes.u2netp_onnx import U2netpOnnx
 
 # onnxruntime's working memory for one picture on the CPU, measured on both reference networks at
 # 1024² (0.44 and 0.62 GB above the loaded session: docs/API.md, "image.matte with
-# isnet-general-use and isnet-anime"), rounded up.
+# isnet-general-use and isnet-anime"), rounded up; torch's at 1024² (the torch route) is 0.65 GB.
 NETWORK_BYTES = 700 * 2**20
+
+
+def cpu_working_bytes(device: str, steps: matte_u2netp.Steps, network_bytes: int = NETWORK_BYTES) -> int:
+    """On the CPU: the pre-processing's arrays and the network's activations (none on a GPU's host side)."""
+    if device != "cpu":
+        return 0
+    return steps.size * steps.size * 3 * (8 + 4) + network_bytes
 
 
 class IsnetOnnx(U2netpOnnx):
@@ -26,11 +33,7 @@ class IsnetOnnx(U2netpOnnx):
     network_bytes = NETWORK_BYTES
 
     def working_bytes(self, height: int, width: int) -> int:
-        """On the CPU: the pre-processing's arrays and the network's activations (none on a GPU's host side)."""
-        if self.device != "cpu":
-            return 0
-        side = self.steps.size
-        return side * side * 3 * (8 + 4) + self.network_bytes
+        return cpu_working_bytes(self.device, self.steps, self.network_bytes)
 
 
 class IsnetAnimeOnnx(IsnetOnnx):

@@ -1,6 +1,7 @@
 """U²-Net for image.matte on torch (u2netp; u2net and u2net_human_seg at the full widths): the
 network written in this project (craftai_models.u2netp), weights from the prepared folder (converted
-once from the published ONNX), the same rembg-compatible pipeline as the onnxruntime route."""
+once from the published ONNX), the same rembg-compatible pipeline as the onnxruntime route; IS-Net's
+route (routes/isnet_torch.py) is this one with its network and rembg's steps for it."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 import torch
 from safetensors.torch import load_file
+from torch import nn
 
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.picture import Picture
@@ -24,20 +26,29 @@ class U2netpTorch(MatteRoute):
     capabilities = Capabilities(batched=frozenset({MATTE}))
     widths: Widths = PORTABLE
     weights: str = WEIGHTS
+    steps: matte_u2netp.Steps = matte_u2netp.U2NET  # what rembg's session of the recipe does around it
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
         self.device = device
-        module = U2Net(self.widths)
+        module = self.network()
         module.load_state_dict(load_file(str(files.prepared / self.weights)), strict=True)
         self.module = module.eval().to(device)
 
+    def network(self) -> nn.Module:
+        """The module the prepared weights load into (strict); its first output is the served map."""
+        return U2Net(self.widths)
+
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
         """Host arrays: the pipeline's post-processing is Pillow's (rembg's)."""
-        x = torch.from_numpy(np.concatenate([matte_u2netp.preprocess(p) for p in pictures])).to(self.device)
+        batch = [matte_u2netp.preprocess(p, steps=self.steps) for p in pictures]
+        x = torch.from_numpy(np.concatenate(batch)).to(self.device)
         with torch.inference_mode():
-            fused = self.module(x)[0].float().cpu().numpy()
-        return [matte_u2netp.postprocess(fused[i : i + 1], (p.shape[1], p.shape[0])) for i, p in enumerate(pictures)]
+            first = self.module(x)[0].float().cpu().numpy()
+        return [
+            matte_u2netp.postprocess(first[i : i + 1], (p.shape[1], p.shape[0]), self.steps)
+            for i, p in enumerate(pictures)
+        ]
 
 
 class U2netTorch(U2netpTorch):

@@ -1,5 +1,6 @@
 """U²-Net's published graphs (u2netp; u2net and u2net_human_seg, the full network) -> a state_dict
-for craftai_models.u2netp.U2Net at the network's widths (`U2NETP`, `U2NET`).
+for craftai_models.u2netp.U2Net at the network's widths (`U2NETP`, `U2NET`). The walk, the probe and
+the checks are shared with the networks built from U²-Net's blocks (IS-Net: converters/isnet.py).
 
 The weights are recovered by following the graph, not by reading initializer names: starting
 from the graph input, the walk mirrors U2NetP.forward and, at each step, finds the node that
@@ -14,7 +15,10 @@ in order; anything else is refused with a ConversionError naming the node.
 The published file (PyTorch 1.9 export, opset 11) holds 119 Conv (BatchNorm already folded, so
 every conv has a bias), 112 Relu, 33 MaxPool (2x2, ceil mode), 38 Resize (linear,
 pytorch_half_pixel, size taken from the skip tensor's Shape), 11 Add, 7 Sigmoid, plus the
-Shape/Gather/Unsqueeze/Slice/Cast/Concat/Constant nodes that compute the Resize sizes.
+Shape/Gather/Unsqueeze/Slice/Cast/Concat/Constant nodes that compute the Resize sizes. Exporters
+that knew the input's size fold those into constants (whole or in part: IS-Net's graphs); a size is
+then evaluated at the graph's input size, as the walk tracks every value's shape, and must be the
+skip tensor's there.
 
 ``compare`` runs the converted network (torch, CPU, fp32) and the source graph (onnxruntime, CPU)
 on the same input and reports per-output differences; ``check`` holds them to the tolerances
@@ -25,16 +29,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 import onnx
 import torch
+from onnx import helper
 
 from craftai_models import imagenet
 from craftai_models.onnx_sessions import open_session
-from craftai_models.u2netp import FULL, INPUT_SIZE, OUTPUT_NAMES, PORTABLE, RSU, WEIGHTS, WEIGHTS_FULL, U2Net, Widths
+from craftai_models.u2netp import FULL, INPUT_SIZE, OUTPUT_NAMES, PORTABLE, RSU, WEIGHTS, WEIGHTS_FULL, U2Net
 from craftai_prepare.converters import ConversionError, Converter, Step, own_files_only, write_weights
 from craftai_prepare.onnx_graph import OnnxGraph, attribute, attributes, constant_value, describe
 
@@ -56,6 +62,7 @@ SIDE_MAX_ABS_TOLERANCE = 5e-4
 
 
 Array = npt.NDArray[np.float32]
+Shape = tuple[int, int, int]  # (C, H, W) of a value, at the graph's input size (N is 1)
 
 # Nodes that only compute the sizes handed to Resize (from the Shape of the tensors involved).
 _SIZE_OPS = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Slice", "Cast", "Concat", "Constant", "Identity"})
@@ -77,15 +84,22 @@ def _ints(value: object) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else []
 
 
-class _Walk:
-    """Matches the module's forward against the graph, one node at a time, and fills the state_dict."""
+class Walk:
+    """Matches a module's forward against the graph, one node at a time, and fills the state_dict;
+    `network` (U²-Net's here, IS-Net's in converters/isnet.py) mirrors the module's forward and
+    names the outputs the graph should declare, in order."""
 
-    def __init__(self, model: onnx.ModelProto, module: U2Net, name: str) -> None:
+    def __init__(self, model: onnx.ModelProto, module: torch.nn.Module, name: str) -> None:
         self.g = OnnxGraph(model)
         self.module = module
         self.name = name
         self.claimed: set[int] = set()  # positions of the nodes matched so far
         self.state: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, Shape] = {}  # every value the walk reached, at the graph's input size
+
+    def network(self, x: str) -> list[str]:
+        """Mirrors the module's forward from the graph input ``x``; the outputs' names, in order."""
+        raise NotImplementedError
 
     # -- finding nodes -------------------------------------------------------------------------
 
@@ -179,8 +193,9 @@ class _Walk:
             problems.append(f"auto_pad {attrs['auto_pad']!r}")
         if _number(node, "group", 1) != 1:
             problems.append(f"group {attrs['group']}")
-        if (_ints(attrs.get("strides")) or [1, 1]) != [1, 1]:
-            problems.append(f"strides {attrs['strides']}")
+        strides = _ints(attrs.get("strides")) or [1, 1]
+        if strides != list(module.stride):
+            problems.append(f"strides {strides} ({self.name}: {list(module.stride)})")
         if kernel != list(module.kernel_size):
             problems.append(f"kernel {kernel} ({self.name}: {list(module.kernel_size)})")
         if dilation != want_dilation:
@@ -190,6 +205,13 @@ class _Walk:
         if problems:
             raise ConversionError(f"{describe(node)} ({key}): " + ", ".join(problems))
         out = node.output[0]
+        pads = _ints(attrs.get("pads")) or [0, 0, 0, 0]
+        size = [
+            (n + pads[i] + pads[i + 2] - dilation[i] * (kernel[i] - 1) - 1) // strides[i] + 1
+            for i, n in enumerate(self._shape(x)[1:])
+        ]
+        shape = (int(weight.shape[0]), size[0], size[1])
+        self.shapes[out] = shape
         following = self.g.consumers.get(out, [])
         if len(following) == 1 and following[0].op_type == "BatchNormalization":
             bn = self._only_consumer(out, "BatchNormalization", key)
@@ -199,7 +221,14 @@ class _Walk:
         self._store(f"{key}.bias", bias, node)
         if relu:
             out = self._only_consumer(out, "Relu", f"the ReLU after {key}").output[0]
+        self.shapes[out] = shape
         return out
+
+    def _shape(self, value: str) -> Shape:
+        found = self.shapes.get(value)
+        if found is None:  # cannot happen while the walk records what it reaches; kept as a guard
+            raise ConversionError(f"{self._where(value)}: its shape is not known to the walk")
+        return found
 
     def _fold(
         self, bn: onnx.NodeProto, weight: npt.NDArray[np.float64], bias: npt.NDArray[np.float64]
@@ -230,6 +259,8 @@ class _Walk:
             raise ConversionError(
                 f"{describe(node)}: {self.name} pools 2x2 with stride 2 in ceil mode; got {_show(attrs)}"
             )
+        channels, height, width = self._shape(x)
+        self.shapes[node.output[0]] = (channels, -(-height // 2), -(-width // 2))
         return node.output[0]
 
     def upsample_like(self, x: str, like: str) -> str:
@@ -248,29 +279,44 @@ class _Walk:
                 f"got {_show(attrs)}"
             )
         inputs = list(node.input) + [""] * (4 - len(node.input))
-        for name in inputs[1:3]:  # roi, scales: absent or empty
-            if name and self._constant(name, node).size != 0:
-                raise ConversionError(
-                    f"{describe(node)}: resizes by fixed scales; {self.name} resizes to the skip tensor's size"
-                )
-        if not inputs[3]:
+        roi, scales, sizes = inputs[1:4]
+        if roi and self._constant(roi, node).size != 0:
+            raise ConversionError(f"{describe(node)}: resizes a region; {self.name} resizes the whole tensor")
+        channels, height, width = self._shape(x)
+        want = self._shape(like)[1:]
+        factors = self._constant(scales, node).ravel().astype(np.float64).tolist() if scales else []
+        if sizes and not factors:
+            value, sources = self._size(sizes, node)
+            got = tuple(int(v) for v in value.ravel()[2:]) if value.size == 4 else ()
+            told = f"sizes {value.ravel().tolist()}"
+        elif factors and not sizes:  # fixed scales: the skip tensor's size only if they are its ratios
+            sources = set()
+            ratios = [1.0, 1.0] + [w / n for w, n in zip(want, (height, width), strict=True)]
+            got = want if factors == ratios else ()
+            told = f"scales {factors}"
+        else:
             raise ConversionError(
-                f"{describe(node)}: has no sizes input; {self.name} resizes to the skip tensor's size"
+                f"{describe(node)}: has {'both scales and sizes' if sizes else 'no sizes input'}; "
+                f"{self.name} resizes to the skip tensor's size"
             )
-        sources = self._shape_sources(inputs[3], node)
-        if like not in sources or not sources <= {x, like}:
+        if not sources <= {x, like}:
             raise ConversionError(
                 f"{describe(node)}: its size comes from the shapes of {sorted(sources)}; "
                 f"{self.name} takes it from {like!r}"
             )
+        if got != want:
+            raise ConversionError(
+                f"{describe(node)}: {told} at the graph's input size, where {self.name} resizes "
+                f"{(height, width)} to the size of {like!r}, {want}"
+            )
+        self.shapes[node.output[0]] = (channels, *want)
         return node.output[0]
 
-    def _shape_sources(self, value: str, user: onnx.NodeProto) -> set[str]:
-        """The tensors whose Shape the size computation ending at ``value`` reads (claims its nodes)."""
+    def _size(self, value: str, user: onnx.NodeProto) -> tuple[npt.NDArray[np.generic], set[str]]:
+        """The value of the size (or scale) computation ending at ``value``, evaluated at the shapes
+        the walk tracked, and the tensors whose Shape it reads (claims its nodes)."""
         if value in self.g.initializers:
-            raise ConversionError(
-                f"{describe(user)}: fixed sizes {value!r}; {self.name} resizes to the skip tensor's size"
-            )
+            return self.g.initializers[value], set()
         node = self.g.producers.get(value)
         if node is None:
             raise ConversionError(f"{describe(user)}: input {value!r} is not computed in the graph")
@@ -278,12 +324,16 @@ class _Walk:
             raise ConversionError(f"{describe(user)}: its size is computed by {describe(node)}, not from shapes")
         self._claim(node)
         if node.op_type == "Shape":
-            return {node.input[0]}
-        sources: set[str] = set()
-        for name in node.input:
-            if name:
-                sources |= self._shape_sources(name, node)
-        return sources
+            full = np.array([1, *self._shape(node.input[0])], dtype=np.int64)
+            return full[_number(node, "start", 0) : attribute(node, "end", None)], {node.input[0]}
+        if node.op_type == "Constant":
+            found = constant_value(node)
+            if found is None:
+                raise ConversionError(f"{describe(node)}: only a tensor 'value' constant is understood")
+            return found, set()
+        parts = [self._size(name, node) if name else (None, set()) for name in node.input]
+        sources = set().union(*(p[1] for p in parts))
+        return _evaluate(node, [p[0] for p in parts]), sources
 
     def cat(self, parts: Sequence[str], purpose: str) -> str:
         found = [
@@ -299,7 +349,10 @@ class _Walk:
                 f"expected one Concat of {list(parts)} along channels ({purpose}), found {len(found)}; "
                 f"{self._where(parts[0])}"
             )
-        return self._claim(found[0]).output[0]
+        shapes = [self._shape(p) for p in parts]
+        out = self._claim(found[0]).output[0]
+        self.shapes[out] = (sum(c for c, _, _ in shapes), *shapes[0][1:])
+        return out
 
     def add(self, a: str, b: str, purpose: str) -> str:
         found = [
@@ -309,10 +362,14 @@ class _Walk:
         ]
         if len(found) != 1:
             raise ConversionError(f"expected one Add of {a!r} and {b!r} ({purpose}), found {len(found)}")
-        return self._claim(found[0]).output[0]
+        out = self._claim(found[0]).output[0]
+        self.shapes[out] = self._shape(a)
+        return out
 
     def sigmoid(self, x: str, purpose: str) -> str:
-        return self._next(x, "Sigmoid", purpose).output[0]
+        out = self._next(x, "Sigmoid", purpose).output[0]
+        self.shapes[out] = self._shape(x)
+        return out
 
     # -- the network -----------------------------------------------------------------------------
 
@@ -336,8 +393,9 @@ class _Walk:
                 hx = self.upsample_like(hx, skips[level - 2])
         return self.add(hx, hx_in, f"{key} residual")
 
-    def network(self, x: str) -> list[str]:
-        """Mirrors U2Net.forward; returns the names of the seven output values."""
+    def stages(self, x: str) -> dict[int, str]:
+        """U²-Net's six encoder and five decoder stages from ``x``: stage k's decoder output (De_k;
+        En_6 for k = 6)."""
         hx1 = self.rsu(x, "en_1")
         hx2 = self.rsu(self.pool(hx1), "en_2")
         hx3 = self.rsu(self.pool(hx2), "en_3")
@@ -349,6 +407,15 @@ class _Walk:
         for stage, skip in ((5, hx5), (4, hx4), (3, hx3), (2, hx2), (1, hx1)):
             joined = self.cat((self.upsample_like(deeper, skip), skip), f"de_{stage} input")
             deeper = decoded[stage] = self.rsu(joined, f"de_{stage}")
+        return decoded
+
+
+class U2NetWalk(Walk):
+    """U²-Net's graph."""
+
+    def network(self, x: str) -> list[str]:
+        """Mirrors U2Net.forward; returns the names of the seven output values."""
+        decoded = self.stages(x)
         s1 = self.conv(decoded[1], "side_1", relu=False)
         sides = [s1] + [self.upsample_like(self.conv(decoded[k], f"side_{k}", relu=False), s1) for k in range(2, 7)]
         fused = self.conv(self.cat(sides, "fusion input"), "fuse", relu=False)
@@ -356,8 +423,10 @@ class _Walk:
         return [self.sigmoid(value, f"the sigmoid of {name}") for value, name in maps]
 
 
-def _graph_input(g: OnnxGraph, name: str) -> str:
-    inputs = g.inputs()
+def _graph_input(walk: Walk, side: int) -> str:
+    """The graph's one picture input; its shape recorded, at ``side`` where the graph names a dimension."""
+    inputs = walk.g.inputs()
+    name = walk.name
     if len(inputs) != 1:
         raise ConversionError(f"{name} has one input; the graph has {len(inputs)}: {[i.name for i in inputs]}")
     tensor = inputs[0].type.tensor_type
@@ -367,40 +436,91 @@ def _graph_input(g: OnnxGraph, name: str) -> str:
             f"graph input {inputs[0].name!r}: {name} takes float32 [N, 3, H, W]; got element type "
             f"{onnx.TensorProto.DataType.Name(tensor.elem_type)}, dims {dims}"
         )
+    walk.shapes[inputs[0].name] = (3, dims[2] or side, dims[3] or side)
     return inputs[0].name
+
+
+def _evaluate(node: onnx.NodeProto, values: list[npt.NDArray[np.generic] | None]) -> npt.NDArray[np.generic]:
+    """One node of a size computation (`_SIZE_OPS` but Shape and Constant) on known values."""
+    data = values[0]
+    if data is None:
+        raise ConversionError(f"{describe(node)}: has no first input")
+    op, more = node.op_type, values[1:]
+
+    def axes() -> tuple[int, ...]:  # an attribute before opset 13, an input since
+        given = more[0] if more and more[0] is not None else attribute(node, "axes", [])
+        return tuple(int(a) for a in np.asarray(given).ravel())
+
+    if op in ("Identity",):
+        return data
+    if op == "Cast":
+        return data.astype(helper.tensor_dtype_to_np_dtype(int(attribute(node, "to"))))
+    if op == "Gather":
+        return np.take(data, np.asarray(more[0]), axis=int(_number(node, "axis", 0)))
+    if op == "Unsqueeze":
+        return np.expand_dims(data, axes())
+    if op == "Squeeze":
+        return np.squeeze(data, axes() or None)
+    if op == "Concat":
+        return np.concatenate([v for v in values if v is not None], axis=int(_number(node, "axis", 0)))
+    if op == "Slice":  # starts, ends, axes, steps: inputs since opset 10
+        starts, ends, *rest = [np.asarray(v).ravel() for v in more if v is not None] or [
+            np.asarray(attribute(node, "starts", [])),
+            np.asarray(attribute(node, "ends", [])),
+        ]
+        on = rest[0] if rest else np.asarray(attribute(node, "axes", range(len(starts))))
+        steps = rest[1] if len(rest) > 1 else np.ones_like(starts)
+        cut = [slice(None)] * data.ndim
+        for a, b, e, k in zip(on, starts, ends, steps, strict=True):
+            cut[int(a)] = slice(int(b), int(e), int(k))
+        return data[tuple(cut)]
+    raise ConversionError(f"{describe(node)}: not understood in a size computation")
 
 
 @dataclass(frozen=True)
 class Network:
-    """A published U²-Net graph's network: its name in messages, its widths, the prepared weights'
-    file and the revision the catalogue's torch route names (a test holds the two equal)."""
+    """A published graph's network: its name in messages, the module its weights load into (strict),
+    the walk that follows its graph, the maps ``forward`` answers (the served one first) and the
+    largest difference kept on it and on the others, the prepared weights' file, the revision the
+    catalogue's torch route names (a test holds the two equal), and its probe: the input side the
+    graph was exported for, rembg's normalisation of the recipe, onnxruntime's threads (0: every
+    core, for the 1024² networks)."""
 
     name: str
-    widths: Widths
+    module: Callable[[], torch.nn.Module]
+    walk: type[Walk]
     weights: str
     revision: str
+    outputs: tuple[str, ...] = OUTPUT_NAMES
+    tolerances: tuple[float, float] = (FUSED_MAX_ABS_TOLERANCE, SIDE_MAX_ABS_TOLERANCE)
+    side: int = INPUT_SIZE
+    mean: tuple[float, float, float] = imagenet.MEAN
+    std: tuple[float, float, float] = imagenet.STD
+    threads: int = 1
 
 
-U2NETP = Network("u2netp", PORTABLE, WEIGHTS, f"u2netp-torch.{CONVERTER_VERSION}")
-U2NET = Network("u2net", FULL, WEIGHTS_FULL, f"u2net-torch.{CONVERTER_VERSION}")
+U2NETP = Network("u2netp", partial(U2Net, PORTABLE), U2NetWalk, WEIGHTS, f"u2netp-torch.{CONVERTER_VERSION}")
+U2NET = Network("u2net", partial(U2Net, FULL), U2NetWalk, WEIGHTS_FULL, f"u2net-torch.{CONVERTER_VERSION}")
 
 
 def convert(model: onnx.ModelProto, network: Network = U2NETP) -> dict[str, torch.Tensor]:
-    """The state_dict (float32, loads strict into U2Net at the network's widths) recovered by
-    following ``model``'s graph.
+    """The state_dict (float32, loads strict into the network's module) recovered by following
+    ``model``'s graph.
 
     Raises ConversionError, naming the node, when the graph's structure, attributes or tensor shapes
     are not those of the network, when a node is left unmatched, or when the outputs are not the
-    seven maps in the published order.
+    network's maps in the published order (followed, where the walk names them, by the features
+    the graph may also declare).
     """
     name = network.name
-    module = U2Net(network.widths)
-    walk = _Walk(model, module, name)
-    outputs = walk.network(_graph_input(walk.g, name))
+    module = network.module()
+    walk = network.walk(model, module, name)
+    outputs = walk.network(_graph_input(walk, network.side))
     declared = [o.name for o in model.graph.output]
-    if declared != outputs:
+    maps = len(network.outputs)
+    if declared[:maps] != outputs[:maps] or declared != outputs[: len(declared)]:
         raise ConversionError(
-            f"the graph's outputs are {declared}; {name}'s are the fused map then side outputs 1..6: {outputs}"
+            f"the graph's outputs are {declared}; {name}'s are {', '.join(network.outputs)}: {outputs}"
         )
     left = [node for i, node in enumerate(walk.g.nodes) if i not in walk.claimed]
     if left:
@@ -415,22 +535,24 @@ def convert(model: onnx.ModelProto, network: Network = U2NETP) -> dict[str, torc
 # -- verification ------------------------------------------------------------------------------------
 
 
-def rembg_input(picture: Array) -> Array:
-    """rembg's u2netp input from an H x W x 3 picture already resized to 320 x 320 (any numeric type):
-    divided by the picture's own maximum (not by 255), then ImageNet mean/std; -> f32[1, 3, H, W]."""
+def rembg_input(picture: Array, network: Network = U2NETP) -> Array:
+    """rembg's input from an H x W x 3 picture already resized to the network's side (any numeric
+    type): divided by the picture's own maximum (not by 255), then the recipe's mean/std (ImageNet's
+    for U²-Net); -> f32[1, 3, H, W]."""
     x = np.asarray(picture, dtype=np.float64)
     x = x / max(float(x.max()), 1e-6)
-    x = (x - np.asarray(imagenet.MEAN)) / np.asarray(imagenet.STD)
+    x = (x - np.asarray(network.mean)) / np.asarray(network.std)
     return np.ascontiguousarray(x.transpose(2, 0, 1)[None], dtype=np.float32)
 
 
-def probe_input(batch: int = 1) -> Array:
+def probe_input(batch: int = 1, network: Network = U2NETP) -> Array:
     """A fixed input, the same on every machine (closed-form, no random generator): a bright disc and a
-    darker square on a striped gradient, 320 x 320, normalised like rembg; -> f32[batch, 3, 320, 320].
+    darker square on a striped gradient, at the network's side (320² for U²-Net), normalised like
+    rembg; -> f32[batch, 3, side, side].
 
     It has a clear subject, so the saliency maps are far from constant and the comparison means something.
     """
-    n = INPUT_SIZE
+    n = network.side
     yy, xx = np.meshgrid(np.arange(n) / n, np.arange(n) / n, indexing="ij")
     background = 0.35 + 0.25 * xx + 0.1 * np.sin(40 * yy + 7 * xx)
     disc = ((xx - 0.45) ** 2 + (yy - 0.5) ** 2) < 0.07
@@ -442,7 +564,7 @@ def probe_input(batch: int = 1) -> Array:
         c = np.where(square, 0.1 + 0.05 * k, c)
         channels.append(c)
     picture = np.clip(np.stack(channels, axis=-1), 0.0, 1.0) * 255.0
-    one = rembg_input(picture.astype(np.float32))
+    one = rembg_input(picture.astype(np.float32), network)
     return np.repeat(one, batch, axis=0)
 
 
@@ -458,7 +580,7 @@ def run_reference(model: onnx.ModelProto, inputs: Array, *, threads: int = 1) ->
 
 def run_converted(state_dict: dict[str, torch.Tensor], inputs: Array, network: Network = U2NETP) -> list[Array]:
     """The converted network (torch, CPU, fp32), loaded strict."""
-    module = U2Net(network.widths)
+    module = network.module()
     module.load_state_dict(state_dict, strict=True)
     module.eval()
     with torch.inference_mode():
@@ -479,10 +601,12 @@ class OutputDifference:
     max_rel: float
 
 
-def differences(ours: Iterable[Array], reference: Iterable[Array]) -> list[OutputDifference]:
-    """Per-output differences, named as U2Net's outputs (fused first)."""
+def differences(
+    ours: Iterable[Array], reference: Iterable[Array], names: Sequence[str] = OUTPUT_NAMES
+) -> list[OutputDifference]:
+    """Per-output differences, named as the network's outputs (U2Net's: fused first)."""
     result = []
-    for name, a, b in zip(OUTPUT_NAMES, ours, reference, strict=True):
+    for name, a, b in zip(names, ours, reference, strict=True):
         if a.shape != b.shape:
             raise ConversionError(f"output {name}: shape {a.shape} against the graph's {b.shape}")
         max_abs = float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64))))
@@ -495,26 +619,31 @@ def compare(
     state_dict: dict[str, torch.Tensor],
     inputs: Array | None = None,
     *,
-    threads: int = 1,
+    threads: int | None = None,
     network: Network = U2NETP,
 ) -> list[OutputDifference]:
     """Runs the converted network and the source graph on ``inputs`` (default: the probe) and reports
-    the per-output differences."""
-    x = probe_input() if inputs is None else inputs
-    return differences(run_converted(state_dict, x, network), run_reference(model, x, threads=threads))
+    the differences of the network's maps (a graph's further outputs, features, are not compared)."""
+    x = probe_input(network=network) if inputs is None else inputs
+    maps = len(network.outputs)
+    reference = run_reference(model, x, threads=network.threads if threads is None else threads)[:maps]
+    return differences(run_converted(state_dict, x, network), reference, network.outputs)
 
 
-def tolerance(name: str) -> float:
+def tolerance(name: str, network: Network = U2NETP) -> float:
     """The largest absolute difference kept for the output ``name`` (see the constants above)."""
-    return FUSED_MAX_ABS_TOLERANCE if name == OUTPUT_NAMES[0] else SIDE_MAX_ABS_TOLERANCE
+    served, others = network.tolerances
+    return served if name == network.outputs[0] else others
 
 
-def check(found: Sequence[OutputDifference], name: str = U2NETP.name) -> None:
+def check(found: Sequence[OutputDifference], network: Network = U2NETP) -> None:
     """Refuses a conversion whose outputs differ from the source graph's by more than the tolerances."""
-    bad = [d for d in found if not d.max_abs <= tolerance(d.name)]  # "not <=" also catches NaN
+    bad = [d for d in found if not d.max_abs <= tolerance(d.name, network)]  # "not <=" also catches NaN
     if bad:
-        shown = ", ".join(f"{d.name} {d.max_abs:.3g} (kept: {tolerance(d.name):g})" for d in bad)
-        raise ConversionError(f"the converted {name} differs from the source graph by more than allowed: {shown}")
+        shown = ", ".join(f"{d.name} {d.max_abs:.3g} (kept: {tolerance(d.name, network):g})" for d in bad)
+        raise ConversionError(
+            f"the converted {network.name} differs from the source graph by more than allowed: {shown}"
+        )
 
 
 # -- the prepare step ---------------------------------------------------------------------------------
@@ -534,7 +663,7 @@ def preparation(network: Network) -> Callable[[Mapping[str, Path], Path, Step], 
         state_dict = convert(model, network)
         step("checking the converted network against onnxruntime on the probe")
         found = compare(model, state_dict, network=network)
-        check(found, network.name)
+        check(found, network)
         step("writing the weights")
         write_weights(out / network.weights, state_dict)
         return {f"max_abs_{d.name}": d.max_abs for d in found}
