@@ -131,6 +131,40 @@ def test_transposed_and_shared_weights_are_followed(
     assert result["side_3.weight"].untyped_storage().data_ptr() != result["side_2.weight"].untyped_storage().data_ptr()
 
 
+def _side_resizes(model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """The Resize nodes of the side outputs (each fed by its side conv; every side goes to 320²)."""
+    producers = {o: n for n in model.graph.node for o in n.output}
+    return [n for n in model.graph.node if n.op_type == "Resize" and producers[n.input[0]].op_type == "Conv"]
+
+
+def _fixed_size(model: onnx.ModelProto, sizes: list[int]) -> None:
+    """The first side resize's size folded into one stored constant, as onnxsim folds a fixed-size
+    export (the computation it replaces dropped, as nothing reads it then)."""
+    node = _side_resizes(model)[0]
+    model.graph.initializer.append(numpy_helper.from_array(np.array(sizes, dtype=np.int64), f"size_{len(sizes)}"))
+    node.input[3] = f"size_{len(sizes)}"
+
+    while True:
+        read = {i for n in model.graph.node for i in n.input} | {o.name for o in model.graph.output}
+        dead = [n for n in model.graph.node if not set(n.output) & read]
+        if not dead:
+            return
+        for n in dead:
+            model.graph.node.remove(n)
+
+
+def test_a_fixed_resize_size_is_followed_where_it_is_the_skip_tensors(
+    u2netp_published: onnx.ModelProto, u2netp_converted: dict[str, torch.Tensor]
+) -> None:
+    model = copy.deepcopy(u2netp_published)
+    _fixed_size(model, [1, 1, 320, 320])
+    _same(converter.convert(model), u2netp_converted)
+    wrong = copy.deepcopy(u2netp_published)
+    _fixed_size(wrong, [1, 1, 320, 319])
+    with pytest.raises(ConversionError, match=r"sizes \[1, 1, 320, 319\] at the graph's input size"):
+        converter.convert(wrong)
+
+
 # -- refusals -----------------------------------------------------------------------------------------
 
 

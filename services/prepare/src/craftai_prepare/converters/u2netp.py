@@ -284,21 +284,16 @@ class Walk:
             raise ConversionError(f"{describe(node)}: resizes a region; {self.name} resizes the whole tensor")
         channels, height, width = self._shape(x)
         want = self._shape(like)[1:]
-        factors = self._constant(scales, node).ravel().astype(np.float64).tolist() if scales else []
-        if sizes and not factors:
-            value, sources = self._size(sizes, node)
-            got = tuple(int(v) for v in value.ravel()[2:]) if value.size == 4 else ()
-            told = f"sizes {value.ravel().tolist()}"
-        elif factors and not sizes:  # fixed scales: the skip tensor's size only if they are its ratios
-            sources = set()
-            ratios = [1.0, 1.0] + [w / n for w, n in zip(want, (height, width), strict=True)]
-            got = want if factors == ratios else ()
-            told = f"scales {factors}"
-        else:
+        if scales and self._constant(scales, node).size != 0:
             raise ConversionError(
-                f"{describe(node)}: has {'both scales and sizes' if sizes else 'no sizes input'}; "
-                f"{self.name} resizes to the skip tensor's size"
+                f"{describe(node)}: resizes by fixed scales; {self.name} resizes to the skip tensor's size"
             )
+        if not sizes:
+            raise ConversionError(
+                f"{describe(node)}: has no sizes input; {self.name} resizes to the skip tensor's size"
+            )
+        value, sources = self._size(sizes, node)
+        got = tuple(int(v) for v in value.ravel()[2:]) if value.size == 4 else ()
         if not sources <= {x, like}:
             raise ConversionError(
                 f"{describe(node)}: its size comes from the shapes of {sorted(sources)}; "
@@ -306,14 +301,14 @@ class Walk:
             )
         if got != want:
             raise ConversionError(
-                f"{describe(node)}: {told} at the graph's input size, where {self.name} resizes "
-                f"{(height, width)} to the size of {like!r}, {want}"
+                f"{describe(node)}: sizes {value.ravel().tolist()} at the graph's input size, where "
+                f"{self.name} resizes {(height, width)} to the size of {like!r}, {want}"
             )
         self.shapes[node.output[0]] = (channels, *want)
         return node.output[0]
 
     def _size(self, value: str, user: onnx.NodeProto) -> tuple[npt.NDArray[np.generic], set[str]]:
-        """The value of the size (or scale) computation ending at ``value``, evaluated at the shapes
+        """The value of the size computation ending at ``value``, evaluated at the shapes
         the walk tracked, and the tensors whose Shape it reads (claims its nodes)."""
         if value in self.g.initializers:
             return self.g.initializers[value], set()
