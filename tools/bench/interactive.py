@@ -155,6 +155,19 @@ def _open_and_close(ai: AiClient, picture: bytes, engine: str | None) -> None:
     ai.open_session(picture, engine=engine).close()
 
 
+def _kept_session(ai: AiClient, picture: bytes, engine: str | None, patience: float = 120.0) -> Any:
+    """A session opened, trying again while the tenant's sessions are all taken (other apps'
+    encoders open and close theirs all the time)."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            return ai.open_session(picture, engine=engine)
+        except CraftAiError as exc:
+            if exc.reason != "TOO_MANY_SESSIONS" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def _everything(session: Any, points_per_side: int) -> None:
     session.segment_everything(points_per_side=points_per_side)
 
@@ -201,10 +214,12 @@ def _bulk_app(
     bulk = Bulk()
     try:
         try:
+            # the sessions segment everything keeps first: other apps' encoders may hold the wildcard
+            # tenant's sessions for a moment (TOO_MANY_SESSIONS), and each opens again when they close
+            grids = [_kept_session(ai, photo, engine) for _ in range(app.everything)]
             for _ in range(app.encoders):
                 bulk.run("open", functools.partial(_open_and_close, ai, photo, engine))
-            for _ in range(app.everything):
-                grid = ai.open_session(photo, engine=engine)
+            for grid in grids:
                 bulk.run("everything", functools.partial(_everything, grid, points_per_side))
             for _ in range(app.large):
                 bulk.run("large cutout", functools.partial(_cutout, ai, large, engine))
