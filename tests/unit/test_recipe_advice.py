@@ -20,7 +20,7 @@ def test_every_subject_has_advice_on_each_device_at_any_size(subject: Subject, g
 
 
 def test_the_first_fitting_row_wins() -> None:
-    assert advise("general", HIGH_RESOLUTION, gpu=True).recipe == Recipe.BIREFNET_GENERAL
+    assert advise("general", HIGH_RESOLUTION, gpu=True).recipe == Recipe.BIREFNET_HR
     assert advise("general", HIGH_RESOLUTION - 1, gpu=True).recipe == Recipe.INSPYRENET_SWINB
     assert advise("general", 10_000, gpu=False).recipe == Recipe.U2NETP
     assert advise(Subject.ANIME, 300, gpu=False).recipe == Recipe.ISNET_ANIME

@@ -28,7 +28,7 @@ from craftai.web.settings import WebSettings
 from craftai_dev import servers, web
 from craftai_dev.segment import mask_of
 from craftai_wire import advice
-from craftai_wire.vocabulary import GatewayReason, Reason
+from craftai_wire.vocabulary import PARTS_OF, GatewayReason, Reason
 
 CLICK = {"x": 200, "y": 150, "foreground": True}
 MiB = 1 << 20
@@ -554,8 +554,9 @@ def test_the_page_gets_the_error_reasons_and_the_advice_from_the_gateway(gateway
     assert [(r["subject"], r["gpu"], r["min_side"], r["recipe"]) for r in exported["AdviceRules"]] == [
         (r.subject, r.gpu, r.min_side, r.recipe) for r in advice.RULES
     ]
+    assert exported["PartsOf"] == {r.value: [p.value for p in parts] for r, parts in PARTS_OF.items()}
     script = httpx.get(f"{gateway.address}/static/app.js").text
-    assert 'import { AdviceRules, Reason, Subjects } from "/vocabulary.js";' in script
+    assert 'import { AdviceRules, PartsOf, Reason, Subjects } from "/vocabulary.js";' in script
 
 
 def test_a_router_serves_alone(services: servers.Process, key: str) -> None:

@@ -161,6 +161,30 @@ def test_the_advice_names_a_recipe_for_the_picture_which_one_click_takes(page: P
     page.select_option("#subject", "general")
 
 
+def test_a_recipe_of_parts_offers_them_and_the_part_chosen_goes_to_the_service(page: Page, photo: Path) -> None:
+    """u2net_cloth_seg's parts (craftai_wire.vocabulary PARTS_OF, served in /vocabulary.js) appear
+    for that recipe only; the part chosen is in the request (the route is not set up here: the
+    service's refusal is shown)."""
+    _choose(page, photo)
+    card = page.locator(".route[data-feature='image.matte']")
+    assert page.locator("#part-choice").is_hidden()
+    card.locator("select").select_option("u2net_cloth_seg/onnxruntime")
+    assert page.locator("#part-choice").is_visible()
+    options = page.locator("#part option").all_inner_texts()
+    assert options == ["every part, stacked", "upper", "lower", "full"]
+    page.select_option("#part", "upper")
+    with page.expect_request(lambda request: "/remove-background?" in request.url) as sent:
+        page.click("#remove")
+    assert "part=upper" in sent.value.url and "recipe=u2net_cloth_seg" in sent.value.url
+    page.wait_for_function("() => !document.getElementById('remove').disabled")
+    card.locator("select").select_option("u2netp/onnxruntime")  # as the other tests expect it
+    assert page.locator("#part-choice").is_hidden()
+    with page.expect_request(lambda request: "/remove-background?" in request.url) as sent:
+        page.click("#remove")
+    assert "part=" not in sent.value.url
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+
+
 def test_remove_background_shows_the_cutout_over_a_checkerboard(page: Page, photo: Path, sdk: AiClient) -> None:
     _choose(page, photo)
     page.click("#remove")

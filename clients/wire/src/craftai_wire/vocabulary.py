@@ -109,6 +109,7 @@ class Recipe(StrEnum):
     BRIA_RMBG = "bria-rmbg"
     INSPYRENET_SWINB = "inspyrenet-swinb"
     BIREFNET_LITE = "birefnet-lite"
+    BIREFNET_HR = "birefnet-hr"
     SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
     SAM2_HIERA_TINY = "sam2-hiera-tiny"
 
@@ -172,6 +173,7 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
             Recipe.U2NETP,
             Recipe.INSPYRENET_SWINB,
             Recipe.BIREFNET_LITE,
+            Recipe.BIREFNET_HR,
             Recipe.U2NET,
             Recipe.U2NET_HUMAN_SEG,
             Recipe.U2NET_CLOTH_SEG,

@@ -182,3 +182,19 @@ def author_matte(picture: npt.NDArray[np.uint8], network: nn.Module, size: int =
         (alpha,) = post(out, [picture.shape[:2]])
     matte: npt.NDArray[np.float32] = alpha.float().numpy()
     return matte
+
+
+class OnnxLogits(nn.Module):
+    """An ONNX graph of BiRefNet's contract (one picture in, its logits first out) answering as nobg's
+    network does (`{"logits": ...}`), for `author_matte`."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        from craftai_models.onnx_sessions import open_session
+
+        self.session = open_session(path.read_bytes(), "cpu")
+        self.input_name = self.session.get_inputs()[0].name
+
+    def forward(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        (logits, *_rest) = self.session.run(None, {self.input_name: x.numpy().astype(np.float32)})
+        return {"logits": torch.from_numpy(logits)}

@@ -48,9 +48,9 @@ SIGMOID_INSIDE = {"bria-rmbg"}
 NETWORK = {"birefnet-general", "bria-rmbg"}  # the others: small graphs of the contract
 
 
-def contract_graph(path: Path, seed: int) -> None:
+def contract_graph(path: Path, seed: int, size: int = 1024) -> None:
     """A small graph of the published contract: conv 3x3 (3 -> 8), ReLU, conv 3x3 (8 -> 1) at
-    1024², seeded weights; its logits vary with the picture's colours and edges, and its last bias
+    `size`², seeded weights; its logits vary with the picture's colours and edges, and its last bias
     puts their median over the four sample photos at 0 (each photo then has subject and background)."""
     import numpy as np
     import onnx
@@ -61,15 +61,17 @@ def contract_graph(path: Path, seed: int) -> None:
         rng.normal(0, 0.2, (8,)).astype(np.float32),
         rng.normal(0, 0.5, (1, 8, 3, 3)).astype(np.float32),
     )
-    draft = _small_graph(*weights, np.zeros(1, np.float32))
-    median = float(np.median(np.concatenate([m.ravel() for m in _logits_on_photos(draft)])))
+    draft = _small_graph(*weights, np.zeros(1, np.float32), size=size)
+    median = float(np.median(np.concatenate([m.ravel() for m in _logits_on_photos(draft, size)])))
     partial = path.with_suffix(".part")
-    onnx.save(_small_graph(*weights, np.asarray([-median], np.float32)), str(partial))
+    onnx.save(_small_graph(*weights, np.asarray([-median], np.float32), size=size), str(partial))
     partial.replace(path)
 
 
-def _logits_on_photos(model: onnx.ModelProto) -> list[npt.NDArray[np.float32]]:
+def _logits_on_photos(model: onnx.ModelProto, size: int) -> list[npt.NDArray[np.float32]]:
     """The graph's logits on the four sample photos, fed as rembg feeds its BiRefNet sessions."""
+    from dataclasses import replace
+
     import numpy as np
     from PIL import Image
 
@@ -81,12 +83,18 @@ def _logits_on_photos(model: onnx.ModelProto) -> list[npt.NDArray[np.float32]]:
     found = []
     for path in photos().values():
         rgb = np.asarray(Image.open(path).convert("RGB"))
-        found.append(session.run(None, {"input_image": matte_u2netp.preprocess(rgb, steps=matte_u2netp.BIREFNET)})[0])
+        steps = replace(matte_u2netp.BIREFNET, size=size)
+        found.append(session.run(None, {"input_image": matte_u2netp.preprocess(rgb, steps=steps)})[0])
     return found
 
 
 def _small_graph(
-    w1: npt.NDArray[np.float32], b1: npt.NDArray[np.float32], w2: npt.NDArray[np.float32], b2: npt.NDArray[np.float32]
+    w1: npt.NDArray[np.float32],
+    b1: npt.NDArray[np.float32],
+    w2: npt.NDArray[np.float32],
+    b2: npt.NDArray[np.float32],
+    *,
+    size: int,
 ) -> onnx.ModelProto:
     from onnx import TensorProto, helper, numpy_helper
 
@@ -99,11 +107,25 @@ def _small_graph(
     graph = helper.make_graph(
         nodes,
         "contract",
-        [helper.make_tensor_value_info("input_image", TensorProto.FLOAT, [1, 3, 1024, 1024])],
-        [helper.make_tensor_value_info("output_image", TensorProto.FLOAT, [1, 1, 1024, 1024])],
+        [helper.make_tensor_value_info("input_image", TensorProto.FLOAT, [1, 3, size, size])],
+        [helper.make_tensor_value_info("output_image", TensorProto.FLOAT, [1, 1, size, size])],
         tensors,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def hr_file() -> Path:
+    """A small graph of BiRefNet_HR's contract (f32[1, 3, 2048, 2048] in, its logits first out), for
+    birefnet-hr's route: what is checked there is the authors' steps at the graph's own size."""
+    from craftai_dev import birefnet_fixture
+
+    path = CACHE / "fixtures" / f"birefnet-hr-{birefnet_fixture.SEED}-{VERSION}" / "birefnet-hr.onnx"
+    if not path.exists():
+        with exclusive(path.parent.name):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not path.exists():
+                contract_graph(path, len(VARIANTS), size=2048)
+    return path
 
 
 def onnx_files() -> dict[str, Path]:

@@ -15,7 +15,7 @@ from craftai_infer.pipelines import matte_birefnet
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
-from craftai_infer.routes import MatteRoute, ModelRefusedError, RouteFiles
+from craftai_infer.routes import MatteRoute, ModelRefusedError, RouteFiles, birefnet_rembg_onnx
 
 
 def _square_side(shape: Sequence[object]) -> int:
@@ -28,6 +28,8 @@ def _square_side(shape: Sequence[object]) -> int:
 class BirefnetOnnx(MatteRoute):
     """The published graph takes one 1024² picture at a time; the network side is read from the
     graph's own input."""
+
+    network_bytes = matte_birefnet.NETWORK_BYTES  # its activations on the CPU at its input size
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         # the working memory admitted per request (`working_bytes`) is given back after each picture
@@ -45,8 +47,8 @@ class BirefnetOnnx(MatteRoute):
 
     def working_bytes(self, height: int, width: int) -> int:
         """On the CPU: the pipeline's memory for the picture, and the network's activations at its
-        1024x1024 input (nothing of either on a GPU's host side)."""
-        return matte_birefnet.input_bytes(height, width) + matte_birefnet.NETWORK_BYTES if self.device == "cpu" else 0
+        input (nothing of either on a GPU's host side)."""
+        return matte_birefnet.input_bytes(height, width) + self.network_bytes if self.device == "cpu" else 0
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
         """Host arrays (views of the CPU tensors the pipeline made around the session, no copy): the
@@ -56,3 +58,11 @@ class BirefnetOnnx(MatteRoute):
     def _matte(self, picture: Picture) -> torch.Tensor:
         (matte,) = matte_birefnet_batch([over_white(picture)], self._network, settings=self.settings)
         return matte
+
+
+class BirefnetHrOnnx(BirefnetOnnx):
+    """BiRefNet_HR: the same steps at the graph's 2048² input. Its activations on the CPU are not
+    measured (no Swin-L graph at 2048² can be made here in reasonable time): rembg's Swin-L graphs
+    hold 3 GiB at 1024² (birefnet_rembg_onnx), and activations grow with the input's pixels."""
+
+    network_bytes = 4 * birefnet_rembg_onnx.NETWORK_BYTES

@@ -44,6 +44,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("bria-rmbg", "onnxruntime"): "birefnet_rembg_onnx.BriaRembgOnnx",
     ("inspyrenet-swinb", "torch"): "inspyrenet_torch.InspyrenetTorch",
     ("birefnet-lite", "onnxruntime"): "birefnet_onnx.BirefnetOnnx",
+    ("birefnet-hr", "onnxruntime"): "birefnet_onnx.BirefnetHrOnnx",
     ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",
 }
 # An engine's package -> the extra of craftai-infer that installs it (a route may need another

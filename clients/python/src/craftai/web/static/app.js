@@ -4,7 +4,7 @@
 // key is kept in this page's memory only, never in the browser's storage: a program that takes the
 // gateway's port after it stopped serves a page that finds nothing there.
 
-import { AdviceRules, Reason, Subjects } from "/vocabulary.js"; // served by the gateway from the wire's own
+import { AdviceRules, PartsOf, Reason, Subjects } from "/vocabulary.js"; // served by the gateway from the wire's own
 
 const API = "/api/v1";
 const $ = (id) => document.getElementById(id);
@@ -177,6 +177,18 @@ function chooseRoutes() {
   }
 }
 
+// A recipe whose mattes are of parts (u2net_cloth_seg's clothes): the part to keep, or all of them
+// stacked, as the service answers without one (craftai_wire.vocabulary PARTS_OF).
+function renderParts(recipe) {
+  const parts = PartsOf[recipe] || [];
+  const select = $("part");
+  const kept = select.value;
+  select.replaceChildren(select.options[0]);
+  for (const part of parts) select.append(new Option(part, part));
+  select.value = parts.includes(kept) ? kept : "";
+  $("part-choice").hidden = parts.length === 0;
+}
+
 function recipeOf(feature, name) {
   const found = (state.status.features || []).find((f) => f.name === feature);
   return found && (found.recipes || []).find((r) => r.name === name);
@@ -258,6 +270,7 @@ function renderRoutes() {
     card.append(title, select, " ", badge);
     const recipe = chosen && recipeOf(feature, chosen.recipe);
     if (recipe) card.append(modelLine(recipe));
+    if (feature === "image.matte") renderParts(chosen && chosen.recipe);
     if (route && !ready) {
       const detail = document.createElement("p");
       detail.className = "hint";
@@ -394,6 +407,7 @@ function matteOptions() {
   if (background !== "none") outputs.push("composite");
   if ($("naive").checked) options.naive = "true";
   if ($("threshold").value !== "") options.threshold = $("threshold").value;
+  if (!$("part-choice").hidden && $("part").value !== "") options.part = $("part").value;
   return { outputs: outputs.join(","), answer: "json", ...options };
 }
 
