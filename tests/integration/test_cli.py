@@ -118,12 +118,16 @@ def test_the_three_services_as_separate_processes(
     assert codes == {"catalogue": 0, "prepare": 0, "infer": 0}
 
 
-def test_models_lists_every_recipe_with_its_download_engines_and_licence(matte_server: servers.Process) -> None:
+def test_models_lists_every_recipe_with_its_download_engines_and_licence(
+    matte_server: servers.Process, photos: dict[str, Path]
+) -> None:
+    with AiClient(app_id="tests", target=matte_server.address) as ai:  # u2netp measured here
+        ai.remove_background(photos["chelsea.png"], outputs="matte", recipe="u2netp", engine="onnxruntime")
     run = _craftai(matte_server.address, "models", "image.matte")
     assert run.returncode == 0, run.stderr
     lines = run.stdout.splitlines()
     assert lines[0].startswith("image.matte (") and not any(line.startswith("image.segment") for line in lines)
-    rows = {line.lstrip("* ").split()[0]: line for line in lines[1::2]}
+    rows = {line.lstrip("* ").split()[0]: line for line in lines[1::3]}
     assert set(rows) == set(RECIPES_OF[Feature.MATTE])
     assert rows["u2netp"].startswith("* u2netp") and "4.6 MB" in rows["u2netp"]  # the default on a CPU
     assert "onnxruntime, torch, openvino" in rows["u2netp"]
@@ -134,6 +138,9 @@ def test_models_lists_every_recipe_with_its_download_engines_and_licence(matte_s
     assert "not offered" in rows["bria-rmbg"] and "non-commercial" in rows["bria-rmbg"]
     network = lines[lines.index(rows["u2netp"]) + 1]  # each recipe's network under it
     assert network.startswith("    U²-Net portable (Qin et al."), network
+    here = lines[lines.index(rows["u2netp"]) + 2]  # then what its network took a picture here
+    assert here.startswith("    here: ") and "ms a picture (onnxruntime on cpu, median of" in here, here
+    assert lines[lines.index(rows["silueta"]) + 2] == "    not run here yet"
     everything = _craftai(matte_server.address, "models")
     assert (
         everything.returncode == 0

@@ -67,6 +67,10 @@ def test_an_idle_model_is_unloaded_for_another_and_loads_again(
         again = ai.remove_background(picture, outputs="matte", recipe="u2netp")
         assert _loaded(ai) == ["u2netp"]
     assert first.matte_png == other.matte_png == again.matte_png  # the same file: the same matte
+    with AiClient(app_id="tests", target=one_model.address) as ai:
+        measured = {m.route.recipe: m for m in ai.runtime().measured}
+    assert measured["u2netp"].pictures == 2 and measured["u2net"].pictures == 1  # kept across unloads
+    assert measured["u2netp"].network_ms > 0 and measured["u2netp"].device == "cpu"
     assert "unloaded u2netp/onnxruntime" in one_model.logs()
 
 

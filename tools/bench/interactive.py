@@ -52,6 +52,7 @@ from craftai_dev.files import sample_photo
 from craftai_dev.servers import ensure_local_key
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
+from craftai_wire.vocabulary import Reason
 from tools.bench import harness
 from tools.bench.load import MATTE, SAM, serve_fixture
 
@@ -163,7 +164,7 @@ def _kept_session(ai: AiClient, picture: bytes, engine: str | None, patience: fl
         try:
             return ai.open_session(picture, engine=engine)
         except CraftAiError as exc:
-            if exc.reason != "TOO_MANY_SESSIONS" or time.monotonic() > deadline:
+            if exc.reason != Reason.TOO_MANY_SESSIONS or time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
 

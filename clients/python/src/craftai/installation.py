@@ -135,6 +135,17 @@ class LoadedRoute:
 
 
 @dataclass(frozen=True)
+class MeasuredRoute:
+    """What a route's network took in the infer service, a picture: the median of its last pictures
+    (`network_ms`), of `pictures` measured since the service started, on `device`."""
+
+    route: Route
+    device: str
+    pictures: int
+    network_ms: float
+
+
+@dataclass(frozen=True)
 class Limits:
     """The infer service's limits, each a CRAFTAI_* setting of it (docs/OPERATIONS.md)."""
 
@@ -162,6 +173,7 @@ class Runtime:
     engines: tuple[str, ...]
     replica: str
     proto: infer_pb2.Runtime = field(repr=False, compare=False)
+    measured: tuple[MeasuredRoute, ...] = ()
 
     @property
     def instance(self) -> str:
@@ -288,6 +300,7 @@ def runtime_info(answer: infer_pb2.Runtime) -> Runtime:
         engines=tuple(answer.engines),
         replica=answer.replica,
         proto=answer,
+        measured=tuple(MeasuredRoute(route(m.route), m.device, m.pictures, m.network_ms) for m in answer.measured),
     )
 
 

@@ -22,9 +22,10 @@ import asyncio
 import contextlib
 import gc
 import logging
+import statistics
 import sys
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +49,7 @@ I = TypeVar("I")  # noqa: E741 - an operation's request type
 O = TypeVar("O")  # noqa: E741 - its result type
 RESOLVE_TTL = 60.0
 IDLE_POLL_SECONDS = 0.05  # a load that waits for a route to go idle looks again this often
+MEASURES_KEPT = 32  # a route's last network times kept for its median (Runtime.measured)
 
 
 @dataclass
@@ -256,6 +258,22 @@ class RouteLoader:
         self.pinned: Callable[[LoadedRoute[Any]], bool] = lambda _route: False  # e.g. kept sessions use it
         self.unloaded_total = 0
         self._one_load = asyncio.Lock()
+        # (feature, recipe, engine, device) -> pictures measured and their last network times (ms)
+        self._measures: dict[tuple[str, str, str, str], tuple[int, deque[float]]] = {}
+
+    def measure(self, ref: common_pb2.RouteRef, device: str, network_ms: float) -> None:
+        """A picture's network time on the route: `measured` reports their median."""
+        key = (ref.feature, ref.recipe, ref.engine, device)
+        count, times = self._measures.get(key) or (0, deque(maxlen=MEASURES_KEPT))
+        times.append(network_ms)
+        self._measures[key] = (count + 1, times)
+
+    def measured(self) -> list[tuple[common_pb2.RouteRef, str, int, float]]:
+        """Each route measured here: its ref, the device, the pictures measured and their median time."""
+        return [
+            (common_pb2.RouteRef(feature=f, recipe=r, engine=e), device, count, statistics.median(times))
+            for (f, r, e, device), (count, times) in sorted(self._measures.items())
+        ]
 
     @property
     def resident_bytes(self) -> int:

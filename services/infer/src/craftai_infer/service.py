@@ -105,6 +105,10 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
             engines=engines,
             replica=self.replica,
             instance=self.instance,
+            measured=[
+                infer_pb2.MeasuredRoute(route=ref, device=device, pictures=count, network_ms=ms)
+                for ref, device, count, ms in self.routes.measured()
+            ],
         )
 
     @handle_stream_errors

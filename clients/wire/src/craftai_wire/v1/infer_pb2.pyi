@@ -238,6 +238,42 @@ class LoadedRoute(_message.Message):
 Global___LoadedRoute: _TypeAlias = LoadedRoute  # noqa: Y015
 
 @_typing.final
+class MeasuredRoute(_message.Message):
+    """What a route's network took here, a picture (image.matte), over the last pictures it answered:
+    kept while the service runs, across unloads.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ROUTE_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    PICTURES_FIELD_NUMBER: _builtins.int
+    NETWORK_MS_FIELD_NUMBER: _builtins.int
+    device: _builtins.str
+    """where it ran: "cuda:0" or "cpu" """
+    pictures: _builtins.int
+    """pictures measured since the service started"""
+    network_ms: _builtins.float
+    """the median of the last 32 (a batch's time counts for each of its pictures)"""
+    @_builtins.property
+    def route(self) -> _common_pb2.RouteRef: ...
+    def __init__(
+        self,
+        *,
+        route: _common_pb2.RouteRef | None = ...,
+        device: _builtins.str = ...,
+        pictures: _builtins.int = ...,
+        network_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "network_ms", b"network_ms", "pictures", b"pictures", "route", b"route"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MeasuredRoute: _TypeAlias = MeasuredRoute  # noqa: Y015
+
+@_typing.final
 class Runtime(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -249,6 +285,7 @@ class Runtime(_message.Message):
     ENGINES_FIELD_NUMBER: _builtins.int
     REPLICA_FIELD_NUMBER: _builtins.int
     INSTANCE_FIELD_NUMBER: _builtins.int
+    MEASURED_FIELD_NUMBER: _builtins.int
     device: _builtins.str
     """preferred device: "cuda:0" or "cpu" """
     gpu_available: _builtins.bool
@@ -269,6 +306,8 @@ class Runtime(_message.Message):
     def engines(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """engines installed in this service"""
 
+    @_builtins.property
+    def measured(self) -> _containers.RepeatedCompositeFieldContainer[Global___MeasuredRoute]: ...
     def __init__(
         self,
         *,
@@ -280,10 +319,11 @@ class Runtime(_message.Message):
         engines: _abc.Iterable[_builtins.str] | None = ...,
         replica: _builtins.str = ...,
         instance: _builtins.str = ...,
+        measured: _abc.Iterable[Global___MeasuredRoute] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["limits", b"limits"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "instance", b"instance", "limits", b"limits", "loaded", b"loaded", "replica", b"replica"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "engines", b"engines", "gpu_available", b"gpu_available", "gpu_name", b"gpu_name", "instance", b"instance", "limits", b"limits", "loaded", b"loaded", "measured", b"measured", "replica", b"replica"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -131,6 +131,8 @@ class MatteFeature:
             job = MatteJob(picture, spec, asked.part)
             rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
         run.stages_ms.update(rendered.stages_ms)  # within "model": the network, then each output made
+        if "network" in rendered.stages_ms:
+            c.routes.measure(loaded.ref, loaded.device, rendered.stages_ms["network"])
         with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
             encoded = await asyncio.gather(
                 *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)

@@ -200,7 +200,10 @@ function modelLine(recipe) {
   line.className = "hint model";
   const size = (recipe.files || []).reduce((total, f) => total + Number(f.size || 0), 0);
   const licence = recipe.available === false ? `not offered: ${recipe.unavailable_reason}` : `licence: ${recipe.license}`;
-  line.textContent = `${recipe.title}: ${recipe.network}; download ${(size / 1e6).toFixed(1)} MB; ${licence}`;
+  const runs = ((state.status && state.status.runtime.measured) || []).filter((m) => m.route.recipe === recipe.name);
+  const here = runs.map((m) => `${Math.round(m.network_ms)} ms a picture here (${m.route.engine} on ${m.device})`);
+  line.textContent = `${recipe.title}: ${recipe.network}; download ${(size / 1e6).toFixed(1)} MB; ${licence}` +
+    (here.length ? `; ${here.join(", ")}` : "");
   return line;
 }
 
