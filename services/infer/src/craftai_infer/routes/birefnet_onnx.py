@@ -25,6 +25,14 @@ def _square_side(shape: Sequence[object]) -> int:
     return shape[2]
 
 
+def _check_logits(shape: Sequence[object], side: int) -> None:
+    """The first output must be the matte's logits at the input's side, (1, 1, S, S): the published
+    graphs answer them first (a dimension the graph leaves unnamed is taken on trust)."""
+    expected = (1, 1, side, side)
+    if len(shape) != 4 or any(isinstance(d, int) and d != e for d, e in zip(shape, expected, strict=True)):
+        raise ModelRefusedError(f"the graph's first output is {list(shape)}, not BiRefNet's logits {list(expected)}")
+
+
 class BirefnetOnnx(MatteRoute):
     """The published graph takes one 1024² picture at a time; the network side is read from the
     graph's own input."""
@@ -39,7 +47,9 @@ class BirefnetOnnx(MatteRoute):
         if len(inputs) != 1:
             raise ModelRefusedError(f"the graph has {len(inputs)} inputs; BiRefNet's has one picture")
         self.input_name = inputs[0].name
-        self.settings = BirefnetSettings(size=_square_side(inputs[0].shape))
+        side = _square_side(inputs[0].shape)
+        _check_logits(self.model.session.get_outputs()[0].shape, side)
+        self.settings = BirefnetSettings(size=side)
 
     def _network(self, x: torch.Tensor) -> torch.Tensor:
         (logits, *_rest) = self.model.run({self.input_name: np.ascontiguousarray(x.numpy(), dtype=np.float32)})
