@@ -31,6 +31,12 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
     for phase in ("alone", "loaded"):
         assert {"model", "png"} <= set(result["server_stages_ms"][phase]["click"]), result["server_stages_ms"]
         assert "model" in result["server_stages_ms"][phase]["matte"]
+    # the model's calls from the server's metrics: each click's decoder call counted as interactive
+    calls = result["model_calls"]["calls"]
+    decodes = next(c for key, c in calls.items() if key.endswith(" decode interactive"))
+    assert decodes["count"] >= 2 * 2 + 3 and decodes["mean_ms"] > 0 and decodes["under_ms"]["5000.0"] == 1.0
+    assert any(key.endswith(" encode bulk") for key in calls), sorted(calls)
+    assert any(" queue wait interactive " in key for key in calls), sorted(calls)
 
 
 def test_the_bulk_threads_are_dealt_to_the_apps_in_turn() -> None:

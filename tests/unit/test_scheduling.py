@@ -24,6 +24,7 @@ from craftai_infer.scheduling import (
     classified,
     made_at_lower_priority,
     roles,
+    running_class,
     submitted,
     work_class_var,
 )
@@ -361,3 +362,22 @@ def test_what_is_made_at_a_lower_priority_starts_its_threads_there() -> None:
     assert made_at_lower_priority(3, make) == min(19, base + 3)
     assert made_at_lower_priority(0, make) == base
     assert _niceness() == base  # the caller's own priority is untouched
+
+
+async def test_a_worker_knows_the_class_of_the_batch_it_runs() -> None:
+    # what labels a model call's duration (craftai_infer_model_call_seconds): INTERACTIVE is 0, not None
+    seen: list[WorkClass | None] = []
+
+    def run(items: list[int]) -> list[int]:
+        seen.append(running_class())
+        return items
+
+    queue: WorkQueue[int, int] = WorkQueue("test")
+    workers = Workers(queue, run, roles=roles(1), name="model")
+    try:
+        await job(queue, 1, work_class=INTERACTIVE)
+        await job(queue, 2)
+    finally:
+        workers.close()
+    assert seen == [INTERACTIVE, BULK]
+    assert running_class() is None  # not a worker's thread

@@ -37,8 +37,10 @@ import multiprocessing
 import os
 import platform
 import queue
+import socket
 import threading
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev.files import sample_photo
@@ -282,11 +285,54 @@ class OtherApps:
         return done, refused
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def model_calls(metrics_url: str) -> dict[str, Any]:
+    """From the server's /metrics: each model call's mean duration and its count by route,
+    operation and class, and the interactive jobs' waits for each queue, with the share under each
+    bucket bound."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    calls: dict[str, dict[str, Any]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if family.name == "craftai_infer_model_call_seconds":
+                key = f"{labels['queue']} {labels['operation']} {labels['class']}"
+                entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
+                if sample.name.endswith("_count"):
+                    entry["count"] = sample.value
+                elif sample.name.endswith("_sum"):
+                    entry["sum_ms"] = sample.value * 1000
+                elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
+                    entry["under_ms"][str(float(labels["le"]) * 1000)] = sample.value
+            elif family.name == "craftai_infer_queue_wait_seconds" and labels.get("class") == "interactive":
+                key = f"{labels['queue']} queue wait interactive {labels['app']}"
+                entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
+                if sample.name.endswith("_count"):
+                    entry["count"] += sample.value
+                elif sample.name.endswith("_sum"):
+                    entry["sum_ms"] += sample.value * 1000
+                elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
+                    bound = str(float(labels["le"]) * 1000)
+                    entry["under_ms"][bound] = entry["under_ms"].get(bound, 0.0) + sample.value
+    for entry in calls.values():
+        count = entry["count"] or 1.0
+        entry["mean_ms"] = entry.pop("sum_ms") / count
+        entry["under_ms"] = {bound: round(n / count, 4) for bound, n in entry["under_ms"].items()}
+    return {"calls": calls}
+
+
 @contextlib.contextmanager
-def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str]]:
-    """(address, pid, the editor's key): the given server, or one started with the fixtures."""
+def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str, str]]:
+    """(address, pid, the editor's key, its metrics URL or ""): the given server, or one started
+    with the fixtures."""
     if args.address:
-        yield args.address, args.server_pid, args.editor_key
+        yield args.address, args.server_pid, args.editor_key, ""
         return
     key = new_key()
     keys = workdir / "keys"
@@ -294,17 +340,19 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int,
     keys.chmod(0o600)
     # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
     bulk = args.encoders + args.everything + args.large
+    port = _free_port()
     env = {
         "CRAFTAI_KEYS_FILE": str(keys),
         "CRAFTAI_DEVICE": args.device,
         "CRAFTAI_MAX_WILDCARD_REQUESTS": str(max(32, 2 * bulk)),
+        "CRAFTAI_METRICS_PORT": str(port),
     }
     with serve_fixture(workdir, env) as served:
         if args.engine:  # the default engines are set up; this one too
             with AiClient("load-setup", target=served.address) as ai:
                 list(ai.setup("image.segment", SAM, args.engine))
                 list(ai.setup("image.matte", MATTE, args.engine))
-        yield served.address, served.pid, key
+        yield served.address, served.pid, key, f"http://127.0.0.1:{port}/metrics"
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -312,7 +360,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     small = sample_photo("chelsea.png").read_bytes()  # 451x300: interactive
     with Image.open(sample_photo("coffee.png")) as coffee:
         large = _png(coffee.convert("RGB").resize((args.large_side, args.large_side * 3 // 4)))  # bulk
-    with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (address, pid, key):
+    with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (address, pid, key, metrics):
         no_retry = Retries(attempts=0)
         certificate = local_tls.certificate_file() if not args.address else None
         editor = AiClient("editor", target=address, app_key=key, root_certificates=certificate, retries=no_retry)
@@ -339,6 +387,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             _interactive(editor, session, small, args.rounds, loaded, engine=engine)
             loaded_seconds = time.monotonic() - started
             bulk_done, bulk_refused = others.end()
+            calls = model_calls(metrics) if metrics else {}
             if pid:
                 memory.peak = _status(pid, "VmHWM")
                 time.sleep(args.settle)
@@ -361,6 +410,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "loaded_seconds": loaded_seconds,
         "bulk_done": dict(bulk_done),
         "bulk_refused": dict(bulk_refused),
+        "model_calls": calls,  # the whole run's (warm-up, alone and loaded)
         "memory_mib": asdict(memory),
         "memory_after_over_warm": memory.after / memory.warm if memory.warm else None,
     }

@@ -17,7 +17,9 @@ if [ -n "$wheels" ]; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $wheels \
         || { echo "wheel install failed" >&2; exit 1; }
 fi
-export PYTHONPATH=/tmp/site:$PWD/clients/wire/src:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/models/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD/dev/support/src:$PWD
+# the checkout's packages before /tmp/site: run_tests.sh installs them there too, and a copy left from
+# it on a warm machine would shadow this tree's edits (fairly_variants.sh's among them)
+export PYTHONPATH=$PWD/clients/wire/src:$PWD/clients/python/src:$PWD/services/common/src:$PWD/services/models/src:$PWD/services/catalogue/src:$PWD/services/prepare/src:$PWD/services/infer/src:$PWD/dev/support/src:$PWD:/tmp/site
 export PYTHONUNBUFFERED=1
 
 run() {  # name, timeout seconds, command...

@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar, cast
 
+from prometheus_client import Histogram
+
 from craftai_common.catalogue_client import CatalogueClient, pins_of, setup_command
 from craftai_common.errors import ServiceError, failed_precondition, resource_exhausted
 from craftai_common.store import FilePin, Store, check_prepared
@@ -38,11 +40,19 @@ from craftai_infer import faults, memory
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
-from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, roles, submitted
+from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, roles, running_class, submitted
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.infer.loader")
+
+MODEL_CALL = Histogram(
+    "craftai_infer_model_call_seconds",
+    "How long a model's calls ran (a batch is one call), by route, operation and the batch's class",
+    ["queue", "operation", "class"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.06, 0.08, 0.1, 0.25, 1, 5),
+)
+
 RouteKey = tuple[str, str, str]
 RouteT = TypeVar("RouteT", bound=Route)
 I = TypeVar("I")  # noqa: E741 - an operation's request type
@@ -176,7 +186,13 @@ class LoadedRoute(Generic[RouteT]):
     def _execute(self, payloads: list[tuple[Operation[Any, Any, Any], Any]]) -> list[Answered]:
         """A batch the queue gave a worker: one operation's requests (a batch never mixes them)."""
         operation = payloads[0][0]
-        return self._call(operation, [request for _, request in payloads])
+        work_class = running_class()
+        label = (WorkClass.BULK if work_class is None else work_class).label  # INTERACTIVE is 0: falsy
+        started = time.perf_counter()
+        try:
+            return self._call(operation, [request for _, request in payloads])
+        finally:
+            MODEL_CALL.labels(self.queue.name, operation.name, label).observe(time.perf_counter() - started)
 
     def _call(self, operation: Operation[Any, Any, Any], requests: list[Any]) -> list[Answered]:
         """On the model's worker: one call of the route. A failure on the GPU that is not an answer

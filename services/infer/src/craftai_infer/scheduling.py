@@ -59,6 +59,10 @@ QUEUE_WAIT = Histogram(
 )
 
 
+# The class of the batch a worker runs on this thread (`running_class`).
+_running = threading.local()
+
+
 class WorkClass(IntEnum):
     """Lower runs first."""
 
@@ -356,6 +360,7 @@ class Workers(Generic[P, R]):
 
     def _run(self, batch: list[Job[P, R]]) -> None:
         """One batch, its answers delivered; its locals (the jobs, their payloads) end with it."""
+        _running.work_class = batch[0].work_class  # a batch is of one class (`WorkQueue._next`)
         try:
             results: Sequence[R] = self._execute([job.payload for job in batch])
             if len(results) != len(batch):
@@ -366,6 +371,8 @@ class Workers(Generic[P, R]):
         else:
             for job, result in zip(batch, results, strict=True):
                 job.deliver(result, None)
+        finally:
+            _running.work_class = None
 
     def close(self) -> None:
         for job in self.queue.close():
@@ -376,6 +383,11 @@ class Workers(Generic[P, R]):
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def running_class() -> WorkClass | None:
+    """The class of the batch this worker thread runs (None: not a worker's thread, or between batches)."""
+    return cast(WorkClass | None, getattr(_running, "work_class", None))
 
 
 async def submitted(
