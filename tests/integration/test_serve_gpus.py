@@ -71,6 +71,9 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
         seen = servers.environment_of(child)
         assert seen["CUDA_VISIBLE_DEVICES"] == "1" and seen["CRAFTAI_REPLICA"] == f"{REPLICA}-gpu1"
         assert seen["CRAFTAI_CATALOGUE_ADDRESS"] == first and seen["CRAFTAI_STORE"] == str(tmp_path / "store")
+        # the second replica said its address in the store, and the file was taken: nothing left in /tmp
+        assert (tmp_path / "store" / "tmp" / "replicas").is_dir()
+        assert not list((tmp_path / "store" / "tmp" / "replicas").iterdir())
         # one target reaches both: stateless calls spread over the replicas that serve
         target = f"ipv4:{first},{second}"
         assert target in serving.logs()  # said once both serve, for the clients' CRAFTAI_INFER_ADDRESS

@@ -130,11 +130,17 @@ async def running(
     share (this process's, with its port, store and replicas target set); each is stopped within
     `grace_seconds` (this process's)."""
     children: list[tuple[Replica, asyncio.subprocess.Process]] = []
-    with tempfile.TemporaryDirectory(prefix="craftai-replicas-") as folder:
+    # each replica says its address in a file of the store's own (a process killed before its end
+    # leaves nothing elsewhere: the next start overwrites it); a temporary folder without a store
+    store = env.get("CRAFTAI_STORE", "")
+    with contextlib.ExitStack() as owned:
+        folder = Path(store) / "tmp" / "replicas" if store else Path(owned.enter_context(tempfile.TemporaryDirectory()))
+        folder.mkdir(parents=True, exist_ok=True)
         try:
             addresses = [address]
             for replica in replicas[1:]:
-                ready = Path(folder) / f"{replica.name}.address"
+                ready = folder / f"{replica.name}.address"
+                ready.unlink(missing_ok=True)  # a file of an earlier start: never read as this one's
                 own = {
                     **env,
                     **ports_of(replica.rank, env),
@@ -169,7 +175,9 @@ async def _ready(replica: Replica, child: asyncio.subprocess.Process, ready: Pat
             raise SystemExit(f"the infer replica {replica.name} did not serve within {START_SECONDS:.0f} s")
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(child.wait(), 0.1)
-    return (await asyncio.to_thread(ready.read_text)).strip()
+    said = (await asyncio.to_thread(ready.read_text)).strip()
+    await asyncio.to_thread(ready.unlink, True)
+    return said
 
 
 async def _watch(replica: Replica, child: asyncio.subprocess.Process) -> None:
