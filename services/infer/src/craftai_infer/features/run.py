@@ -51,8 +51,7 @@ class Run:
     def hold(self, loaded: LoadedRoute[Any]) -> LoadedRoute[Any]:
         """Keep `loaded` from being unloaded until the run ends (`release`)."""
         loaded.hold()
-        self._held.append(loaded)
-        return loaded
+        return self.adopt(loaded)
 
     def adopt(self, loaded: LoadedRoute[Any]) -> LoadedRoute[Any]:
         """`loaded` as RouteLoader.get answers it, already held: released when the run ends."""
