@@ -1,6 +1,7 @@
-"""BiRefNet_lite on the GPU: the deformable convolution against torchvision's own, the network at
+"""BiRefNet on the GPU: the deformable convolution against torchvision's own, the lite network at
 1024² against nobg's (with torchvision's deform_conv2d, which imports there) in both patch
-orders, and the torch route on CUDA (fp32, then its default autocast) against the CPU route.
+orders, the Swin-L network at 1024² against nobg's Swin-L from the same fp16 file as published,
+and the torch route on CUDA (fp32, then its default autocast) against the CPU route.
 
 GPU only (CI has none and skips them with a reason); run on the lent GPU machine with
 `bash tools/gpu/run_tests.sh tests/gpu/test_birefnet_cuda.py` (carry the nobg wheel in .whl/).
@@ -21,9 +22,16 @@ from PIL import Image
 from torch import Tensor
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import checkpoints, photo_input, prepared_folder
+from craftai_dev.birefnet_fixture import (
+    METADATA,
+    calibrate_batchnorm,
+    checkpoints,
+    photo_input,
+    prepared_folder,
+    randomised_state_dict,
+)
 from craftai_infer.routes import RouteFiles
-from craftai_models.birefnet import TRAINED_ORDER, PatchOrder, load_birefnet
+from craftai_models.birefnet import TRAINED_ORDER, Architecture, PatchOrder, birefnet_swin_l, load_birefnet
 from craftai_models.deform_conv import deform_conv2d
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -104,6 +112,37 @@ def test_network_at_1024_equals_nobgs_in_both_patch_orders(tmp_path: Path) -> No
     print("\n".join(f"BiRefNet 1024² fp32 {k}: {v:.2e}" for k, v in errors.items()))
     assert max(v for k, v in errors.items() if not k.startswith("(")) <= FP32_RTOL
     assert errors["(the two orders differ by)"] > 1e-2
+
+
+def test_swin_l_network_at_1024_equals_nobgs(tmp_path: Path) -> None:
+    """A random Swin-L BiRefNet, its BatchNorms calibrated on a photo at 1024², stored as the
+    published files are (fp16 floats), read by both: ours strictly, nobg through from_origin."""
+    from safetensors.torch import save_file
+
+    _torchvision_deform()
+    with torch.device("meta"):
+        network = birefnet_swin_l(PatchOrder.CHANNEL_MAJOR)
+    network.load_state_dict(randomised_state_dict(network, seed=7), strict=True, assign=True)
+    x = photo_input(1024)
+    state = calibrate_batchnorm(network.cuda().eval(), x.cuda())
+    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
+    del network, state
+    save_file(published, str(tmp_path / "model.safetensors"), metadata=METADATA)
+    reference = birefnet_reference.reference_from_origin(tmp_path, swin_l=True).cuda()
+    with torch.inference_mode():
+        theirs = reference(x.cuda())
+        ours = load_birefnet(
+            tmp_path / "model.safetensors", "cuda", PatchOrder.CHANNEL_MAJOR, architecture=Architecture.SWIN_L
+        ).stages(x.cuda())
+    errors = {"logits": relative(ours.decoder.logits, theirs["logits"])}
+    for i, side in enumerate(theirs["intermediate_logits"]):
+        errors[f"side logits {4 - i}"] = relative(ours.decoder.side[i], side)
+    matte = torch.sigmoid(theirs["logits"])
+    share = float((matte > 0.5).float().mean())
+    print("\n".join(f"BiRefNet Swin-L 1024² fp32 {k}: {v:.2e}" for k, v in errors.items()))
+    print(f"BiRefNet Swin-L 1024²: matte > 0.5 on {share:.2f} of the picture")
+    assert 0.05 < share < 0.95  # calibrated: not a saturated matte
+    assert max(errors.values()) <= FP32_RTOL
 
 
 def _route(device: str, precision: str) -> Any:

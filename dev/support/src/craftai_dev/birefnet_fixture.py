@@ -78,8 +78,8 @@ def randomised_state_dict(model: nn.Module, seed: int = SEED) -> dict[str, Tenso
     state: dict[str, Tensor] = {}
     for key, value in model.state_dict().items():
         shape = value.shape
-        if key.endswith("relative_position_index"):
-            state[key] = relative_position_index(7)
+        if key.endswith("relative_position_index"):  # (window², window²)
+            state[key] = relative_position_index(round(shape[0] ** 0.5))
         elif key.endswith("num_batches_tracked"):
             state[key] = torch.randint(0, 10_000, shape, generator=gen, dtype=torch.int64)
         elif key.endswith("running_mean"):

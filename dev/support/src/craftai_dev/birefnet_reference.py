@@ -115,11 +115,13 @@ def lite_config() -> Any:
     return modeling().BiRefNetConfig(**LITE)
 
 
-def reference_from_origin(folder: Path) -> nn.Module:
-    """nobg's BiRefNet_lite through `BiRefNet.from_origin(folder)`, eval mode, CPU."""
+def reference_from_origin(folder: Path, *, swin_l: bool = False) -> nn.Module:
+    """nobg's BiRefNet_lite (or, `swin_l`, its default: the Swin-L BiRefNet) through
+    `BiRefNet.from_origin(folder)`, eval mode, CPU."""
     module = modeling()
-    (folder / "config.json").write_text(json.dumps(LITE))
-    model: nn.Module = module.BiRefNet.from_origin(str(folder), config=lite_config())
+    (folder / "config.json").write_text(json.dumps({} if swin_l else LITE))
+    config = module.BiRefNetConfig() if swin_l else lite_config()
+    model: nn.Module = module.BiRefNet.from_origin(str(folder), config=config)
     return model.eval()
 
 

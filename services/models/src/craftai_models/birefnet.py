@@ -1,5 +1,7 @@
-"""BiRefNet_lite (Zheng et al., "Bilateral Reference for High-Resolution Dichotomous Image
-Segmentation", CAAI AIR 2024) with a Swin-T backbone, for inference only.
+"""BiRefNet (Zheng et al., "Bilateral Reference for High-Resolution Dichotomous Image
+Segmentation", CAAI AIR 2024), for inference only: BiRefNet_lite with a Swin-T backbone, and the
+Swin-L models (general, portrait, DIS, HRSOD, COD, massive, HR, dynamic) with the same parts at
+twice the widths (`Architecture`).
 
 Written in this project from the paper and the original code's layout (ZhengPeng7/BiRefNet
 `models/birefnet.py` and `models/modules/*`, configuration of the lite model): module attribute
@@ -31,7 +33,17 @@ proven against the published ONNX when the torch route is prepared (craftai_prep
 converter), and recorded in the prepared folder beside the weights (`PREPARED_SETTINGS`);
 docs/MATTE.md has the evidence.
 
-Shapes in comments are for a 1024² input, batch B.
+Shapes in comments are for BiRefNet_lite at a 1024² input, batch B.
+
+Swin-L (`birefnet_swin_l`): the backbone C=192 (window 12), every level's channels twice the lite's
+(384, 768, 1536, 3072 after the multi-scale cat), the injection blocks and decoder scaled with them
+as the original code scales them from its lateral channels. Evidence that this is the published
+network (docs/MATTE.md, "Swin-L"): its tensors, stored as the published files store them (floats in
+fp16, the relative position indices and BatchNorm counters in int64, `{"format": "pt"}` metadata),
+make a safetensors file of exactly 444,473,596 bytes, the size of BiRefNet_dynamic's and
+BiRefNet_HR's `model.safetensors`; and they are, renamed, exactly nobg's Swin-L BiRefNet's
+(tests/unit/test_birefnet_swin_l.py). The loader checks every name, shape and dtype on the real
+file before it is used.
 """
 
 from __future__ import annotations
@@ -48,16 +60,18 @@ from torch import Tensor, nn
 
 from craftai_models.checkpoints import Pin, expected_tensors, read_state_dict
 from craftai_models.deform_conv import deform_conv2d
-from craftai_models.swin import SwinTransformer, swin_t
+from craftai_models.swin import SwinTransformer, swin_l, swin_t
 
 __all__ = [
     "PREPARED_SETTINGS",
     "PREPARED_WEIGHTS",
     "TRAINED_ORDER",
+    "Architecture",
     "BiRefNet",
     "PatchOrder",
     "Stages",
     "birefnet_lite",
+    "birefnet_swin_l",
     "fold_batchnorm",
     "image_to_patches",
     "load_birefnet",
@@ -351,6 +365,26 @@ def birefnet_lite(order: PatchOrder = TRAINED_ORDER) -> BiRefNet:
     return BiRefNet(swin_t(), (192, 384, 768, 1536), order)
 
 
+def birefnet_swin_l(order: PatchOrder = TRAINED_ORDER) -> BiRefNet:
+    """The published Swin-L configuration (`swin_v1_l`), multi-scale input by concatenation."""
+    return BiRefNet(swin_l(), (384, 768, 1536, 3072), order)
+
+
+class Architecture(Enum):
+    """Which published configuration a checkpoint is, and how its floats are stored."""
+
+    LITE = "lite"  # BiRefNet_lite: Swin-T, fp32
+    SWIN_L = "swin-l"  # the Swin-L models: fp16
+
+    def build(self, order: PatchOrder) -> BiRefNet:
+        return birefnet_lite(order) if self is Architecture.LITE else birefnet_swin_l(order)
+
+    @property
+    def stored(self) -> torch.dtype:
+        """The dtype of the published file's floating-point tensors."""
+        return torch.float32 if self is Architecture.LITE else torch.float16
+
+
 @torch.no_grad()
 def _fold(conv: nn.Conv2d, bn: nn.Module) -> None:
     """conv then BatchNorm (eval statistics) -> one conv: W·γ/√(σ²+ε), bias (b − μ)·γ/√(σ²+ε) + β."""
@@ -392,13 +426,20 @@ def fold_batchnorm(model: BiRefNet) -> BiRefNet:
 
 
 def load_birefnet(
-    path: Path, device: torch.device | str = "cpu", order: PatchOrder = TRAINED_ORDER, *, pin: Pin | None = None
+    path: Path,
+    device: torch.device | str = "cpu",
+    order: PatchOrder = TRAINED_ORDER,
+    *,
+    pin: Pin | None = None,
+    architecture: Architecture = Architecture.LITE,
 ) -> BiRefNet:
     """Build the network without initialising weights, load the file strictly (every tensor by name,
-    shape and dtype), eval mode. `pin`: check the bytes read against it first."""
+    shape and dtype as `architecture` publishes it), eval mode, floats in fp32. `pin`: check the
+    bytes read against it first."""
     with torch.device("meta"):
-        model = birefnet_lite(order)
-    state = read_state_dict(path, expected_tensors(model), pin=pin)
+        model = architecture.build(order)
+    state = read_state_dict(path, expected_tensors(model, floats=architecture.stored), pin=pin)
+    state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval()
 

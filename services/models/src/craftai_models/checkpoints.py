@@ -46,9 +46,16 @@ class CheckpointRefusedError(ValueError):
     """The file is not the pinned checkpoint, or its tensors do not fit the network."""
 
 
-def expected_tensors(model: nn.Module) -> dict[str, tuple[tuple[int, ...], str]]:
-    """Every persistent tensor of `model` as name -> (shape, safetensors dtype name)."""
-    return {k: (tuple(v.shape), _SAFETENSORS_DTYPES.get(v.dtype, str(v.dtype))) for k, v in model.state_dict().items()}
+def expected_tensors(model: nn.Module, *, floats: torch.dtype | None = None) -> dict[str, tuple[tuple[int, ...], str]]:
+    """Every persistent tensor of `model` as name -> (shape, safetensors dtype name); `floats`: the
+    dtype a published file stores the floating-point ones in, where it is not the model's."""
+
+    def stored(v: Tensor) -> torch.dtype:
+        return floats if floats is not None and v.is_floating_point() else v.dtype
+
+    return {
+        k: (tuple(v.shape), _SAFETENSORS_DTYPES.get(stored(v), str(stored(v)))) for k, v in model.state_dict().items()
+    }
 
 
 def _listing(names: Sequence[str], first: int = 5) -> str:

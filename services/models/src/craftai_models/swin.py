@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["SwinTransformer", "swin_b", "swin_t"]
+__all__ = ["SwinTransformer", "swin_b", "swin_l", "swin_t"]
 
 # The shifted-window mask value: large enough to vanish after softmax, small enough for fp16.
 _MASKED = -100.0
@@ -260,3 +260,9 @@ def swin_t(*, with_embedding: bool = False) -> SwinTransformer:
     return SwinTransformer(
         embed_dim=96, depths=(2, 2, 6, 2), heads=(3, 6, 12, 24), window=7, with_embedding=with_embedding
     )
+
+
+def swin_l() -> SwinTransformer:
+    """Swin-L as in BiRefNet (`swin_v1_l`, its general, portrait, DIS, HRSOD, COD, massive, HR and
+    dynamic weights): C=192, depths 2-2-18-2, heads 6-12-24-48, window 12."""
+    return SwinTransformer(embed_dim=192, depths=(2, 2, 18, 2), heads=(6, 12, 24, 48), window=12, with_embedding=False)
