@@ -43,6 +43,9 @@ def _file(recipe: str) -> tuple[Path, str]:
 
 def measure(rounds: int, recipes: list[str] | None = None) -> dict[str, Any]:
     """Each recipe (all by default) timed against rembg's session of it, `rounds` interleaved rounds."""
+    # pymatting (alpha matting, imported by rembg, never called here) compiles at import without it:
+    # ~40 s in a process that finds no numba cache
+    os.environ.setdefault("NUMBA_DISABLE_JIT", "1")
     import rembg
     from PIL import Image
 
