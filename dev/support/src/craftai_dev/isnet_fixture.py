@@ -12,7 +12,8 @@ Calibration (craftai_dev.calibration), so that a matte is not one value or noise
 gets its input's statistics on the four sample photos at once (at 512², where the four fit in a few
 GB), then the first side readout is fitted to the real u2netp's matte of one photo, as ±4 logits,
 at 1024² as the route runs it. Each file answers every sample photo with a matte of many levels
-(tests/parity/test_isnet_rembg.py checks it on each).
+(tests/parity/test_isnet_rembg.py checks it on each). The calibrated network's state is kept beside
+the files: the tests that run the reference network itself load it rather than calibrate it again.
 """
 
 from __future__ import annotations
@@ -93,14 +94,40 @@ def _target(side: int) -> torch.Tensor:
     return torch.from_numpy(8.0 * (subject - 0.5))[None, None]
 
 
-def calibrated(recipe: str) -> nn.Module:
-    """The recipe's reference network with random weights, calibrated on the sample photos (eval, CPU)."""
-    from craftai_dev import calibration
+def _folder() -> Path:
+    return CACHE / "fixtures" / f"isnet-{SEED}-{VERSION}"
+
+
+def _network(recipe: str) -> nn.Module:
     from craftai_dev.isnet_reference import anime_class, dis_class
+
+    return (anime_class() if recipe == "isnet-anime" else dis_class())().eval()
+
+
+def calibrated(recipe: str) -> nn.Module:
+    """The recipe's reference network with random weights, calibrated on the sample photos (eval, CPU):
+    calibrated once, its state (parameters and BatchNorm statistics) then loaded from the cache. One
+    lock a recipe: a process that needs the state while another makes it waits for it rather than
+    making it too."""
+    path = _folder() / f"{recipe}.calibrated.pt"
+    if not path.exists():
+        with exclusive(f"{_folder().name}-{recipe}"):
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                partial = path.with_suffix(".part")
+                torch.save(_calibrate(recipe).state_dict(), partial)
+                partial.replace(path)
+    net = _network(recipe)
+    net.load_state_dict(torch.load(path, weights_only=True), strict=True)
+    return net
+
+
+def _calibrate(recipe: str) -> nn.Module:
+    from craftai_dev import calibration
     from craftai_dev.samples import PHOTOS
 
     torch.manual_seed(SEED)
-    net = (anime_class() if recipe == "isnet-anime" else dis_class())().eval()
+    net = _network(recipe)
     every = photo_batch(recipe, list(PHOTOS), side=512)
     calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
     one = photo_batch(recipe, [CALIBRATION_PHOTO])
@@ -135,7 +162,7 @@ def _export(recipe: str, path: Path) -> None:
 
 def onnx_files() -> dict[str, Path]:
     """recipe -> its stand-in ONNX file (made once, then read from the cache)."""
-    folder = CACHE / "fixtures" / f"isnet-{SEED}-{VERSION}"
+    folder = _folder()
     paths = {name: folder / f"{name}.onnx" for name in RECIPES}
     if all(p.exists() for p in paths.values()):
         return paths
