@@ -15,12 +15,14 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_short_mixed_load_has_no_errors_and_bounded_memory(tmp_path: Path) -> None:
-    budget = 48 << 20  # three SAM embeddings: sessions are evicted and reopened under load
+    # two SAM embeddings for three clients: less than their sessions may hold at once (each client
+    # is one more encoder run in the warm-up, most of the test's time)
+    budget = 32 << 20
     with load.serve_fixture(tmp_path, {"CRAFTAI_SESSION_BUDGET_BYTES": str(budget)}) as served:
         report = load.run(
             served.address,
             seconds=2,
-            clients=4,
+            clients=3,
             apps=2,
             server_pid=served.pid,
             pictures=load.default_pictures()[:2],
@@ -29,6 +31,6 @@ def test_a_short_mixed_load_has_no_errors_and_bounded_memory(tmp_path: Path) -> 
     load.print_report(report)
     assert report.errors == {}
     assert {"Matte", "OpenSession", "Segment", "CloseSession"} <= set(report.rpcs)
-    assert report.session_budget_mib == 48
+    assert report.session_budget_mib == 32
     assert report.rss_max_mib <= report.rss_bound_mib, report
     assert report.ok
