@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from craftai_dev.cache import CACHE, exclusive
@@ -109,16 +110,16 @@ def calibrated(recipe: str) -> nn.Module:
     calibrated once, its state (parameters and BatchNorm statistics) then loaded from the cache. One
     lock a recipe: a process that needs the state while another makes it waits for it rather than
     making it too."""
-    path = _folder() / f"{recipe}.calibrated.pt"
+    path = _folder() / f"{recipe}.calibrated.safetensors"
     if not path.exists():
         with exclusive(f"{_folder().name}-{recipe}"):
             if not path.exists():
                 path.parent.mkdir(parents=True, exist_ok=True)
                 partial = path.with_suffix(".part")
-                torch.save(_calibrate(recipe).state_dict(), partial)
+                save_file({k: v.contiguous() for k, v in _calibrate(recipe).state_dict().items()}, str(partial))
                 partial.replace(path)
     net = _network(recipe)
-    net.load_state_dict(torch.load(path, weights_only=True), strict=True)
+    net.load_state_dict(load_file(str(path)), strict=True)
     return net
 
 
