@@ -6,8 +6,9 @@
 # CI machines have 2 cores and much of the work waits (apt-get and pip on the network and disks,
 # services starting, Docker builds), so stages overlap where nothing is shared:
 #   - the Docker engine is installed and started (tools/docker/engine.sh) beside the bootstrap;
-#   - mypy runs beside the image builds (python -m tools.docker), which go on beside the tests: the
-#     container suite waits for them (CRAFTAI_DOCKER_STAGE_DONE, tests/containers/conftest.py);
+#   - the image builds (python -m tools.docker) go on beside the lint and the tests: the container
+#     suite waits for them (CRAFTAI_DOCKER_STAGE_DONE, tests/containers/conftest.py);
+#   - mypy runs beside the tests (ruff first: a lint error stops the run before them);
 #   - pytest runs on two workers (pytest-xdist, one test module per unit of work: tests/conftest.py).
 # Each background stage writes a log that is printed when it is waited for; any failure fails the run.
 # CRAFTAI_TEST_WORKERS=0 runs pytest in one process.
@@ -72,12 +73,26 @@ wait_for_images() {
     return "$code"
 }
 
-echo "== lint and types"
+echo "== lint"
 checks_started=$(date +%s)
 .venv/bin/ruff check .
 .venv/bin/ruff format --check services clients dev tools tests
-.venv/bin/mypy services clients/python/src clients/wire/src dev/support/src tools tests
-timings+=("lint and types $(since "$checks_started") s")
+timings+=("lint $(since "$checks_started") s")
+
+# -- the types, beside the tests (their log is printed when waited for; a failure fails the run)
+types_started=$(date +%s)
+.venv/bin/mypy services clients/python/src clients/wire/src dev/support/src tools tests >"$logs/types.log" 2>&1 &
+types_pid=$!
+trap 'stop_images; [ -z "${types_pid:-}" ] || kill "$types_pid" 2>/dev/null || true' EXIT
+wait_for_types() {
+    local code=0
+    wait "$types_pid" || code=$?
+    types_pid=
+    echo "== types (mypy, beside the tests)"
+    cat "$logs/types.log"
+    timings+=("types $(since "$types_started") s (beside the tests)")
+    return "$code"
+}
 
 echo "== tests"
 workers=${CRAFTAI_TEST_WORKERS:-2}
@@ -89,6 +104,10 @@ set +e
 code=$?
 set -e
 timings+=("tests $(since "$tests_started") s")
+if ! wait_for_types; then
+    echo "the type check failed (above)" >&2
+    [ "$code" -eq 0 ] && code=1
+fi
 if ! wait_for_images; then
     echo "building the Docker images failed (above)" >&2
     [ "$code" -eq 0 ] && code=1

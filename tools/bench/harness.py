@@ -20,12 +20,14 @@ import tomllib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import tomli_w
 from PIL import Image
 
 REPO = Path(__file__).resolve().parents[2]
+
+T = TypeVar("T")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -123,6 +125,30 @@ def serve(workdir: Path, env: dict[str, str]) -> Iterator[str]:
     """serve_process, for callers that need only the address."""
     with serve_process(workdir, env) as served:
         yield served.address
+
+
+@contextlib.contextmanager
+def entered_together(*managers: contextlib.AbstractContextManager[T]) -> Iterator[list[T]]:
+    """Several context managers entered at once, each on a thread of its own (servers that start side
+    by side rather than one after the other); those entered are exited in reverse order, also when
+    another failed to enter."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with contextlib.ExitStack() as stack:
+        with ThreadPoolExecutor(max(1, len(managers))) as pool:
+            futures = [pool.submit(manager.__enter__) for manager in managers]
+            values: list[T] = []
+            failed: BaseException | None = None
+            for manager, future in zip(managers, futures, strict=True):
+                try:
+                    values.append(future.result())
+                except BaseException as exc:
+                    failed = failed or exc
+                else:
+                    stack.push(manager.__exit__)
+        if failed is not None:
+            raise failed
+        yield values
 
 
 @contextlib.contextmanager

@@ -370,9 +370,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             session = editor.open_session(photo, engine=engine)
             warm = Phase()
             _interactive(editor, session, small, 3, warm, engine=engine)  # both routes loaded and warm
-            opened = setup.open_session(photo, engine=engine)
-            opened.segment_everything(points_per_side=8)  # the grid's path warm too
-            opened.close()
+            session.segment_everything(points_per_side=8)  # the grid's path warm too (no encoder run more)
             setup.remove_background(large, outputs="cutout", recipe=MATTE, engine=engine)
             memory = Memory(warm=_status(pid, "VmRSS") if pid else 0.0)
             if pid:
