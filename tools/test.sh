@@ -23,6 +23,15 @@ export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 logs=$(mktemp -d -t craftai-test-XXXXXX)
 timings=()
 since() { echo $(($(date +%s) - $1)); }
+# A background stage waited for: its log printed under its name, its time kept; its exit code returned.
+waited() {  # name, pid, log, started
+    local code=0
+    wait "$2" || code=$?
+    echo "== $1"
+    cat "$3"
+    timings+=("$1 $(since "$4") s")
+    return "$code"
+}
 
 # -- the Docker engine, beside the bootstrap
 engine_started=$(date +%s)
@@ -64,13 +73,9 @@ stop_images() { [ -z "$images_pid" ] || kill -- -"$images_pid" 2>/dev/null || tr
 trap stop_images EXIT
 wait_for_images() {
     [ -n "$images_pid" ] || return 0
-    local code=0
-    wait "$images_pid" || code=$?
+    local pid=$images_pid
     images_pid=
-    echo "== Docker images (built beside the checks and the tests)"
-    cat "$logs/images.log"
-    timings+=("Docker images $(since "$images_started") s (beside the checks and the tests)")
-    return "$code"
+    waited "Docker images (built beside the checks and the tests)" "$pid" "$logs/images.log" "$images_started"
 }
 
 echo "== lint"
@@ -85,13 +90,9 @@ types_started=$(date +%s)
 types_pid=$!
 trap 'stop_images; [ -z "${types_pid:-}" ] || kill "$types_pid" 2>/dev/null || true' EXIT
 wait_for_types() {
-    local code=0
-    wait "$types_pid" || code=$?
+    local pid=$types_pid
     types_pid=
-    echo "== types (mypy, beside the tests)"
-    cat "$logs/types.log"
-    timings+=("types $(since "$types_started") s (beside the tests)")
-    return "$code"
+    waited "types (mypy, beside the tests)" "$pid" "$logs/types.log" "$types_started"
 }
 
 echo "== tests"
