@@ -69,13 +69,15 @@ def _torchvision_ops() -> Iterator[bool]:
     """Yields whether torchvision's deform_conv2d was stood in for; the stand-in is only in
     sys.modules while the body runs (transformers probes for torchvision by its spec elsewhere)."""
     try:
-        importlib.import_module("torchvision.ops")
+        real = importlib.import_module("torchvision.ops")
     except ImportError:
         pass
-    else:
-        yield False
-        return
-    for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+    else:  # a real torchvision, not another reference's stand-in (which has no spec)
+        if getattr(sys.modules.get("torchvision"), "__spec__", None) is not None and hasattr(real, "deform_conv2d"):
+            yield False
+            return
+    set_aside = {k: m for k, m in sys.modules.items() if k == "torchvision" or k.startswith("torchvision.")}
+    for key in set_aside:
         del sys.modules[key]
     torchvision = types.ModuleType("torchvision")
     ops = types.ModuleType("torchvision.ops")
@@ -86,6 +88,25 @@ def _torchvision_ops() -> Iterator[bool]:
         yield True
     finally:
         del sys.modules["torchvision"], sys.modules["torchvision.ops"]
+        sys.modules.update(set_aside)  # another reference's stand-ins, as they were
+
+
+@contextlib.contextmanager
+def _without_torchvision_stand_ins() -> Iterator[None]:
+    """transformers probes torchvision by its spec when it is first imported, which fails on a
+    stand-in module without one that another reference left in sys.modules (the SAM references'):
+    such modules are set aside meanwhile, and put back."""
+    set_aside = {
+        key: module
+        for key, module in sys.modules.items()
+        if (key == "torchvision" or key.startswith("torchvision.")) and getattr(module, "__spec__", None) is None
+    }
+    for key in set_aside:
+        del sys.modules[key]
+    try:
+        yield
+    finally:
+        sys.modules.update(set_aside)
 
 
 def modeling() -> types.ModuleType:
@@ -99,7 +120,8 @@ def modeling() -> types.ModuleType:
     root = list(spec.submodule_search_locations)
     bare_package("nobg", root)
     bare_package("nobg.birefnet", [str(Path(root[0]) / "birefnet")])
-    importlib.import_module("transformers.models.swin.modeling_swin")  # before any stand-in is in place
+    with _without_torchvision_stand_ins():  # before any stand-in of ours is in place, nor another's
+        importlib.import_module("transformers.models.swin.modeling_swin")
     _ensure_image_processing()
     with _torchvision_ops() as stood_in:
         module = importlib.import_module(name)
