@@ -65,6 +65,27 @@ def _ensure_image_processing() -> None:
 
 
 @contextlib.contextmanager
+def _torchvision_set_aside(*, stand_ins_only: bool) -> Iterator[None]:
+    """torchvision's modules out of sys.modules while the body runs (`stand_ins_only`: those without a
+    spec, which another reference left there), then put back as they were."""
+    set_aside = {
+        key: module
+        for key, module in sys.modules.items()
+        if (key == "torchvision" or key.startswith("torchvision."))
+        and not (stand_ins_only and getattr(module, "__spec__", None) is not None)
+    }
+    for key in set_aside:
+        del sys.modules[key]
+    try:
+        yield
+    finally:
+        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+            if key not in set_aside:
+                del sys.modules[key]
+        sys.modules.update(set_aside)
+
+
+@contextlib.contextmanager
 def _torchvision_ops() -> Iterator[bool]:
     """Yields whether torchvision's deform_conv2d was stood in for; the stand-in is only in
     sys.modules while the body runs (transformers probes for torchvision by its spec elsewhere)."""
@@ -76,37 +97,13 @@ def _torchvision_ops() -> Iterator[bool]:
         if getattr(sys.modules.get("torchvision"), "__spec__", None) is not None and hasattr(real, "deform_conv2d"):
             yield False
             return
-    set_aside = {k: m for k, m in sys.modules.items() if k == "torchvision" or k.startswith("torchvision.")}
-    for key in set_aside:
-        del sys.modules[key]
-    torchvision = types.ModuleType("torchvision")
-    ops = types.ModuleType("torchvision.ops")
-    ops.deform_conv2d = deform_conv_reference.deform_conv2d  # type: ignore[attr-defined]
-    torchvision.ops = ops  # type: ignore[attr-defined]
-    sys.modules["torchvision"], sys.modules["torchvision.ops"] = torchvision, ops
-    try:
+    with _torchvision_set_aside(stand_ins_only=False):
+        torchvision = types.ModuleType("torchvision")
+        ops = types.ModuleType("torchvision.ops")
+        ops.deform_conv2d = deform_conv_reference.deform_conv2d  # type: ignore[attr-defined]
+        torchvision.ops = ops  # type: ignore[attr-defined]
+        sys.modules["torchvision"], sys.modules["torchvision.ops"] = torchvision, ops
         yield True
-    finally:
-        del sys.modules["torchvision"], sys.modules["torchvision.ops"]
-        sys.modules.update(set_aside)  # another reference's stand-ins, as they were
-
-
-@contextlib.contextmanager
-def _without_torchvision_stand_ins() -> Iterator[None]:
-    """transformers probes torchvision by its spec when it is first imported, which fails on a
-    stand-in module without one that another reference left in sys.modules (the SAM references'):
-    such modules are set aside meanwhile, and put back."""
-    set_aside = {
-        key: module
-        for key, module in sys.modules.items()
-        if (key == "torchvision" or key.startswith("torchvision.")) and getattr(module, "__spec__", None) is None
-    }
-    for key in set_aside:
-        del sys.modules[key]
-    try:
-        yield
-    finally:
-        sys.modules.update(set_aside)
 
 
 def modeling() -> types.ModuleType:
@@ -120,7 +117,7 @@ def modeling() -> types.ModuleType:
     root = list(spec.submodule_search_locations)
     bare_package("nobg", root)
     bare_package("nobg.birefnet", [str(Path(root[0]) / "birefnet")])
-    with _without_torchvision_stand_ins():  # before any stand-in of ours is in place, nor another's
+    with _torchvision_set_aside(stand_ins_only=True):  # transformers probes torchvision by its spec
         importlib.import_module("transformers.models.swin.modeling_swin")
     _ensure_image_processing()
     with _torchvision_ops() as stood_in:
