@@ -37,7 +37,6 @@ import multiprocessing
 import os
 import platform
 import queue
-import socket
 import threading
 import time
 import urllib.request
@@ -52,7 +51,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev.files import sample_photo
-from craftai_dev.servers import ensure_local_key
+from craftai_dev.servers import ensure_local_key, free_port
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.vocabulary import Reason
@@ -285,12 +284,6 @@ class OtherApps:
         return done, refused
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def model_calls(metrics_url: str) -> dict[str, Any]:
     """From the server's /metrics: each model call's mean duration and its count by route,
     operation and class, and the interactive jobs' waits for each queue, with the share under each
@@ -303,23 +296,19 @@ def model_calls(metrics_url: str) -> dict[str, Any]:
             labels = sample.labels
             if family.name == "craftai_infer_model_call_seconds":
                 key = f"{labels['queue']} {labels['operation']} {labels['class']}"
-                entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
-                if sample.name.endswith("_count"):
-                    entry["count"] = sample.value
-                elif sample.name.endswith("_sum"):
-                    entry["sum_ms"] = sample.value * 1000
-                elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
-                    entry["under_ms"][str(float(labels["le"]) * 1000)] = sample.value
             elif family.name == "craftai_infer_queue_wait_seconds" and labels.get("class") == "interactive":
                 key = f"{labels['queue']} queue wait interactive {labels['app']}"
-                entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
-                if sample.name.endswith("_count"):
-                    entry["count"] += sample.value
-                elif sample.name.endswith("_sum"):
-                    entry["sum_ms"] += sample.value * 1000
-                elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
-                    bound = str(float(labels["le"]) * 1000)
-                    entry["under_ms"][bound] = entry["under_ms"].get(bound, 0.0) + sample.value
+            else:
+                continue
+            # one histogram's samples added up under its key (each label set once: adding is setting)
+            entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
+            if sample.name.endswith("_count"):
+                entry["count"] += sample.value
+            elif sample.name.endswith("_sum"):
+                entry["sum_ms"] += sample.value * 1000
+            elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
+                bound = str(float(labels["le"]) * 1000)
+                entry["under_ms"][bound] = entry["under_ms"].get(bound, 0.0) + sample.value
     for entry in calls.values():
         count = entry["count"] or 1.0
         entry["mean_ms"] = entry.pop("sum_ms") / count
@@ -340,7 +329,7 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int,
     keys.chmod(0o600)
     # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
     bulk = args.encoders + args.everything + args.large
-    port = _free_port()
+    port = free_port()
     env = {
         "CRAFTAI_KEYS_FILE": str(keys),
         "CRAFTAI_DEVICE": args.device,
