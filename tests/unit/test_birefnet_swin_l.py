@@ -14,6 +14,9 @@ The network's outputs against nobg's at Swin-L: tests/gpu/test_birefnet_cuda.py.
 
 from __future__ import annotations
 
+import importlib.machinery
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -88,3 +91,23 @@ def test_a_published_swin_l_file_loads_strictly_and_computes_in_fp32(tmp_path: P
     save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "fp32.safetensors"))
     with pytest.raises(CheckpointRefusedError, match=r"wrong shape or type: .* is F32\[.*\], expected F16"):
         load_birefnet(tmp_path / "fp32.safetensors", architecture=Architecture.SWIN_L)
+
+
+def test_the_references_leave_a_real_torchvision_in_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    """nobg's import sets other references' torchvision stand-ins (no spec) aside and puts them back;
+    a real torchvision (a spec) stays the same module objects throughout: imported a second time it
+    would register its operators again, which torch refuses (the GPU machine has one)."""
+    real = types.ModuleType("torchvision")
+    real.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
+    stand_in = types.ModuleType("torchvision.ops")  # another reference's, no spec
+    monkeypatch.setitem(sys.modules, "torchvision", real)
+    monkeypatch.setitem(sys.modules, "torchvision.ops", stand_in)
+    with birefnet_reference._torchvision_set_aside(stand_ins_only=True):
+        assert sys.modules["torchvision"] is real and "torchvision.ops" not in sys.modules
+        sys.modules["torchvision.io"] = types.ModuleType("torchvision.io")  # imported by the body
+    assert sys.modules["torchvision"] is real and sys.modules["torchvision.ops"] is stand_in
+    assert "torchvision.io" not in sys.modules
+    monkeypatch.delitem(sys.modules, "torchvision.ops")
+    with birefnet_reference._torchvision_set_aside(stand_ins_only=True):  # nothing to set aside
+        sys.modules["torchvision.ops"] = ops = types.ModuleType("torchvision.ops")
+    assert sys.modules["torchvision"] is real and sys.modules["torchvision.ops"] is ops  # a real import stays

@@ -64,24 +64,31 @@ def _ensure_image_processing() -> None:
         sys.modules[name] = processing
 
 
+def _is_torchvision(key: str) -> bool:
+    return key == "torchvision" or key.startswith("torchvision.")
+
+
 @contextlib.contextmanager
 def _torchvision_set_aside(*, stand_ins_only: bool) -> Iterator[None]:
     """torchvision's modules out of sys.modules while the body runs (`stand_ins_only`: those without a
-    spec, which another reference left there), then put back as they were."""
+    spec, which another reference left there), then put back as they were. Modules left in place
+    stay: a real torchvision imported twice registers its operators twice, which torch refuses."""
     set_aside = {
         key: module
         for key, module in sys.modules.items()
-        if (key == "torchvision" or key.startswith("torchvision."))
-        and not (stand_ins_only and getattr(module, "__spec__", None) is not None)
+        if _is_torchvision(key) and not (stand_ins_only and getattr(module, "__spec__", None) is not None)
     }
+    if not set_aside:
+        yield
+        return
+    kept = {key for key in sys.modules if _is_torchvision(key)} - set(set_aside)
     for key in set_aside:
         del sys.modules[key]
     try:
         yield
-    finally:
-        for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
-            if key not in set_aside:
-                del sys.modules[key]
+    finally:  # what the body imported in their place goes; what was kept stays
+        for key in [k for k in sys.modules if _is_torchvision(k) and k not in kept]:
+            del sys.modules[key]
         sys.modules.update(set_aside)
 
 
