@@ -1,7 +1,8 @@
 """BiRefNet on the GPU: the deformable convolution against torchvision's own, the lite network at
 1024² against nobg's (with torchvision's deform_conv2d, which imports there) in both patch
 orders, the Swin-L network at 1024² against nobg's Swin-L from the same fp16 file as published,
-and the torch route on CUDA (fp32, then its default autocast) against the CPU route.
+the torch route on CUDA (fp32, then its default autocast) against the CPU route, and birefnet-hr's
+torch route at 2048² against the authors' inference with nobg's Swin-L.
 
 GPU only (CI has none and skips them with a reason); run on the lent GPU machine with
 `bash tools/gpu/run_tests.sh tests/gpu/test_birefnet_cuda.py` (carry the nobg wheel in .whl/).
@@ -31,7 +32,16 @@ from craftai_dev.birefnet_fixture import (
     randomised_state_dict,
 )
 from craftai_infer.routes import RouteFiles
-from craftai_models.birefnet import TRAINED_ORDER, Architecture, PatchOrder, birefnet_swin_l, load_birefnet
+from craftai_models.birefnet import (
+    PREPARED_SETTINGS,
+    PREPARED_WEIGHTS,
+    TRAINED_ORDER,
+    Architecture,
+    PatchOrder,
+    birefnet_swin_l,
+    load_birefnet,
+    write_prepared,
+)
 from craftai_models.deform_conv import deform_conv2d
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
@@ -143,6 +153,56 @@ def test_swin_l_network_at_1024_equals_nobgs(tmp_path: Path) -> None:
     print(f"BiRefNet Swin-L 1024²: matte > 0.5 on {share:.2f} of the picture")
     assert 0.05 < share < 0.95  # calibrated: not a saturated matte
     assert max(errors.values()) <= FP32_RTOL
+
+
+class _OnCuda(torch.nn.Module):
+    """nobg's network on the GPU answering `author_matte`'s CPU tensors."""
+
+    def __init__(self, network: torch.nn.Module) -> None:
+        super().__init__()
+        self.network = network
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        return {"logits": self.network(x.cuda())["logits"].float().cpu()}
+
+
+@pytest.mark.parametrize("photo", ["chelsea.png", "astronaut.png"])
+def test_the_hr_route_answers_the_authors_matte_at_2048(tmp_path: Path, photo: str, photos: dict[str, Path]) -> None:
+    """birefnet-hr's torch route (Swin-L at 2048², channel-major, the prepared folder as the
+    preparation lays it out) against the authors' inference with nobg's Swin-L at 2048² from the
+    same fp16 file: a random network whose BatchNorms are calibrated on this picture at 2048², held
+    to the bounds of the HR ONNX route's test (tests/integration/test_birefnet_hr.py)."""
+    from safetensors.torch import save_file
+
+    from craftai_infer.routes import MATTE
+    from craftai_infer.routes.birefnet_torch import BirefnetTorch
+
+    _torchvision_deform()
+    picture = np.asarray(Image.open(photos[photo]).convert("RGB"))
+    with torch.device("meta"):
+        network = birefnet_swin_l(PatchOrder.CHANNEL_MAJOR)
+    network.load_state_dict(randomised_state_dict(network, seed=11), strict=True, assign=True)
+    state = calibrate_batchnorm(network.cuda().eval(), photo_input(2048, photo).cuda())
+    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
+    del network, state
+    save_file(published, str(tmp_path / PREPARED_WEIGHTS), metadata=METADATA)
+    write_prepared(tmp_path / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L, 2048)
+    route = BirefnetTorch(RouteFiles({}, tmp_path, 0, gpu_precision="auto"), "cuda")
+    assert route.settings.size == 2048 and route.capabilities.max_batch == {MATTE: 1}
+    route.warm_up(lambda _message: None)
+    (matte,) = route.matte([picture])
+    ours = matte.cpu().numpy().astype(np.float32) / 255
+    del route
+    torch.cuda.empty_cache()
+    reference = birefnet_reference.reference_from_origin(tmp_path, swin_l=True).cuda()
+    theirs = birefnet_reference.author_matte(picture, _OnCuda(reference), 2048)
+    mine, expected = ours > 0.5, theirs > 0.5
+    iou = float((mine & expected).sum() / max(1, (mine | expected).sum()))
+    mean = float(np.abs(ours - theirs).mean())
+    print(f"BiRefNet HR route 2048² {photo}: IoU {iou:.4f}, mean |d| {mean:.4f}, subject share {expected.mean():.2f}")
+    assert ours.shape == theirs.shape == picture.shape[:2]
+    assert 0.05 < expected.mean() < 0.95  # calibrated on this picture: not a saturated matte
+    assert iou >= 0.99 and mean <= 0.01
 
 
 def _route(device: str, precision: str) -> Any:

@@ -1,6 +1,7 @@
 """BiRefNet_lite's patch order, a setting of the recipe's weights, proven on the file when the torch
 route is prepared, through the services: the calibrated random checkpoint and its network exported
-with the published contract at 512² (the proof's cost is a quarter of 1024²'s), in the order the
+with the published contract at 512² (the proof's cost is a quarter of 1024²'s; the recipe's weights
+say that side, as BiRefNet_HR's say 2048), in the order the
 recipe gives (the checkpoint reproduces it: proven) or in the other one (the checkpoint reproduces
 it only read in that order: refused in plain words, nothing served). Without the ONNX on disk the
 route is prepared with the recipe's order and says it is unverified, with what to run; the next
@@ -47,6 +48,8 @@ def _services(root: Path, weights: Checkpoint, network: Checkpoint) -> Iterator[
             pinned.update(
                 size=made.pin.size, sha256=made.pin.sha256, sources=[{"url": f"{files.url}/{pinned['name']}"}]
             )
+            if pinned["role"] == "weights":  # the graph is at 512²: the recipe gives that side
+                pinned["settings"] = {**pinned["settings"], "input_side": str(SIDE)}
         recipes = catalogues.write(root / "recipes.toml", data)
         process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes)})
         with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
@@ -89,7 +92,9 @@ def test_the_recipes_order_is_unverified_without_the_onnx_then_proven_on_the_fil
         unproven = _manifest(store, weights)
         assert unproven["checked_against"] == {} and unproven["unverified"]
         assert json.loads((store / "prepared" / RECIPE / str(unproven["key"]) / "birefnet.json").read_text()) == {
-            "patch_order": "patch-major"
+            "patch_order": "patch-major",
+            "architecture": "lite",
+            "input_side": SIDE,
         }
 
         list(ai.setup("image.matte", RECIPE, "onnxruntime"))

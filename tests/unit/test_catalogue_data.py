@@ -12,7 +12,7 @@ import tomli_w
 from craftai_catalogue import recipes
 from craftai_dev import catalogues
 from craftai_dev.servers import BIN
-from craftai_models.birefnet import TRAINED_ORDER, PatchOrder
+from craftai_models.birefnet import TRAINED_ORDER, Architecture, PatchOrder
 
 
 def test_real_data_validates_with_the_pins_of_pins_md() -> None:
@@ -61,10 +61,30 @@ def test_birefnets_patch_order_is_a_setting_of_its_weights_proven_against_its_on
     (weights,) = birefnet.files_of("torch")
     assert weights.settings == {"patch_order": PatchOrder.PATCH_MAJOR.value} == {"patch_order": TRAINED_ORDER.value}
     torch_route = birefnet.route("torch")
-    assert torch_route is not None and torch_route.needs_preparation and torch_route.revision == "birefnet-torch.1"
+    assert torch_route is not None and torch_route.needs_preparation and torch_route.revision == "birefnet-torch.2"
     assert [f.name for f in birefnet.checked_against("torch")] == ["BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx"]
     assert birefnet.checked_against("onnxruntime") == []
     assert dict(recipes.recipe_to_proto(birefnet, engine="torch").files[0].settings) == {"patch_order": "patch-major"}
+
+
+def test_birefnet_hrs_torch_route_reads_the_swin_l_checkpoint_at_2048_channel_major() -> None:
+    """BiRefNet_HR's safetensors is the Swin-L configuration trained at 2048² with the channel-major
+    code (docs/research/birefnet-swin-l.md); its torch route is checked against the published ONNX,
+    which only the onnxruntime route fetches, and is the one preferred on a GPU."""
+    hr = recipes.load().recipe("image.matte", "birefnet-hr")
+    assert hr is not None
+    (weights,) = hr.files_of("torch")
+    assert (weights.size, weights.sha256[:8]) == (444_473_596, "9d678baf")
+    assert weights.settings == {
+        "patch_order": PatchOrder.CHANNEL_MAJOR.value,
+        "architecture": Architecture.SWIN_L.value,
+        "input_side": "2048",
+    }
+    assert [f.name for f in hr.files_of("onnxruntime")] == ["BiRefNet_HR-general-epoch_130.onnx"]
+    assert [f.name for f in hr.checked_against("torch")] == ["BiRefNet_HR-general-epoch_130.onnx"]
+    torch_route = hr.route("torch")
+    assert torch_route is not None and torch_route.revision == "birefnet-torch.2" and torch_route.prefer_on_gpu
+    assert [r.engine for r in hr.routes if r.prefer_on_gpu] == ["torch"]
 
 
 def _route(recipe: str, engine: str, **values: object) -> Any:

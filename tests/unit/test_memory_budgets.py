@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from craftai_common import limits
 from craftai_infer import memory
 
 GiB, MiB = 1 << 30, 1 << 20
@@ -29,9 +30,9 @@ def test_budgets_set_by_hand_are_kept() -> None:
 
 def test_a_cgroup_limit_below_the_machine_is_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     limit = tmp_path / "memory.max"
-    monkeypatch.setattr(memory, "_CGROUP_LIMITS", (str(limit),))
+    monkeypatch.setattr(limits, "_CGROUP_LIMITS", (str(limit),))
     limit.write_text("max\n")
-    assert memory.memory_limit()[1] == "the machine's memory"
+    assert limits.memory_limit()[1] == "the machine's memory"
     limit.write_text(f"{2 * GiB}\n")
-    assert memory.memory_limit() == (2 * GiB, f"the cgroup's limit ({limit})")
+    assert limits.memory_limit() == (2 * GiB, f"the cgroup's limit ({limit})")
     assert memory.Budgets.of(0, 0, 0).requests == int(2 * GiB * 0.30)

@@ -38,7 +38,8 @@ from craftai_models.birefnet import (
     GlobalPool,
     PatchOrder,
     birefnet_lite,
-    write_patch_order,
+    birefnet_swin_l,
+    write_prepared,
 )
 from craftai_models.swin import relative_position_index
 
@@ -194,6 +195,19 @@ def checkpoints() -> dict[str, Checkpoint]:
     return made
 
 
+def swin_l_file(seed: int = SEED) -> Checkpoint:
+    """A random Swin-L BiRefNet stored as the published Swin-L files are (floats in fp16, int64
+    indices and counters, `{"format": "pt"}`: 444,473,596 bytes), cached: what a preparation reads
+    strictly. Not calibrated: nothing here runs it on a CPU (a 2048² forward costs minutes)."""
+    path = CACHE / "fixtures" / f"birefnet-swin-l-random-{seed}" / "model.safetensors"
+    if not path.exists():
+        with torch.device("meta"):
+            network = birefnet_swin_l()
+        state = randomised_state_dict(network, seed)
+        _save(path, {k: v.half() if v.is_floating_point() else v for k, v in state.items()})
+    return _pinned(path, "birefnet-hr", "model.safetensors")
+
+
 def export_onnx(network: BiRefNet, path: Path, side: int = 1024) -> Path:
     """`network` as a one-file ONNX graph with the published contract: input `input_image`
     f32[1,3,side,side], one output `output_image` f32[1,1,side,side] (logits), opset 17."""
@@ -236,6 +250,6 @@ def prepared_folder(checkpoint: Checkpoint, order: PatchOrder = TRAINED_ORDER) -
         with contextlib.suppress(FileExistsError):  # another worker made it
             (folder / PREPARED_WEIGHTS).symlink_to(checkpoint.path)
         partial = _partial(folder / PREPARED_SETTINGS)
-        write_patch_order(partial, order)
+        write_prepared(partial, order)
         partial.replace(folder / PREPARED_SETTINGS)
     return folder

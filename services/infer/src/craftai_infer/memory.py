@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from craftai_common.errors import ServiceError, resource_exhausted
+from craftai_common.limits import memory_limit
 from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_wire.vocabulary import Reason
 
@@ -234,19 +235,6 @@ def mib(nbytes: float) -> str:
 SESSION_SHARE, SESSION_RANGE = 0.10, (64 << 20, 1 << 30)
 REQUEST_SHARE, REQUEST_RANGE = 0.30, (256 << 20, 8 << 30)
 MODELS_FLOOR = 512 << 20  # the models' share where the two budgets above take (nearly) the whole limit
-_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
-
-
-def memory_limit() -> tuple[int, str]:
-    """The memory this process may use, and where that figure comes from: its cgroup's limit (a
-    container's; v2, else v1) where one is set below the machine's memory, else the machine's."""
-    machine = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for path in _CGROUP_LIMITS:
-        with contextlib.suppress(OSError, ValueError):
-            text = Path(path).read_text().strip()
-            if text != "max" and 0 < int(text) < machine:
-                return int(text), f"the cgroup's limit ({path})"
-    return machine, "the machine's memory"
 
 
 @dataclass(frozen=True)

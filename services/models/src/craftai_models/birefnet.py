@@ -66,9 +66,11 @@ __all__ = [
     "PREPARED_SETTINGS",
     "PREPARED_WEIGHTS",
     "TRAINED_ORDER",
+    "TRAINED_SIDE",
     "Architecture",
     "BiRefNet",
     "PatchOrder",
+    "Prepared",
     "Stages",
     "birefnet_lite",
     "birefnet_swin_l",
@@ -76,7 +78,8 @@ __all__ = [
     "image_to_patches",
     "load_birefnet",
     "read_patch_order",
-    "write_patch_order",
+    "read_prepared",
+    "write_prepared",
 ]
 
 
@@ -444,14 +447,47 @@ def load_birefnet(
     return model.to(device).eval()
 
 
-def write_patch_order(path: Path, order: PatchOrder) -> None:
-    """The prepared folder's record of the checkpoint's patch order (read back by `read_patch_order`)."""
-    path.write_text(json.dumps({"patch_order": order.value}) + "\n")
+#: The square input side the published weights were trained at, unless the recipe says otherwise.
+TRAINED_SIDE = 1024
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a prepared folder records beside the checkpoint: how to read and run it."""
+
+    order: PatchOrder
+    architecture: Architecture = Architecture.LITE
+    side: int = TRAINED_SIDE  # the network's square input side, as trained
+
+
+def write_prepared(
+    path: Path, order: PatchOrder, architecture: Architecture = Architecture.LITE, side: int = TRAINED_SIDE
+) -> None:
+    """The prepared folder's record of the checkpoint's patch order, configuration and input side
+    (read back by `read_prepared`)."""
+    record = {"patch_order": order.value, "architecture": architecture.value, "input_side": side}
+    path.write_text(json.dumps(record) + "\n")
+
+
+def read_prepared(path: Path) -> Prepared:
+    """What a prepared folder records; ValueError in plain words when it names no patch order, an
+    unknown configuration or a side that is not a positive multiple of 32. A record written before
+    the configuration and side were recorded is BiRefNet_lite's at 1024²."""
+    try:
+        record = json.loads(path.read_text())
+        order = PatchOrder(record["patch_order"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{path.name} records no patch order this network knows ({exc})") from exc
+    try:
+        architecture = Architecture(record.get("architecture", Architecture.LITE.value))
+    except ValueError as exc:
+        raise ValueError(f"{path.name} records a configuration this network does not know ({exc})") from exc
+    side = record.get("input_side", TRAINED_SIDE)
+    if not isinstance(side, int) or side <= 0 or side % 32:
+        raise ValueError(f"{path.name} records the input side {side!r}, not a positive multiple of 32")
+    return Prepared(order, architecture, side)
 
 
 def read_patch_order(path: Path) -> PatchOrder:
     """The patch order a prepared folder records; ValueError in plain words when it names none."""
-    try:
-        return PatchOrder(json.loads(path.read_text())["patch_order"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path.name} records no patch order this network knows ({exc})") from exc
+    return read_prepared(path).order

@@ -72,8 +72,11 @@ def made_with() -> dict[str, str]:
     return versions
 
 
-def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, reporter: Reporter) -> str | None:
-    """Prepare the route unless a complete folder for its key is there. Returns the key prepared now."""
+def ensure_prepared(
+    store: Store, resolved: catalogue_pb2.ResolveRouteResponse, reporter: Reporter, *, memory_limit_bytes: int = 0
+) -> str | None:
+    """Prepare the route unless a complete folder for its key is there (its self-checks sized against
+    `memory_limit_bytes`, 0: the cgroup's or the machine's memory). Returns the key prepared now."""
     route, recipe = resolved.route, resolved.recipe
     pins = pins_of(recipe)
     key, target = store.prepared_place(resolved.chosen.revision, pins)
@@ -131,6 +134,7 @@ def ensure_prepared(store: Store, resolved: catalogue_pb2.ResolveRouteResponse, 
             },
             settings={spec.role or spec.name: dict(spec.settings) for spec in recipe.files},
             references={spec.role or spec.name: store.model_path(pin) for spec, pin in used},
+            memory_limit_bytes=memory_limit_bytes,
         )
         outcome = converter.run(inputs, work, step)
         reporter.progress("convert", converter.steps, converter.steps, "steps", "writing the manifest", force=True)

@@ -60,7 +60,13 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
 
         def work(reporter: Reporter) -> prepare_pb2.SetupResult:
             return run_setup(
-                self.store, resolved, reporter, self.timeouts, self.settings.lock_wait_seconds, self.jobs.stopping
+                self.store,
+                resolved,
+                reporter,
+                self.timeouts,
+                self.settings.lock_wait_seconds,
+                self.jobs.stopping,
+                memory_limit_bytes=self.settings.memory_limit_bytes,
             )
 
         async for event in self.jobs.join(key, work):
@@ -101,6 +107,7 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
                         self.settings.lock_wait_seconds,
                         self.jobs.stopping,
                         brought,
+                        memory_limit_bytes=self.settings.memory_limit_bytes,
                     )
                 finally:
                     receiver.discard()  # the job's once claimed: it goes on when the caller goes away

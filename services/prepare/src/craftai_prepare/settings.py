@@ -15,6 +15,13 @@ class PrepareSettings(ServerSettings):
     lock_wait_seconds: float = Field(
         3600.0, gt=0, description="how long a job waits for another process preparing the same route"
     )
+    memory_limit_bytes: int = Field(
+        0,
+        ge=0,
+        description="the memory this process may use, which a preparation's self-check must fit in half of "
+        "(else it is skipped and the route said unverified); 0: its cgroup's limit (a container's), else the "
+        "machine's memory",
+    )
     max_setup_seconds: float = Field(
         6 * 3600.0, gt=0, description="the longest one Setup call may run (the job itself goes on; a caller rejoins)"
     )

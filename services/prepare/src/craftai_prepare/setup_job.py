@@ -31,16 +31,23 @@ def run_setup(  # noqa: PLR0917 - the job's inputs, passed from one place
     lock_wait: float,
     stopping: threading.Event | None = None,
     brought: Sequence[Received] = (),
+    *,
+    memory_limit_bytes: int = 0,
 ) -> prepare_pb2.SetupResult:
     """The job: under the store's cross-process lock for this route, place the files the caller
-    brought, then fetch and check every other file, then prepare."""
+    brought, then fetch and check every other file, then prepare (within `memory_limit_bytes`, 0:
+    the cgroup's or the machine's memory)."""
     store.ensure()
     route = resolved.route
     key = f"{route.feature}/{route.recipe}/{route.engine}"
     try:
         with route_lock(store, key, reporter, lock_wait, stopping):
             outcomes = _files(store, resolved, reporter, timeouts, stopping, brought)
-            prepared_now = ensure_prepared(store, resolved, reporter) if resolved.chosen.needs_preparation else None
+            prepared_now = (
+                ensure_prepared(store, resolved, reporter, memory_limit_bytes=memory_limit_bytes)
+                if resolved.chosen.needs_preparation
+                else None
+            )
     except PermissionError as exc:  # a file or folder placed by hand with another owner or mode
         where = Path(exc.filename) if exc.filename else store.root
         raise ownership.refusal(store, where, "read or write", bring=from_command(route)) from exc

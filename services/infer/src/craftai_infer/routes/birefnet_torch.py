@@ -1,9 +1,9 @@
-"""BiRefNet_lite for image.matte on torch: the network written in this project
-(craftai_models.birefnet), from its prepared folder: the published safetensors file as downloaded
-(the loader has hashed it against the manifest) and the patch order it is read with, which the
-preparation proved against the published ONNX where that file was on disk (craftai_prepare's
-birefnet converter); the pipeline shared with the onnxruntime route
-(craftai_infer.pipelines.matte_birefnet)."""
+"""BiRefNet for image.matte on torch (BiRefNet_lite at 1024², BiRefNet_HR's Swin-L at 2048²): the
+network written in this project (craftai_models.birefnet), from its prepared folder: the published
+safetensors file as downloaded (the loader has hashed it against the manifest), its configuration,
+its input side and the patch order it is read with, which the preparation proved against the
+published ONNX where that file was on disk and the proof fitted (craftai_prepare's birefnet
+converter); the pipeline shared with the onnxruntime routes (craftai_infer.pipelines.matte_birefnet)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,23 @@ from craftai_infer.pipelines import matte_birefnet
 from craftai_infer.pipelines.matte_birefnet import BirefnetSettings, matte_birefnet_batch
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.pipelines.picture_convert import over_white
-from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_infer.routes import (
+    MATTE,
+    Capabilities,
+    MatteRoute,
+    ModelRefusedError,
+    RouteFiles,
+    Step,
+    birefnet_rembg_onnx,
+)
 from craftai_models.birefnet import (
     PREPARED_SETTINGS,
     PREPARED_WEIGHTS,
+    TRAINED_SIDE,
+    Architecture,
     fold_batchnorm,
     load_birefnet,
-    read_patch_order,
+    read_prepared,
 )
 from craftai_models.checkpoints import CheckpointRefusedError
 
@@ -34,22 +44,47 @@ from craftai_models.checkpoints import CheckpointRefusedError
 # weights to show it keeps the matte (docs/PERFORMANCE.md, "BiRefNet_lite").
 GPU_DEFAULT: torch.dtype | None = None
 
+#: A call on a GPU takes up to this many BiRefNet_lite inputs at 1024²; a larger network or input
+#: takes proportionally fewer (at least one): the graphs' activations grow with both.
+LITE_BATCH = 8
+
+
+def batch_bound(architecture: Architecture, side: int) -> int:
+    """How many pictures one call on a GPU takes: BiRefNet_lite's batch at 1024², scaled down by the
+    input's pixels and, for Swin-L (twice the widths), by four."""
+    widths = 1 if architecture is Architecture.LITE else 4
+    return max(1, LITE_BATCH * TRAINED_SIDE**2 // (side**2 * widths))
+
+
+def network_bytes(architecture: Architecture, side: int) -> int:
+    """The network's peak working memory on the CPU for one picture: measured for BiRefNet_lite at
+    1024² (matte_birefnet.NETWORK_BYTES); for Swin-L, the measure of rembg's Swin-L graphs at 1024²
+    (birefnet_rembg_onnx), an estimate for torch; both grow with the input's pixels."""
+    at_1024 = matte_birefnet.NETWORK_BYTES if architecture is Architecture.LITE else birefnet_rembg_onnx.NETWORK_BYTES
+    return at_1024 * side * side // TRAINED_SIDE**2
+
 
 class BirefnetTorch(MatteRoute):
     """On a GPU: BatchNorm folded into the convs, channels-last, autocast, one CUDA graph per batch
-    size (every picture is a 1024² input, so any pictures batch together). On the CPU: the network
-    as loaded, fp32, one picture per call (a 1024² forward holds about a gigabyte of activations; a
-    batch would hold as many)."""
+    size (every picture is an input of the network's side, so any pictures batch together, up to
+    `batch_bound`). On the CPU: the network as loaded, fp32, one picture per call (a 1024² forward
+    of the lite network holds about a gigabyte of activations; a batch would hold as many)."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
         try:
-            order = read_patch_order(files.prepared / PREPARED_SETTINGS)
-            self.network = load_birefnet(files.prepared / PREPARED_WEIGHTS, device=device, order=order)
+            prepared = read_prepared(files.prepared / PREPARED_SETTINGS)
+            self.network = load_birefnet(
+                files.prepared / PREPARED_WEIGHTS,
+                device=device,
+                order=prepared.order,
+                architecture=prepared.architecture,
+            )
         except (CheckpointRefusedError, ValueError) as exc:
             raise ModelRefusedError(str(exc)) from exc
         self.device = device
-        self.settings = BirefnetSettings()
+        self.architecture = prepared.architecture
+        self.settings = BirefnetSettings(size=prepared.side)
         self._staging = HostStaging(torch.device(device))
         self._graphs: ChannelsLastGraphs | None = None
         self.autocast: torch.dtype | None = None
@@ -58,8 +93,9 @@ class BirefnetTorch(MatteRoute):
         if device.startswith("cuda"):
             self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
             fold_batchnorm(self.network)
-            self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=8)
-            self.capabilities = Capabilities(batched=frozenset({MATTE}), pinned_pictures=True)
+            bound = batch_bound(prepared.architecture, prepared.side)
+            self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=bound)
+            self.capabilities = Capabilities(batched=frozenset({MATTE}), max_batch={MATTE: bound}, pinned_pictures=True)
 
     def warm_up(self, step: Step) -> None:
         """Capture the graph of one picture (no-op on the CPU)."""
@@ -72,8 +108,10 @@ class BirefnetTorch(MatteRoute):
 
     def working_bytes(self, height: int, width: int) -> int:
         """On the CPU: the pipeline's memory for the picture, and the network's activations at its
-        1024x1024 input (nothing of either on a GPU's host side)."""
-        return matte_birefnet.input_bytes(height, width) + matte_birefnet.NETWORK_BYTES if self.device == "cpu" else 0
+        input side (nothing of either on a GPU's host side)."""
+        if self.device != "cpu":
+            return 0
+        return matte_birefnet.input_bytes(height, width) + network_bytes(self.architecture, self.settings.size)
 
     def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""

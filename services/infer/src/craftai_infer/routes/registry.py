@@ -46,6 +46,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("birefnet-lite", "onnxruntime"): "birefnet_onnx.BirefnetOnnx",
     ("birefnet-hr", "onnxruntime"): "birefnet_onnx.BirefnetHrOnnx",
     ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",
+    ("birefnet-hr", "torch"): "birefnet_torch.BirefnetTorch",
 }
 # An engine's package -> the extra of craftai-infer that installs it (a route may need another
 # engine's package for its pipeline: birefnet's onnxruntime route post-processes on torch).

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from craftai_common.limits import memory_limit
+
 if TYPE_CHECKING:
     import torch
 
@@ -34,6 +36,13 @@ class Inputs:
     sources: Mapping[str, Path]
     settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     references: Mapping[str, Path] = field(default_factory=dict)
+    memory_limit_bytes: int = 0  # what the process may use; 0: its cgroup's limit, else the machine's
+
+    def memory_limit(self) -> tuple[int, str]:
+        """What a self-check's memory is sized against, and where the figure comes from."""
+        if self.memory_limit_bytes:
+            return self.memory_limit_bytes, "CRAFTAI_MEMORY_LIMIT_BYTES"
+        return memory_limit()
 
     def setting(self, role: str, name: str) -> str:
         """A setting the recipe must give, or ConversionError saying which."""

@@ -1,4 +1,9 @@
-"""BiRefNet_lite's torch route: the published checkpoint read strictly, its patch order proven.
+"""BiRefNet's torch routes (BiRefNet_lite, BiRefNet_HR): the published checkpoint read strictly,
+its patch order proven.
+
+The recipe's weights say which published configuration the checkpoint is (`architecture`: "lite",
+the default, or "swin-l") and the square side it was trained at (`input_side`: 1024 unless given);
+the checkpoint is read against that configuration, every tensor by name, shape and dtype.
 
 The network reads the picture's patches in one of two orders (craftai_models.birefnet.PatchOrder);
 which one a checkpoint was trained with is not in the file. The recipe gives it as a setting of
@@ -9,11 +14,12 @@ which it reproduces the graph, and the other order clearly does not, is the one 
 with. A checkpoint proven to read its patches in the other order than the recipe gives is refused,
 in plain words. Where the probe cannot tell (neither order reproduces the graph, or both do), and
 where the ONNX is not on disk, the folder is prepared with the recipe's order and says that it is
-unverified, and why (the route's status shows it).
+unverified, and why (the route's status shows it). So does a proof whose memory would not fit:
+BiRefNet_HR's runs a Swin-L network and its graph at 2048² on the CPU, about 14 GiB.
 
-The prepared folder holds the checkpoint exactly as published (a hard link where possible) and the
-order it is read with (`PREPARED_SETTINGS`): nothing is converted, so the outputs' hashes are the
-pins' and the torch route still reads the published bytes.
+The prepared folder holds the checkpoint exactly as published (a hard link where possible) and how
+it is read (`PREPARED_SETTINGS`: the patch order, the configuration, the input side): nothing is
+converted, so the outputs' hashes are the pins' and the torch route still reads the published bytes.
 """
 
 from __future__ import annotations
@@ -29,17 +35,19 @@ from craftai_models import imagenet
 from craftai_models.birefnet import (
     PREPARED_SETTINGS,
     PREPARED_WEIGHTS,
+    TRAINED_SIDE,
+    Architecture,
     BiRefNet,
     PatchOrder,
     load_birefnet,
-    write_patch_order,
+    write_prepared,
 )
 from craftai_models.checkpoints import CheckpointRefusedError
 from craftai_models.onnx_sessions import open_session
 from craftai_prepare.converters import ConversionError, Converter, Inputs, Outcome, Step, place_copy
 
 #: Bump whenever the prepared folder could change (part of the prepared revision).
-CONVERTER_VERSION = 1
+CONVERTER_VERSION = 2
 
 #: The revision the catalogue's torch route of birefnet-lite names (a test holds the two equal).
 REVISION = f"birefnet-torch.{CONVERTER_VERSION}"
@@ -51,6 +59,15 @@ REVISION = f"birefnet-torch.{CONVERTER_VERSION}"
 #: convolutions, amplified by random weights), the other order by about 1 (docs/MATTE.md).
 LOGIT_RTOL = 5e-2
 SEPARATION = 10.0
+
+#: The proof runs the published graph and the checkpoint on the CPU at the graph's side; per input
+#: pixel, their activations take about this much (BiRefNet_lite in torch, 1.25 GiB at 1024²; a
+#: Swin-L graph of rembg's in onnxruntime, 3 GiB at 1024²: craftai_infer's routes measure both).
+PROOF_BYTES_PER_PIXEL = {Architecture.LITE: 1400, Architecture.SWIN_L: 3072}
+
+#: The proof runs only when its estimate is within this share of what the process may use: it is a
+#: check worth having, not worth an out-of-memory kill (BiRefNet_HR's at 2048² needs about 14 GiB).
+PROOF_SHARE = 0.5
 
 
 def probe_picture(side: int) -> np.ndarray:
@@ -91,17 +108,18 @@ class OrderProof:
         return ", ".join(f"{o.value} {d:.2g}" for o, d in self.distance.items())
 
 
-def graph_logits(onnx_path: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The probe at the published graph's own input side, and the graph's logits on it."""
+def graph_logits(onnx_path: Path, side: int) -> tuple[np.ndarray, np.ndarray]:
+    """The probe at the published graph's input side, which must be the recipe's, and the graph's
+    logits on it."""
     session = open_session(onnx_path, "cpu")
     (first, *rest) = session.get_inputs()
     shape = list(first.shape)
     if rest or len(shape) != 4 or shape[1] != 3 or shape[2] != shape[3] or not isinstance(shape[2], int):
         names = [i.name for i in session.get_inputs()]
         raise ConversionError(f"the published ONNX takes {names} {shape}, not one (1, 3, S, S) picture")
-    if shape[2] % 32:
-        raise ConversionError(f"the published ONNX takes {shape[2]}² pictures, not a multiple of 32")
-    probe = probe_picture(int(shape[2]))
+    if shape[2] != side:
+        raise ConversionError(f"the published ONNX takes {shape[2]}² pictures, not the {side}² the recipe gives")
+    probe = probe_picture(side)
     (logits, *_rest) = session.run(None, {first.name: probe})
     return probe, np.asarray(logits, dtype=np.float32)
 
@@ -121,9 +139,9 @@ def network_logits(network: BiRefNet, probe: np.ndarray, orders: Sequence[PatchO
     return found
 
 
-def prove_order(network: BiRefNet, onnx_path: Path) -> OrderProof:
+def prove_order(network: BiRefNet, onnx_path: Path, side: int = TRAINED_SIDE) -> OrderProof:
     """Run the graph and the checkpoint in both orders on the probe; how far each order is."""
-    probe, reference = graph_logits(onnx_path)
+    probe, reference = graph_logits(onnx_path, side)
     ours = network_logits(network, probe, list(PatchOrder))
     scale = max(float(np.abs(reference).max()), 1e-6)
     distance = {}
@@ -161,33 +179,76 @@ def undecided(declared: PatchOrder, proof: OrderProof) -> str:
     )
 
 
+def _setting(inputs: Inputs, name: str, default: str) -> str:
+    """An optional setting of the weights: the recipe gives it where it is not BiRefNet_lite's."""
+    return inputs.settings.get("weights", {}).get(name, default)
+
+
+def declared_architecture(inputs: Inputs) -> Architecture:
+    """The published configuration the recipe gives for its checkpoint (BiRefNet_lite unless said)."""
+    value = _setting(inputs, "architecture", Architecture.LITE.value)
+    try:
+        return Architecture(value)
+    except ValueError:
+        known = ", ".join(f'"{a.value}"' for a in Architecture)
+        raise ConversionError(f"the recipe's architecture {value!r} is none of {known}") from None
+
+
+def declared_side(inputs: Inputs) -> int:
+    """The square input side the recipe gives for its checkpoint (the side it was trained at)."""
+    value = _setting(inputs, "input_side", str(TRAINED_SIDE))
+    if not value.isdigit() or int(value) <= 0 or int(value) % 32:
+        raise ConversionError(f"the recipe's input_side {value!r} is not a positive multiple of 32")
+    return int(value)
+
+
+def proof_bytes(architecture: Architecture, side: int, onnx_bytes: int, weights_bytes: int) -> int:
+    """An upper estimate of the proof's peak memory: the graph's weights and the checkpoint's in
+    fp32, and the larger of the two runs' activations at the graph's side."""
+    fp32 = weights_bytes * (4 // architecture.stored.itemsize)
+    return onnx_bytes + fp32 + PROOF_BYTES_PER_PIXEL[architecture] * side * side
+
+
 def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
-    """Read the checkpoint strictly; where the published ONNX is at hand, prove its patch order;
-    publish the checkpoint as it is with its order."""
+    """Read the checkpoint strictly; where the published ONNX is at hand and the proof's memory
+    fits, prove its patch order; publish the checkpoint as it is with how it is read."""
     value = inputs.setting("weights", "patch_order")
     try:
         declared = PatchOrder(value)
     except ValueError:
         known = ", ".join(f'"{o.value}"' for o in PatchOrder)
         raise ConversionError(f"the recipe's patch_order {value!r} is none of {known}") from None
+    architecture, side = declared_architecture(inputs), declared_side(inputs)
     weights = inputs.sources["weights"]
-    step("reading the checkpoint strictly")
+    step(f"reading the {architecture.value} checkpoint strictly")
     try:
-        network = load_birefnet(weights, order=declared)
+        network = load_birefnet(weights, order=declared, architecture=architecture)
     except CheckpointRefusedError as exc:
         raise ConversionError(str(exc)) from exc
     onnx_path = inputs.references.get("network")
     verification: dict[str, float] = {}
     unverified = ""
+    limit, source = inputs.memory_limit()
+    needed = (
+        0 if onnx_path is None else proof_bytes(architecture, side, onnx_path.stat().st_size, weights.stat().st_size)
+    )
     if onnx_path is None:
         unverified = (
             f"its patch order ({declared.value}) is the recipe's, not proven on the file: the published ONNX "
             "it is checked against was not on disk"
         )
         step("no published ONNX on disk to check the patch order against")
+    elif needed > PROOF_SHARE * limit:
+        unverified = (
+            f"its patch order ({declared.value}) is the recipe's, not proven on the file: the proof against the "
+            f"published ONNX at {side}² would hold about {needed / 2**30:.0f} GiB, more than {PROOF_SHARE:.0%} of "
+            f"the {limit / 2**30:.0f} GiB this process may use ({source}); prepare it where more memory is "
+            "available to have it proven"
+        )
+        step(f"not proving the patch order: the proof at {side}² needs about {needed / 2**30:.0f} GiB")
     else:
-        step(f"proving the {declared.value} patch order against the published ONNX on a probe")
-        proof = prove_order(network, onnx_path)
+        step(f"proving the {declared.value} patch order against the published ONNX on a probe at {side}²")
+        proof = prove_order(network, onnx_path, side)
         why = refusal(declared, proof)
         if why is not None:
             raise ConversionError(why)
@@ -196,7 +257,7 @@ def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
     del network
     step("publishing the checkpoint with its patch order")
     place_copy(weights, out / PREPARED_WEIGHTS)
-    write_patch_order(out / PREPARED_SETTINGS, declared)
+    write_prepared(out / PREPARED_SETTINGS, declared, architecture, side)
     return Outcome(verification, unverified)
 
 
@@ -206,12 +267,17 @@ __all__ = [
     "CONVERTER",
     "CONVERTER_VERSION",
     "LOGIT_RTOL",
+    "PROOF_BYTES_PER_PIXEL",
+    "PROOF_SHARE",
     "REVISION",
     "SEPARATION",
     "OrderProof",
+    "declared_architecture",
+    "declared_side",
     "network_logits",
     "prepare",
     "probe_picture",
+    "proof_bytes",
     "prove_order",
     "refusal",
     "undecided",
