@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The fairly bench under variants of the SAM route's GPU constants (sed on this copy), one lease:
 #   bash tools/gpu/fairly_variants.sh 'name=CONST=value;CONST=value' ...
-# CONST is a constant of routes/sam2_torch.py (GRID_CALL, ENCODER_BATCHES, INTERACTIVE_STREAM,
-# GPU_LANE), or SWITCH_MS (the
+# CONST is a constant of routes/sam2_torch.py (GRID_CALL, ENCODER_BATCHES), or SWITCH_MS (the
 # server's sys.setswitchinterval in ms; Python's default is 5). Each variant's summary line, with
 # the SAM route's model calls and the interactive jobs' queue waits, is printed as soon as it ends.
 set -uo pipefail
@@ -24,7 +23,7 @@ for v in "$@"; do
             *) sed -i "s/^$key = .*/$key = $value/" $f ;;
         esac
     done
-    echo "== $name: $(grep -h "^GRID_CALL\|^ENCODER_BATCHES\|^INTERACTIVE_STREAM\|^GPU_LANE" $f | tr '\n' ' ')"
+    echo "== $name: $(grep -h "^GRID_CALL\|^ENCODER_BATCHES" $f | tr '\n' ' ')"
     OUT=$OUT/$name STEPS=fairly bash tools/gpu/run_all.sh 2>&1 | tail -4
     python3 - "$OUT/$name" "$name" <<'PY'
 import json, sys, tarfile

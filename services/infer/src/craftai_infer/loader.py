@@ -120,13 +120,12 @@ class LoadedRoute(Generic[RouteT]):
             batch_limit=self._batch_limit,
         )
         on_cpu = route.device == "cpu" and capabilities.interactive_lane
-        lane = on_cpu or (route.device != "cpu" and capabilities.interactive_lane_on_gpu)
         self._workers = Workers(
             self.queue,
             self._execute,
             roles=roles(
                 capabilities.concurrent_runs,
-                lanes=capabilities.concurrent_runs if lane else 0,
+                lanes=capabilities.concurrent_runs if on_cpu else 0,
                 bulk_niceness=files.bulk_niceness if on_cpu else 0,
             ),
             name=f"model-{ref.recipe}-{ref.engine}",

@@ -30,9 +30,6 @@ class TorchSamEmbedding:
     image_embed: torch.Tensor  # [1, 256, 64, 64]
     picture_height: int
     picture_width: int
-    # On a GPU: an event recorded on the encoder's stream once these tensors are made, for a decoder
-    # on another stream to wait for (only this, not the work queued after it); None: ready.
-    ready: torch.cuda.Event | None = None
 
     def to(self, device: torch.device) -> TorchSamEmbedding:
         """The same embedding on `device`: itself when it is there already, else a copy (after a

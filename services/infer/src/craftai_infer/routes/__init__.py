@@ -96,9 +96,7 @@ class Capabilities:
     `grid_ahead`, how many of the automatic mask generator's batches the feature queues at once (a
     route that batches GRID takes those that wait in one call); `interactive_lane`, on the CPU, one
     more worker thread that takes interactive work only (craftai_infer.scheduling): a click runs
-    beside an encoder batch rather than after it (a route whose calls may not overlap says False), and
-    `interactive_lane_on_gpu` the same on a GPU (a route whose interactive work is safe beside its bulk
-    work there);
+    beside an encoder batch rather than after it (a route whose calls may not overlap says False);
     `max_batch`, the most requests of a batched operation one call takes, where fewer than the
     loader's (Batching.max_batch): on a GPU, where a click runs after the call in flight, a long
     operation's calls are kept short."""
@@ -107,7 +105,6 @@ class Capabilities:
     max_batch: Mapping[Operation[Any, Any, Any], int] = field(default_factory=dict)
     concurrent_runs: int = 1
     interactive_lane: bool = True
-    interactive_lane_on_gpu: bool = False
     single_mask_like_meta: bool = False
     pinned_pictures: bool = False
     grid_ahead: int = 2

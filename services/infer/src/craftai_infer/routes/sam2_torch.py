@@ -36,9 +36,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import threading
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -92,13 +91,6 @@ GRID_CALL = 2
 # The encoder's batch sizes captured as CUDA graphs at load (the loader's default max_batch): a
 # capture synchronises the device, which under load every caller would wait for.
 ENCODER_BATCHES = tuple(range(1, 9))
-# On a GPU the prompts' decoder (a click) runs on a CUDA stream of high priority: its kernels do not
-# queue behind the bulk work other threads have launched on the default stream (encoder batches,
-# grid calls, pictures decoded on the GPU); it waits only for its embedding (TorchSamEmbedding.ready).
-INTERACTIVE_STREAM = True
-# On a GPU, one more worker thread that takes interactive work only, as on the CPU: a click need not
-# wait on the host for the bulk call in flight.
-GPU_LANE = False
 
 
 def load_network(weights: Path, device: str) -> Sam2ImageModel:
@@ -141,14 +133,6 @@ class SamTorchRunner:
         self.grid_call = GRID_BATCH if self.compile_grid else grid_call
         self.compiled: list[Compiled] = []  # the grid's compiled decoders (each says if it fell back)
         self._staging = HostStaging(self.device)
-        # the prompts' decoder: its own high-priority stream on a GPU, one caller at a time (its graphs
-        # are replayed from whichever worker thread takes a prompt)
-        self._prompt_stream = (
-            torch.cuda.Stream(self.device, priority=-1)  # type: ignore[no-untyped-call]
-            if INTERACTIVE_STREAM and self.device.type == "cuda"
-            else None
-        )
-        self._prompt_lock = threading.Lock()
         self._encoder_graphs: GraphCache | None = None
         # (Meta's one-mask answer, autocast) -> the decoder and its graphs: the prompts' fp32 ones,
         # and the one-mask grid's in `grid_autocast` where set (without, it shares the prompts').
@@ -179,8 +163,8 @@ class SamTorchRunner:
 
         self._decoders[False, False] = network(net.decode, "the SAM decoder", 32, reduced=False)
         self._decoders[True, False] = network(net.decode_single, "the SAM decoder (one mask)", 16, reduced=False)
-        # the grid's own one-mask decoder (its graphs never replayed on the prompts' stream)
-        self._decoders[True, True] = network(net.decode_single, "the SAM grid decoder (one mask)", 16, reduced=True)
+        if self.grid_autocast is not None:
+            self._decoders[True, True] = network(net.decode_single, "the SAM grid decoder (one mask)", 16, reduced=True)
         self._attend = network(net.attend, "the SAM grid decoder's transformer", 16, reduced=True, keep=2)
         self._predict_masks = network(net.predict_masks, "the SAM grid's masks", 16, reduced=True)
         self._grid = TorchGrid(
@@ -242,13 +226,9 @@ class SamTorchRunner:
                 feats_0, feats_1, embed = (t.clone() for t in outputs)  # kept by sessions past the next replay
             else:
                 feats_0, feats_1, embed = self._encode_network(x)
-        ready = None
-        if self._prompt_stream is not None:  # a prompt on its own stream waits for this
-            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            ready.record()
         return [
             TorchSamEmbedding(
-                feats_0[i : i + 1], feats_1[i : i + 1], embed[i : i + 1], int(p.shape[0]), int(p.shape[1]), ready
+                feats_0[i : i + 1], feats_1[i : i + 1], embed[i : i + 1], int(p.shape[0]), int(p.shape[1])
             )
             for i, p in enumerate(pictures)
         ]
@@ -312,7 +292,7 @@ class SamTorchRunner:
                 stacked([e.high_res_feats_1 for e in embeddings]),
                 *prompt_feeds,
             ]
-            decoder = self._decoders[single, grid]
+            decoder = self._decoders[single, grid and self.grid_autocast is not None]
             masks, ious = decoder.run((size, inputs[3].shape[1], shared and size > 1), inputs)
         return masks, ious
 
@@ -341,40 +321,16 @@ class SamTorchRunner:
         `cleanups`: Meta's clean-up per item (default: none)."""
         cleanups = cleanups or [NO_CLEANUP] * len(items)
         answers: dict[int, SamMasks] = {}
-        with self._on_prompt_stream([e for e, _, _ in items]):
-            for single in (False, True):
-                self._decode_part(items, cleanups, single, answers)
+        for single in (False, True):
+            part = [i for i, (_, p, _) in enumerate(items) if p.single_mask_like_meta == single]
+            if not part:
+                continue
+            embeddings, masks, ious = self._decode_network([items[i][:2] for i in part], single=single)
+            for k, (i, e) in enumerate(zip(part, embeddings, strict=True)):
+                answers[i] = answer(
+                    masks[k], ious[k], e.picture_height, e.picture_width, all_masks=items[i][2], cleanup=cleanups[i]
+                )
         return [answers[i] for i in range(len(items))]
-
-    @contextlib.contextmanager
-    def _on_prompt_stream(self, embeddings: Sequence[TorchSamEmbedding]) -> Iterator[None]:
-        """The prompts' decoder, one caller at a time, on its stream where it has one, after the
-        embeddings it reads are made."""
-        with self._prompt_lock:
-            if self._prompt_stream is None:
-                yield
-                return
-            with torch.cuda.stream(self._prompt_stream):
-                for event in {id(e.ready): e.ready for e in embeddings if e.ready is not None}.values():
-                    self._prompt_stream.wait_event(event)
-                yield
-
-    def _decode_part(
-        self,
-        items: Sequence[tuple[TorchSamEmbedding, SamPrompt, bool]],
-        cleanups: Sequence[Cleanup],
-        single: bool,
-        answers: dict[int, SamMasks],
-    ) -> None:
-        """The items asking for Meta's single mask (`single`) or not, in one decoder call."""
-        part = [i for i, (_, p, _) in enumerate(items) if p.single_mask_like_meta == single]
-        if not part:
-            return
-        embeddings, masks, ious = self._decode_network([items[i][:2] for i in part], single=single)
-        for k, (i, e) in enumerate(zip(part, embeddings, strict=True)):
-            answers[i] = answer(
-                masks[k], ious[k], e.picture_height, e.picture_width, all_masks=items[i][2], cleanup=cleanups[i]
-            )
 
     def grid(self, embedding: TorchSamEmbedding, points: npt.NDArray[np.float32], settings: Everything) -> Candidates:
         """One batch of the automatic mask generator (`grid_batches` of one)."""
@@ -452,11 +408,7 @@ class Sam2Torch(SegmentRoute):
         on_gpu = device.startswith("cuda")
         if on_gpu:  # the grid's batches queued GRID_WINDOW at a time, GRID_CALL of those waiting in one call
             self.capabilities = dataclasses.replace(
-                self.capabilities,
-                pinned_pictures=True,
-                grid_ahead=GRID_WINDOW,
-                max_batch={GRID: GRID_CALL},
-                interactive_lane_on_gpu=GPU_LANE,
+                self.capabilities, pinned_pictures=True, grid_ahead=GRID_WINDOW, max_batch={GRID: GRID_CALL}
             )
         autocast = PRECISIONS[precision] if on_gpu else None
         self.runner = SamTorchRunner(
