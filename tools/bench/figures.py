@@ -139,6 +139,14 @@ def birefnet(runs: Runs) -> list[str]:
                 "-",
             ]
         )
+    if "hr" in runs:  # birefnet-hr's torch route: Swin-L at 2048², fp32
+        hr = runs["hr"]
+        ours, theirs = hr["forward_ms"]["ours as the route runs it, fp32"], hr["forward_ms"]["nobg fp32"]
+        rows.append(["BiRefNet_HR: the network's forward at 2048², fp32", _ms(ours), _ms(theirs), _times(ours, theirs)])
+        for size, found in hr["pipeline_ms"].items():
+            rows.append(
+                [f"BiRefNet_HR: the whole pipeline in process, {size} (matte to the host)", _ms(found), "-", "-"]
+            )
     return _table(
         ["measure (ours as the route runs it: CUDA graph, BatchNorm folded)", "ours, ms", "nobg, ms", "ours faster"],
         rows,

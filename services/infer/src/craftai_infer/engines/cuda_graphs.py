@@ -74,17 +74,28 @@ class GraphCache:
         return _Captured(graph, static, outputs)
 
 
-class ChannelsLastGraphs:
-    """A network moved to channels-last whose forward is captured once per input shape and replayed
-    (what the convolutional routes do on a GPU). The output is the graph's own tensor: see above."""
+class NetworkGraphs:
+    """A network's forward captured once per input shape and replayed. The output is the graph's
+    own tensor: see above."""
 
     def __init__(self, network: torch.nn.Module, device: torch.device, *, capacity: int) -> None:
-        network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
         self._network = network
         self._graphs = GraphCache(self._forward, device, capacity=capacity)
 
     def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
-        return (self._network(x.contiguous(memory_format=torch.channels_last)),)
+        return (self._network(x),)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self._graphs.run(tuple(x.shape), [x])[0]
+
+
+class ChannelsLastGraphs(NetworkGraphs):
+    """A network moved to channels-last whose forward is captured once per input shape and replayed
+    (what the convolutional routes do on a GPU)."""
+
+    def __init__(self, network: torch.nn.Module, device: torch.device, *, capacity: int) -> None:
+        network.to(memory_format=torch.channels_last)  # type: ignore[call-overload]
+        super().__init__(network, device, capacity=capacity)
+
+    def _forward(self, x: torch.Tensor) -> tuple[torch.Tensor]:
+        return (self._network(x.contiguous(memory_format=torch.channels_last)),)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 import torch
 
-from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs
+from craftai_infer.engines.cuda_graphs import ChannelsLastGraphs, NetworkGraphs
 from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.engines.staging import HostStaging
 from craftai_infer.pipelines import matte_birefnet
@@ -65,7 +65,7 @@ def network_bytes(architecture: Architecture, side: int) -> int:
 
 
 class BirefnetTorch(MatteRoute):
-    """On a GPU: BatchNorm folded into the convs, channels-last, autocast, one CUDA graph per batch
+    """On a GPU: BatchNorm folded into the convs, channels-last (lite), autocast, one CUDA graph per batch
     size (every picture is an input of the network's side, so any pictures batch together, up to
     `batch_bound`). On the CPU: the network as loaded, fp32, one picture per call (a 1024² forward
     of the lite network holds about a gigabyte of activations; a batch would hold as many)."""
@@ -86,7 +86,7 @@ class BirefnetTorch(MatteRoute):
         self.architecture = prepared.architecture
         self.settings = BirefnetSettings(size=prepared.side)
         self._staging = HostStaging(torch.device(device))
-        self._graphs: ChannelsLastGraphs | None = None
+        self._graphs: NetworkGraphs | None = None
         self.autocast: torch.dtype | None = None
         # Logits of a normalised (N, 3, 1024, 1024) input: the network, or on a GPU its CUDA graphs.
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.network
@@ -94,7 +94,10 @@ class BirefnetTorch(MatteRoute):
             self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
             fold_batchnorm(self.network)
             bound = batch_bound(prepared.architecture, prepared.side)
-            self._graphs = self.forward = ChannelsLastGraphs(self.network, torch.device(device), capacity=bound)
+            # channels-last for the lite network's convolutions; Swin-L's backbone (most of its work) reads
+            # tokens, and the layout change cost it 15% at 2048² (docs/PERFORMANCE.md, "BiRefNet_HR")
+            graphs = ChannelsLastGraphs if prepared.architecture is Architecture.LITE else NetworkGraphs
+            self._graphs = self.forward = graphs(self.network, torch.device(device), capacity=bound)
             self.capabilities = Capabilities(batched=frozenset({MATTE}), max_batch={MATTE: bound}, pinned_pictures=True)
 
     def warm_up(self, step: Step) -> None:

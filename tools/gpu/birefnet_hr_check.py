@@ -1,0 +1,126 @@
+"""BiRefNet_HR (Swin-L at 2048²) on the GPU machine: birefnet-hr's torch route against nobg's Swin-L
+BiRefNet from the same fp16 file, one run. Prints a table, writes birefnet_hr_check.json.
+
+    python3 -m tools.gpu.birefnet_hr_check [--out DIR] [--reps 10]     # from the repository root
+
+Weights: a random Swin-L network, its BatchNorms calibrated on astronaut.png at 2048², stored as the
+published file is (fp16 floats: the published file cannot be had here; the same work per picture).
+1. the network alone at 2048² (median ms, device synchronised, after warm-up): nobg fp32 (TF32 off,
+   as the service runs fp32) and ours as the route runs it (BatchNorm folded, channels-last, one CUDA
+   graph, fp32), with the matte's difference from nobg's;
+2. the route's pipeline in-process (host uint8 picture in, host uint8 matte out) at 2048x1536 and
+   4000x3000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from craftai_dev import birefnet_reference
+from craftai_dev.birefnet_fixture import METADATA, calibrate_batchnorm, photo_input, randomised_state_dict
+from craftai_infer.engines.cuda_graphs import GraphCache
+from craftai_infer.routes import RouteFiles
+from craftai_infer.routes.birefnet_torch import BirefnetTorch
+from craftai_models.birefnet import (
+    PREPARED_SETTINGS,
+    PREPARED_WEIGHTS,
+    Architecture,
+    PatchOrder,
+    birefnet_swin_l,
+    fold_batchnorm,
+    load_birefnet,
+    write_prepared,
+)
+from tools.bench import harness
+from tools.gpu.birefnet_check import matte_errors, photo
+
+REPO = Path(__file__).resolve().parents[2]
+SIDE = 2048
+
+
+def prepared(folder: Path, device: torch.device) -> Path:
+    """A prepared folder as birefnet-hr's preparation lays it out, of a calibrated random network."""
+    with torch.device("meta"):
+        network = birefnet_swin_l(PatchOrder.CHANNEL_MAJOR)
+    network.load_state_dict(randomised_state_dict(network, seed=11), strict=True, assign=True)
+    state = calibrate_batchnorm(network.to(device).eval(), photo_input(SIDE).to(device))
+    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
+    save_file(published, str(folder / PREPARED_WEIGHTS), metadata=METADATA)
+    write_prepared(folder / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L, SIDE)
+    return folder
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "gpu")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
+    rows: list[tuple[str, str]] = []
+    with harness.scratch("birefnet-hr-") as folder:
+        prepared(folder, device)
+        route = BirefnetTorch(RouteFiles({}, folder, 0, gpu_precision="auto"), "cuda")
+        route.warm_up(lambda _message: None)
+        reference = birefnet_reference.reference_from_origin(folder, swin_l=True).to(device)
+        x = photo_input(SIDE).to(device)
+        forward: dict[str, float] = {}
+        with torch.inference_mode():
+            theirs = reference(x)["logits"].float()
+            ours = route.forward(x).float()
+            errors = matte_errors(ours, theirs)
+            forward["nobg fp32"] = harness.timed_on(lambda: reference(x)["logits"], args.reps, args.warmup, device)
+            forward["ours as the route runs it, fp32"] = harness.timed_on(
+                lambda: route.forward(x), args.reps, args.warmup, device
+            )
+            plain = fold_batchnorm(
+                load_birefnet(
+                    folder / PREPARED_WEIGHTS, device, PatchOrder.CHANNEL_MAJOR, architecture=Architecture.SWIN_L
+                )
+            )
+            forward["ours folded, contiguous, eager, fp32"] = harness.timed_on(
+                lambda: plain(x), args.reps, args.warmup, device
+            )
+            graphs = GraphCache(lambda t: (plain(t),), device, capacity=1)
+            forward["ours folded, contiguous, CUDA graph, fp32"] = harness.timed_on(
+                lambda: graphs.run(1, [x]), args.reps, args.warmup, device
+            )
+        for name, ms in forward.items():
+            rows.append((f"forward {SIDE}² {name}", f"{ms:8.1f} ms"))
+        rows.append(
+            (
+                "ours' matte vs nobg's",
+                f"max {errors['max_abs']:.2e}, >1/255 {errors['share_moved_over_1_of_255']:.2%}, "
+                f"IoU {errors['iou']:.5f}",
+            )
+        )
+        pipeline: dict[str, float] = {}
+        for w, h in ((2048, 1536), (4000, 3000)):
+            picture = photo((w, h))
+
+            def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
+                return [m.cpu().numpy() for m in route.matte([picture])]
+
+            pipeline[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, device)
+            rows.append((f"pipeline {w}x{h} (uint8 in, uint8 matte out)", f"{pipeline[f'{w}x{h}']:.1f} ms"))
+    report.update(forward_ms=forward, matte_errors=errors, pipeline_ms=pipeline)
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    print(f"torch {torch.__version__}, {report['device']}")
+    print(text)
+    (args.out / "birefnet_hr_check.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
