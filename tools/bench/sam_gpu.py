@@ -20,9 +20,12 @@ Writes sam_gpu.json and sam_gpu.md (a table) into --out.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -36,6 +39,7 @@ from craftai_prepare.converters import sam21
 from tools.bench.harness import timed_on
 
 REPO = Path(__file__).resolve().parents[2]
+T = TypeVar("T")
 
 WIDTH, HEIGHT = 2048, 1536
 CLICK = SamPrompt(points=[(1020, 700)], labels=[1])  # on the 2048x1536 picture; scaled for others
@@ -114,7 +118,10 @@ def main(argv: list[str] | None = None) -> int:
         "picture": options.picture,
         "variants": {},
     }
-    predictor.set_image(pic)
+    # a run of one call without warm-up (the tiny check) times the picture set each side makes for
+    # its answers rather than making it again: an encoder run less each
+    one_call = options.reps == 1 and options.warmup == 0
+    _, meta_set_ms = timed_answer(lambda: predictor.set_image(pic), device)
     meta_answers = {name: meta_best(predictor, p) for name, p in (("click", click), ("box", box))}
 
     for variant in options.variants.split(","):
@@ -123,14 +130,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.backends.cudnn.allow_tf32 = tf32
         runner = SamTorchRunner(net, str(device), encoder_autocast=autocast, graphs=graphs)
         runner.warm_up()
-        embedding = runner.encode(pic)
+        embedding, set_ms = timed_answer(functools.partial(runner.encode, pic), device)
         row: dict[str, Any] = {}
         for name, prompt in (("click", click), ("box", box)):
             ours = runner.decode(embedding, prompt)
             theirs_mask, theirs_iou = meta_answers[name]
             row[f"{name}_mask_iou"] = iou(ours.masks[0], theirs_mask)
             row[f"{name}_pred_iou_diff"] = abs(float(ours.ious[0]) - theirs_iou)
-        row.update(time_route(runner, pic, embedding, (click, box), reps=options.reps, warmup=options.warmup))
+        row.update(
+            time_route(
+                runner,
+                pic,
+                embedding,
+                (click, box),
+                reps=options.reps,
+                warmup=options.warmup,
+                set_ms=set_ms if one_call else None,
+            )
+        )
         results["variants"][variant] = row
         print(variant, json.dumps(row), flush=True)
 
@@ -141,7 +158,9 @@ def main(argv: list[str] | None = None) -> int:
         results["meta_encoder_ms"] = timed_on(
             lambda: meta_model.forward_image(meta_input), options.reps, options.warmup, device
         )
-    results["meta_set_ms"] = timed_on(lambda: predictor.set_image(pic), options.reps, options.warmup, device)
+    results["meta_set_ms"] = (
+        meta_set_ms if one_call else timed_on(lambda: predictor.set_image(pic), options.reps, options.warmup, device)
+    )
     results["meta_click_ms"] = timed_on(lambda: meta_best(predictor, click), options.reps, options.warmup, device)
     results["meta_box_ms"] = timed_on(lambda: meta_best(predictor, box), options.reps, options.warmup, device)
 
@@ -169,6 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def timed_answer(fn: Callable[[], T], device: torch.device) -> tuple[T, float]:
+    """`fn`'s answer and the ms it took, the device synchronised (one call, no warm-up)."""
+    started = time.perf_counter()
+    answer = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return answer, (time.perf_counter() - started) * 1000
+
+
 def time_route(
     runner: SamTorchRunner,
     pic: np.ndarray,
@@ -177,7 +205,9 @@ def time_route(
     *,
     reps: int,
     warmup: int,
+    set_ms: float | None = None,
 ) -> dict[str, float]:
+    """The route's times; `set_ms`, the picture set already timed, is not measured again."""
     click, box = prompts
     x = runner.preprocess(pic)
 
@@ -190,7 +220,7 @@ def time_route(
     device = runner.device
     return {
         "ours_encoder_ms": timed_on(encoder_alone, reps, warmup, device),
-        "ours_set_ms": timed_on(lambda: runner.encode(pic), reps, warmup, device),
+        "ours_set_ms": set_ms if set_ms is not None else timed_on(lambda: runner.encode(pic), reps, warmup, device),
         "ours_click_ms": timed_on(lambda: runner.decode(embedding, click), reps, warmup, device),
         "ours_box_ms": timed_on(lambda: runner.decode(embedding, box), reps, warmup, device),
     }
