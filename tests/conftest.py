@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -174,10 +176,25 @@ def sam21_files() -> Sam21Fixture:
 @pytest.fixture(scope="session")
 def sam_store(sam21_files: Sam21Fixture, tmp_path_factory: pytest.TempPathFactory) -> SetUpStore:
     """A store where the real prepare service set up sam2-hiera-tiny (the fixture, pinned by a test
-    catalogue, downloaded from a loopback HTTP server); each segment suite serves it its own way."""
+    catalogue, downloaded from a loopback HTTP server); each segment suite serves it its own way.
+
+    Under pytest-xdist the set-up is made once for the run, by the first worker that needs it, in
+    the folder the workers of this run share; each worker serves a copy of its own."""
     from craftai_dev import segment
 
-    return segment.set_up_store(tmp_path_factory.mktemp("sam-store"), sam21_files)
+    root = tmp_path_factory.mktemp("sam-store")
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return segment.set_up_store(root, sam21_files)
+    shared = tmp_path_factory.getbasetemp().parent / "sam-store"  # this run's, all workers'
+    with (shared.parent / "sam-store.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not (shared / "made").exists():
+            shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
+            made = segment.set_up_store(shared, sam21_files)
+            (shared / "made").write_text(json.dumps([str(made.store), str(made.recipes), str(made.files)]))
+    store, recipes, files = (Path(p).relative_to(shared) for p in json.loads((shared / "made").read_text()))
+    shutil.copytree(shared, root, symlinks=True, dirs_exist_ok=True)
+    return segment.SetUpStore(root / store, root / recipes, root / files)
 
 
 @pytest.fixture(scope="module")
