@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -42,24 +43,31 @@ def scaled_readout(
     partial.replace(path)
 
 
+def _onnx_file(data: dict[str, Any], recipe: str) -> dict[str, Any]:
+    """The recipe's one file its onnxruntime route loads (a recipe may have others for other engines)."""
+    files: list[dict[str, Any]] = catalogues.recipe(data, recipe)["files"]
+    (pin,) = [f for f in files if "onnxruntime" in f.get("engines", ["onnxruntime"])]
+    return pin
+
+
 @contextlib.contextmanager
 def serving(
     files: Mapping[str, Path], work: Path, set_up: list[str], env: Mapping[str, str] | None = None
 ) -> Iterator[servers.Process]:
-    """`craftai serve` with each recipe of `files` pinned to its file (under its published name),
-    served from a loopback HTTP server; the recipes `set_up` set up by the prepare service, each
+    """`craftai serve` with each recipe of `files` pinned to its file (its onnxruntime route's, under its
+    published name), served from a loopback HTTP server; the recipes `set_up` set up by the prepare service, each
     checked to have kept the pinned bytes; `env`: the server's settings beside that."""
     from craftai import AiClient
 
     data = catalogues.real_data()
     (work / "files").mkdir(parents=True)
     for name, path in files.items():
-        (pin,) = catalogues.recipe(data, name)["files"]
+        pin = _onnx_file(data, name)
         (work / "files" / name).mkdir()
         (work / "files" / name / pin["name"]).symlink_to(path)
     with servers.FileServer(work / "files") as source:
         for name, path in files.items():
-            (pin,) = catalogues.recipe(data, name)["files"]
+            pin = _onnx_file(data, name)
             pin.update(size=path.stat().st_size, sha256=sha256_of(path))
             pin["sources"] = [{"url": f"{source.url}/{name}/{pin['name']}"}]
         settings = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data)), **(env or {})}
