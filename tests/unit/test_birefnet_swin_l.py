@@ -100,6 +100,8 @@ def test_the_references_leave_a_real_torchvision_in_place(monkeypatch: pytest.Mo
     real = types.ModuleType("torchvision")
     real.__spec__ = importlib.machinery.ModuleSpec("torchvision", None)
     stand_in = types.ModuleType("torchvision.ops")  # another reference's, no spec
+    for key in [k for k in sys.modules if k == "torchvision" or k.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, key)  # other tests' stand-ins, put back after this one
     monkeypatch.setitem(sys.modules, "torchvision", real)
     monkeypatch.setitem(sys.modules, "torchvision.ops", stand_in)
     with birefnet_reference._torchvision_set_aside(stand_ins_only=True):
