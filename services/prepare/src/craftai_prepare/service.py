@@ -7,7 +7,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -18,14 +18,14 @@ from craftai_common.observability import Collectors
 from craftai_common.peers import Peers
 from craftai_common.server import Mount
 from craftai_common.store import Store
-from craftai_prepare.brought import Receiver
+from craftai_prepare.brought import Received, Receiver
 from craftai_prepare.jobs import JobRegistry
 from craftai_prepare.metrics import JobsCollector
 from craftai_prepare.reporter import Reporter
 from craftai_prepare.settings import PrepareSettings
 from craftai_prepare.setup_job import run_setup
 from craftai_prepare.sources import Timeouts
-from craftai_wire.v1 import common_pb2, prepare_pb2, prepare_pb2_grpc
+from craftai_wire.v1 import catalogue_pb2, common_pb2, prepare_pb2, prepare_pb2_grpc
 from craftai_wire.vocabulary import Reason
 
 log = logging.getLogger("craftai.prepare")
@@ -59,18 +59,25 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
         log.info("setup %s (%s)", key, resolved.reason)
 
         def work(reporter: Reporter) -> prepare_pb2.SetupResult:
-            return run_setup(
-                self.store,
-                resolved,
-                reporter,
-                self.timeouts,
-                self.settings.lock_wait_seconds,
-                self.jobs.stopping,
-                memory_limit_bytes=self.settings.memory_limit_bytes,
-            )
+            return self._run_setup(resolved, reporter)
 
         async for event in self.jobs.join(key, work):
             yield event
+
+    def _run_setup(
+        self, resolved: catalogue_pb2.ResolveRouteResponse, reporter: Reporter, brought: Sequence[Received] = ()
+    ) -> prepare_pb2.SetupResult:
+        """The setup job with this service's store, timeouts and limits (on a job's thread)."""
+        return run_setup(
+            self.store,
+            resolved,
+            reporter,
+            self.timeouts,
+            self.settings.lock_wait_seconds,
+            self.jobs.stopping,
+            brought,
+            memory_limit_bytes=self.settings.memory_limit_bytes,
+        )
 
     @handle_stream_errors
     async def SetupFrom(
@@ -99,16 +106,7 @@ class PrepareServicer(prepare_pb2_grpc.PrepareServiceServicer):
                 if not receiver.claim():
                     raise unavailable(Reason.SHUTTING_DOWN, "the caller went away before its files were placed")
                 try:
-                    return run_setup(
-                        self.store,
-                        resolved,
-                        reporter,
-                        self.timeouts,
-                        self.settings.lock_wait_seconds,
-                        self.jobs.stopping,
-                        brought,
-                        memory_limit_bytes=self.settings.memory_limit_bytes,
-                    )
+                    return self._run_setup(resolved, reporter, brought)
                 finally:
                     receiver.discard()  # the job's once claimed: it goes on when the caller goes away
 
