@@ -238,6 +238,27 @@ def test_the_route_on_cuda_agrees_with_the_cpu_route(photos: dict[str, Path]) ->
             assert diff.mean() <= 8
 
 
+def test_rembgs_steps_on_cuda_agree_with_the_cpu_route(photos: dict[str, Path]) -> None:
+    """birefnet-general's and -portrait's torch route (rembg's steps around the network): a batch of
+    two pictures through its CUDA graph against the CPU route, which tests/parity compares with
+    rembg's session; the calibrated lite checkpoint stands in (the route reads the configuration
+    from the folder, and the Swin-L network is checked against nobg's above)."""
+    from craftai_infer.routes.birefnet_rembg_torch import BirefnetRembgTorch
+
+    files = RouteFiles({}, prepared_folder(checkpoints()["random"]), 0, gpu_precision="auto")
+    cpu, cuda = BirefnetRembgTorch(files, "cpu"), BirefnetRembgTorch(files, "cuda")
+    cuda.warm_up(lambda _message: None)
+    assert cuda.autocast is None and cuda.capabilities.max_batch
+    pictures = [np.asarray(Image.open(photos[n]).convert("RGB")) for n in ("chelsea.png", "astronaut.png")]
+    found = cuda.matte(pictures)
+    for name, picture, matte in zip(("chelsea.png", "astronaut.png"), pictures, found, strict=True):
+        reference = cpu.matte([picture])[0].astype(int)
+        diff = np.abs(matte.astype(int) - reference)
+        print(f"BiRefNet rembg-steps route cuda {name}: max |d| {diff.max()}, mean {diff.mean():.4f} (of 255)")
+        assert matte.shape == picture.shape[:2] and 0.02 < float((reference > 127).mean()) < 0.98
+        assert diff.max() <= 2 and diff.mean() <= 0.05, name
+
+
 def test_the_route_hands_its_matte_over_on_cuda_for_every_output_at_4000x3000(photos: dict[str, Path]) -> None:
     """routes.MATTE on the torch route: its matte stays on the GPU (a tensor there) and every output
     of issue 17 is made from it there, on the reduced-and-refined path of a 12 MP picture; the

@@ -97,4 +97,5 @@ def test_the_torch_route_reads_the_swin_l_checkpoint_and_says_why_its_order_is_u
             "patch_order": "channel-major",
             "architecture": "swin-l",
             "input_side": 2048,
+            "floats": "float16",
         }

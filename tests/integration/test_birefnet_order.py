@@ -95,6 +95,7 @@ def test_the_recipes_order_is_unverified_without_the_onnx_then_proven_on_the_fil
             "patch_order": "patch-major",
             "architecture": "lite",
             "input_side": SIDE,
+            "floats": "float32",
         }
 
         list(ai.setup("image.matte", RECIPE, "onnxruntime"))

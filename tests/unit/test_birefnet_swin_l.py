@@ -30,6 +30,7 @@ from craftai_models.checkpoints import CheckpointRefusedError, expected_tensors
 
 # model.safetensors of ZhengPeng7/BiRefNet_dynamic and of ZhengPeng7/BiRefNet_HR (docs/research/weights.md)
 PUBLISHED_SIZE = 444_473_596
+PUBLISHED_FP32_SIZE = 884_878_856  # the same layout with its floats in fp32 (birefnet-portrait's file)
 
 
 def _meta_network() -> torch.nn.Module:
@@ -88,9 +89,14 @@ def test_a_published_swin_l_file_loads_strictly_and_computes_in_fp32(tmp_path: P
         state["bb.layers.0.blocks.0.attn.relative_position_index"],
     )
     del model, loaded
-    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "fp32.safetensors"))
+    # the fp32 storage (birefnet-portrait's file): refused unless the recipe says so, then read as it is
+    save_file({k: v.contiguous() for k, v in state.items()}, str(tmp_path / "fp32.safetensors"), metadata=METADATA)
+    assert (tmp_path / "fp32.safetensors").stat().st_size == PUBLISHED_FP32_SIZE
     with pytest.raises(CheckpointRefusedError, match=r"wrong shape or type: .* is F32\[.*\], expected F16"):
         load_birefnet(tmp_path / "fp32.safetensors", architecture=Architecture.SWIN_L)
+    model = load_birefnet(tmp_path / "fp32.safetensors", architecture=Architecture.SWIN_L, floats=torch.float32)
+    key = "bb.layers.2.blocks.17.attn.qkv.weight"
+    assert torch.equal(model.state_dict()[key], state[key])
 
 
 def test_the_references_leave_a_real_torchvision_in_place(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -61,7 +61,7 @@ def test_birefnets_patch_order_is_a_setting_of_its_weights_proven_against_its_on
     (weights,) = birefnet.files_of("torch")
     assert weights.settings == {"patch_order": PatchOrder.PATCH_MAJOR.value} == {"patch_order": TRAINED_ORDER.value}
     torch_route = birefnet.route("torch")
-    assert torch_route is not None and torch_route.needs_preparation and torch_route.revision == "birefnet-torch.2"
+    assert torch_route is not None and torch_route.needs_preparation and torch_route.revision == "birefnet-torch.3"
     assert [f.name for f in birefnet.checked_against("torch")] == ["BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx"]
     assert birefnet.checked_against("onnxruntime") == []
     assert dict(recipes.recipe_to_proto(birefnet, engine="torch").files[0].settings) == {"patch_order": "patch-major"}
@@ -83,8 +83,33 @@ def test_birefnet_hrs_torch_route_reads_the_swin_l_checkpoint_at_2048_channel_ma
     assert [f.name for f in hr.files_of("onnxruntime")] == ["BiRefNet_HR-general-epoch_130.onnx"]
     assert [f.name for f in hr.checked_against("torch")] == ["BiRefNet_HR-general-epoch_130.onnx"]
     torch_route = hr.route("torch")
-    assert torch_route is not None and torch_route.revision == "birefnet-torch.2" and torch_route.prefer_on_gpu
+    assert torch_route is not None and torch_route.revision == "birefnet-torch.3" and torch_route.prefer_on_gpu
     assert [r.engine for r in hr.routes if r.prefer_on_gpu] == ["torch"]
+
+
+@pytest.mark.parametrize(
+    ("recipe", "size", "sha", "settings", "onnx"),
+    [
+        ("birefnet-general", 444_473_596, "9ab37426", {}, "BiRefNet-general-epoch_244.onnx"),
+        ("birefnet-portrait", 884_878_856, "4a4eb3a5", {"floats": "float32"}, "BiRefNet-portrait-epoch_150.onnx"),
+    ],
+)
+def test_rembgs_swin_l_recipes_on_torch_read_the_authors_checkpoint_proven_against_rembgs_graph(
+    recipe: str, size: int, sha: str, settings: dict[str, str], onnx: str
+) -> None:
+    """The author's safetensors of the same checkpoint as rembg's ONNX (docs/research/weights.md),
+    patch-major (trained before the einops change), read as Swin-L at 1024²; the ONNX, which only
+    the onnxruntime route fetches, is what the preparation proves it against."""
+    spec = recipes.load().recipe("image.matte", recipe)
+    assert spec is not None
+    (weights,) = spec.files_of("torch")
+    assert (weights.size, weights.sha256[:8], len(weights.sources)) == (size, sha, 2)
+    assert weights.settings == {"patch_order": "patch-major", "architecture": "swin-l", **settings}
+    assert [f.name for f in spec.files_of("onnxruntime")] == [onnx]
+    assert [f.name for f in spec.checked_against("torch")] == [onnx]
+    torch_route = spec.route("torch")
+    assert torch_route is not None and torch_route.revision == "birefnet-torch.3" and torch_route.needs_preparation
+    assert [r.engine for r in spec.routes if r.prefer_on_gpu] == ["torch"]
 
 
 def _route(recipe: str, engine: str, **values: object) -> Any:

@@ -147,6 +147,30 @@ def birefnet(runs: Runs) -> list[str]:
             rows.append(
                 [f"BiRefNet_HR: the whole pipeline in process, {size} (matte to the host)", _ms(found), "-", "-"]
             )
+    if "general" in runs:  # birefnet-general's and -portrait's torch route: Swin-L at 1024², rembg's steps
+        general = runs["general"]["forward_ms"]
+        one, two, theirs = (
+            general["ours as the route runs it, fp32, one picture"],
+            general["ours as the route runs it, fp32, two pictures a call (per picture)"],
+            general["nobg fp32, one picture"],
+        )
+        rows.append(
+            [
+                "birefnet-general, -portrait (Swin-L): the forward at 1024², fp32, one picture; two a call (each)",
+                f"{_ms(one)}; {_ms(two)}",
+                _ms(theirs),
+                f"{_times(one, theirs)}; {_times(two, theirs)}",
+            ]
+        )
+        found = runs["general"]["pipeline_ms"]
+        rows.append(
+            [
+                "birefnet-general, -portrait: rembg's steps in process, " + "; ".join(found),
+                "; ".join(_ms(v) for v in found.values()),
+                "-",
+                "-",
+            ]
+        )
     return _table(
         ["measure (ours as the route runs it: CUDA graph, BatchNorm folded)", "ours, ms", "nobg, ms", "ours faster"],
         rows,

@@ -45,15 +45,18 @@ REPO = Path(__file__).resolve().parents[2]
 SIDE = 2048
 
 
-def prepared(folder: Path, device: torch.device) -> Path:
-    """A prepared folder as birefnet-hr's preparation lays it out, of a calibrated random network."""
+def prepared(
+    folder: Path, device: torch.device, side: int = SIDE, order: PatchOrder = PatchOrder.CHANNEL_MAJOR
+) -> Path:
+    """A prepared folder as a Swin-L recipe's preparation lays it out (birefnet-hr's by default), of
+    a calibrated random network stored in fp16 as the published files are."""
     with torch.device("meta"):
-        network = birefnet_swin_l(PatchOrder.CHANNEL_MAJOR)
+        network = birefnet_swin_l(order)
     network.load_state_dict(randomised_state_dict(network, seed=11), strict=True, assign=True)
-    state = calibrate_batchnorm(network.to(device).eval(), photo_input(SIDE).to(device))
+    state = calibrate_batchnorm(network.to(device).eval(), photo_input(side).to(device))
     published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
     save_file(published, str(folder / PREPARED_WEIGHTS), metadata=METADATA)
-    write_prepared(folder / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L, SIDE)
+    write_prepared(folder / PREPARED_SETTINGS, order, Architecture.SWIN_L, side)
     return folder
 
 

@@ -63,6 +63,7 @@ from craftai_models.deform_conv import deform_conv2d
 from craftai_models.swin import SwinTransformer, swin_l, swin_t
 
 __all__ = [
+    "FLOATS",
     "PREPARED_SETTINGS",
     "PREPARED_WEIGHTS",
     "TRAINED_ORDER",
@@ -74,6 +75,7 @@ __all__ = [
     "Stages",
     "birefnet_lite",
     "birefnet_swin_l",
+    "floats_named",
     "fold_batchnorm",
     "image_to_patches",
     "load_birefnet",
@@ -435,13 +437,15 @@ def load_birefnet(
     *,
     pin: Pin | None = None,
     architecture: Architecture = Architecture.LITE,
+    floats: torch.dtype | None = None,
 ) -> BiRefNet:
     """Build the network without initialising weights, load the file strictly (every tensor by name,
-    shape and dtype as `architecture` publishes it), eval mode, floats in fp32. `pin`: check the
-    bytes read against it first."""
+    shape and dtype as `architecture` publishes it, its floats stored as `floats` where a file is
+    stored otherwise), eval mode, floats in fp32. `pin`: check the bytes read against it first."""
     with torch.device("meta"):
         model = architecture.build(order)
-    state = read_state_dict(path, expected_tensors(model, floats=architecture.stored), pin=pin)
+    stored = architecture.stored if floats is None else floats
+    state = read_state_dict(path, expected_tensors(model, floats=stored), pin=pin)
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval()
@@ -458,21 +462,44 @@ class Prepared:
     order: PatchOrder
     architecture: Architecture = Architecture.LITE
     side: int = TRAINED_SIDE  # the network's square input side, as trained
+    floats: torch.dtype | None = None  # how the checkpoint stores its floats, where not as `architecture` publishes
+
+    @property
+    def stored(self) -> torch.dtype:
+        return self.architecture.stored if self.floats is None else self.floats
+
+
+#: The dtypes a published checkpoint stores its floats in, by the names the recipes and records use.
+FLOATS = {"float16": torch.float16, "float32": torch.float32}
+
+
+def floats_named(value: str) -> torch.dtype:
+    """The dtype a recipe or a record names; ValueError in plain words for another name."""
+    if value not in FLOATS:
+        raise ValueError(f"{value!r} is none of the float storages {', '.join(FLOATS)}")
+    return FLOATS[value]
 
 
 def write_prepared(
-    path: Path, order: PatchOrder, architecture: Architecture = Architecture.LITE, side: int = TRAINED_SIDE
+    path: Path,
+    order: PatchOrder,
+    architecture: Architecture = Architecture.LITE,
+    side: int = TRAINED_SIDE,
+    floats: torch.dtype | None = None,
 ) -> None:
-    """The prepared folder's record of the checkpoint's patch order, configuration and input side
-    (read back by `read_prepared`)."""
-    record = {"patch_order": order.value, "architecture": architecture.value, "input_side": side}
+    """The prepared folder's record of the checkpoint's patch order, configuration, input side and
+    float storage (read back by `read_prepared`)."""
+    stored = architecture.stored if floats is None else floats
+    name = next(n for n, d in FLOATS.items() if d == stored)
+    record = {"patch_order": order.value, "architecture": architecture.value, "input_side": side, "floats": name}
     path.write_text(json.dumps(record) + "\n")
 
 
 def read_prepared(path: Path) -> Prepared:
     """What a prepared folder records; ValueError in plain words when it names no patch order, an
     unknown configuration or a side that is not a positive multiple of 32. A record written before
-    the configuration and side were recorded is BiRefNet_lite's at 1024²."""
+    the configuration and side were recorded is BiRefNet_lite's at 1024²; one written before the
+    float storage was, the configuration's."""
     try:
         record = json.loads(path.read_text())
         order = PatchOrder(record["patch_order"])
@@ -485,7 +512,11 @@ def read_prepared(path: Path) -> Prepared:
     side = record.get("input_side", TRAINED_SIDE)
     if not isinstance(side, int) or side <= 0 or side % 32:
         raise ValueError(f"{path.name} records the input side {side!r}, not a positive multiple of 32")
-    return Prepared(order, architecture, side)
+    try:
+        floats = floats_named(record.get("floats", next(n for n, d in FLOATS.items() if d == architecture.stored)))
+    except ValueError as exc:
+        raise ValueError(f"{path.name} records floats this network does not read ({exc})") from exc
+    return Prepared(order, architecture, side, floats)
 
 
 def read_patch_order(path: Path) -> PatchOrder:

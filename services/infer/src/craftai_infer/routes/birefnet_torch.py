@@ -33,6 +33,8 @@ from craftai_models.birefnet import (
     PREPARED_WEIGHTS,
     TRAINED_SIDE,
     Architecture,
+    BiRefNet,
+    Prepared,
     fold_batchnorm,
     load_birefnet,
     read_prepared,
@@ -64,6 +66,24 @@ def network_bytes(architecture: Architecture, side: int) -> int:
     return at_1024 * side * side // TRAINED_SIDE**2
 
 
+def load_prepared(files: RouteFiles, device: str) -> tuple[BiRefNet, Prepared]:
+    """The network of a prepared folder, read as its record says (order, configuration, floats), on
+    `device`; ModelRefusedError in plain words for a folder that does not hold what it records."""
+    assert files.prepared is not None
+    try:
+        prepared = read_prepared(files.prepared / PREPARED_SETTINGS)
+        network = load_birefnet(
+            files.prepared / PREPARED_WEIGHTS,
+            device=device,
+            order=prepared.order,
+            architecture=prepared.architecture,
+            floats=prepared.stored,
+        )
+    except (CheckpointRefusedError, ValueError) as exc:
+        raise ModelRefusedError(str(exc)) from exc
+    return network, prepared
+
+
 class BirefnetTorch(MatteRoute):
     """On a GPU: BatchNorm folded into the convs, channels-last (lite), autocast, one CUDA graph per batch
     size (every picture is an input of the network's side, so any pictures batch together, up to
@@ -71,17 +91,7 @@ class BirefnetTorch(MatteRoute):
     of the lite network holds about a gigabyte of activations; a batch would hold as many)."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        assert files.prepared is not None
-        try:
-            prepared = read_prepared(files.prepared / PREPARED_SETTINGS)
-            self.network = load_birefnet(
-                files.prepared / PREPARED_WEIGHTS,
-                device=device,
-                order=prepared.order,
-                architecture=prepared.architecture,
-            )
-        except (CheckpointRefusedError, ValueError) as exc:
-            raise ModelRefusedError(str(exc)) from exc
+        self.network, prepared = load_prepared(files, device)
         self.device = device
         self.architecture = prepared.architecture
         self.settings = BirefnetSettings(size=prepared.side)

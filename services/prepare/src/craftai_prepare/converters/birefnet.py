@@ -2,8 +2,10 @@
 its patch order proven.
 
 The recipe's weights say which published configuration the checkpoint is (`architecture`: "lite",
-the default, or "swin-l") and the square side it was trained at (`input_side`: 1024 unless given);
-the checkpoint is read against that configuration, every tensor by name, shape and dtype.
+the default, or "swin-l"), the square side it was trained at (`input_side`: 1024 unless given) and,
+where a file stores its floats otherwise than its configuration publishes them (fp32 for lite, fp16
+for Swin-L), how (`floats`: "float16" or "float32"); the checkpoint is read against that
+configuration, every tensor by name, shape and dtype.
 
 The network reads the picture's patches in one of two orders (craftai_models.birefnet.PatchOrder);
 which one a checkpoint was trained with is not in the file. The recipe gives it as a setting of
@@ -12,10 +14,13 @@ same checkpoint exported by its author) is on disk, this preparation proves the 
 real bytes: the checkpoint runs in both orders on a probe picture beside the graph; the order in
 which it reproduces the graph, and the other order clearly does not, is the one it was trained
 with. A checkpoint proven to read its patches in the other order than the recipe gives is refused,
-in plain words. Where the probe cannot tell (neither order reproduces the graph, or both do), and
-where the ONNX is not on disk, the folder is prepared with the recipe's order and says that it is
-unverified, and why (the route's status shows it). So does a proof whose memory would not fit:
-BiRefNet_HR's runs a Swin-L network and its graph at 2048² on the CPU, about 14 GiB.
+in plain words, and so is one that reproduces the graph in neither order: it is not the graph's
+checkpoint, so the torch route would not answer the recipe's model (the safetensors and the ONNX of
+rembg's Swin-L recipes are separate publications of one training run). Where the probe cannot tell
+the orders apart (both reproduce the graph), and where the ONNX is not on disk, the folder is
+prepared with the recipe's order and says that it is unverified, and why (the route's status shows
+it). So does a proof whose memory would not fit: BiRefNet_HR's runs a Swin-L network and its graph
+at 2048² on the CPU, about 14 GiB.
 
 The prepared folder holds the checkpoint exactly as published (a hard link where possible) and how
 it is read (`PREPARED_SETTINGS`: the patch order, the configuration, the input side): nothing is
@@ -39,6 +44,7 @@ from craftai_models.birefnet import (
     Architecture,
     BiRefNet,
     PatchOrder,
+    floats_named,
     load_birefnet,
     write_prepared,
 )
@@ -47,7 +53,7 @@ from craftai_models.onnx_sessions import open_session
 from craftai_prepare.converters import ConversionError, Converter, Inputs, Outcome, Step, place_copy
 
 #: Bump whenever the prepared folder could change (part of the prepared revision).
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 
 #: The revision the catalogue's torch route of birefnet-lite names (a test holds the two equal).
 REVISION = f"birefnet-torch.{CONVERTER_VERSION}"
@@ -56,7 +62,8 @@ REVISION = f"birefnet-torch.{CONVERTER_VERSION}"
 #: the graph's largest logit everywhere on the probe, and the other order misses by SEPARATION
 #: times as much. fp32 on the CPU: the calibrated random fixture's own export differs from the
 #: network by about 2e-3 (onnxruntime's fused kernels and its sampling in the deformable
-#: convolutions, amplified by random weights), the other order by about 1 (docs/MATTE.md).
+#: convolutions, amplified by random weights), the other order by about 1 (docs/MATTE.md). An fp16
+#: checkpoint beside its fp32 graph adds the rounding of its weights (about 5e-4 each).
 LOGIT_RTOL = 5e-2
 SEPARATION = 10.0
 
@@ -155,9 +162,16 @@ def prove_order(network: BiRefNet, onnx_path: Path, side: int = TRAINED_SIDE) ->
 
 
 def refusal(declared: PatchOrder, proof: OrderProof) -> str | None:
-    """Why the recipe's order is wrong for this checkpoint, in plain words; None unless the probe
-    proves the other order."""
+    """Why this checkpoint is not served as the recipe gives it, in plain words: the probe proves
+    the other order, or neither order reproduces the graph (another checkpoint); None otherwise."""
     other = proof.other(declared)
+    if all(d > LOGIT_RTOL for d in proof.distance.values()):
+        return (
+            f"the checkpoint reproduces the published ONNX in neither patch order (distance from the graph: "
+            f"{proof.words()}, at most {LOGIT_RTOL:.2g} reproduces it): it is not the checkpoint of that graph, "
+            "so this route would not answer the recipe's model; the recipe data must pin the checkpoint the "
+            "graph was exported from"
+        )
     if not proof.proves(other):
         return None
     return (
@@ -170,12 +184,14 @@ def refusal(declared: PatchOrder, proof: OrderProof) -> str | None:
 
 
 def undecided(declared: PatchOrder, proof: OrderProof) -> str:
-    """What the probe left unproven, in plain words ("" when it proved the recipe's order)."""
+    """What the probe left unproven, in plain words ("" when it proved the recipe's order; a probe
+    that proves neither order is a `refusal`)."""
     if proof.proves(declared):
         return ""
     return (
-        f"its patch order ({declared.value}) is the recipe's, not proven on the file: the probe did not "
-        f"tell the two orders apart against the published ONNX (distance from the graph: {proof.words()})"
+        f"its patch order ({declared.value}) is the recipe's, not proven on the file: the checkpoint reproduces "
+        f"the published ONNX, but the probe did not tell the two orders apart (distance from the graph: "
+        f"{proof.words()})"
     )
 
 
@@ -202,10 +218,23 @@ def declared_side(inputs: Inputs) -> int:
     return int(value)
 
 
-def proof_bytes(architecture: Architecture, side: int, onnx_bytes: int, weights_bytes: int) -> int:
+def declared_floats(inputs: Inputs, architecture: Architecture) -> torch.dtype:
+    """How the recipe says its checkpoint stores its floats (as `architecture` publishes them unless said)."""
+    value = _setting(inputs, "floats", "")
+    if not value:
+        return architecture.stored
+    try:
+        return floats_named(value)
+    except ValueError as exc:
+        raise ConversionError(f"the recipe's floats: {exc}") from None
+
+
+def proof_bytes(
+    architecture: Architecture, side: int, onnx_bytes: int, weights_bytes: int, floats: torch.dtype | None = None
+) -> int:
     """An upper estimate of the proof's peak memory: the graph's weights and the checkpoint's in
     fp32, and the larger of the two runs' activations at the graph's side."""
-    fp32 = weights_bytes * (4 // architecture.stored.itemsize)
+    fp32 = weights_bytes * (4 // (architecture.stored if floats is None else floats).itemsize)
     return onnx_bytes + fp32 + PROOF_BYTES_PER_PIXEL[architecture] * side * side
 
 
@@ -219,10 +248,11 @@ def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
         known = ", ".join(f'"{o.value}"' for o in PatchOrder)
         raise ConversionError(f"the recipe's patch_order {value!r} is none of {known}") from None
     architecture, side = declared_architecture(inputs), declared_side(inputs)
+    floats = declared_floats(inputs, architecture)
     weights = inputs.sources["weights"]
     step(f"reading the {architecture.value} checkpoint strictly")
     try:
-        network = load_birefnet(weights, order=declared, architecture=architecture)
+        network = load_birefnet(weights, order=declared, architecture=architecture, floats=floats)
     except CheckpointRefusedError as exc:
         raise ConversionError(str(exc)) from exc
     onnx_path = inputs.references.get("network")
@@ -230,7 +260,9 @@ def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
     unverified = ""
     limit, source = inputs.memory_limit()
     needed = (
-        0 if onnx_path is None else proof_bytes(architecture, side, onnx_path.stat().st_size, weights.stat().st_size)
+        0
+        if onnx_path is None
+        else proof_bytes(architecture, side, onnx_path.stat().st_size, weights.stat().st_size, floats)
     )
     if onnx_path is None:
         unverified = (
@@ -257,7 +289,7 @@ def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
     del network
     step("publishing the checkpoint with its patch order")
     place_copy(weights, out / PREPARED_WEIGHTS)
-    write_prepared(out / PREPARED_SETTINGS, declared, architecture, side)
+    write_prepared(out / PREPARED_SETTINGS, declared, architecture, side, floats)
     return Outcome(verification, unverified)
 
 
@@ -273,6 +305,7 @@ __all__ = [
     "SEPARATION",
     "OrderProof",
     "declared_architecture",
+    "declared_floats",
     "declared_side",
     "network_logits",
     "prepare",

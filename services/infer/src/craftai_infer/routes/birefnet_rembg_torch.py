@@ -1,0 +1,79 @@
+"""rembg's Swin-L BiRefNet recipes for image.matte on torch (birefnet-general, birefnet-portrait): the
+network written in this project (craftai_models.birefnet) from the prepared folder of the author's
+published safetensors file (its configuration, floats and patch order recorded, proven against the
+recipe's ONNX where that was on disk: craftai_prepare's birefnet converter), with rembg's steps for
+its BiRefNet sessions around it (craftai_infer.pipelines.matte_u2netp `BIREFNET`), as the onnxruntime
+route runs them around the published graph: the same matte up to the engines' arithmetic."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+import torch
+
+from craftai_infer.engines.cuda_graphs import NetworkGraphs
+from craftai_infer.engines.precision import autocast_dtype
+from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.pipelines.picture import Picture
+from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
+from craftai_infer.routes.birefnet_torch import GPU_DEFAULT, batch_bound, load_prepared, network_bytes
+from craftai_infer.routes.isnet_onnx import cpu_working_bytes
+from craftai_models.birefnet import fold_batchnorm
+
+
+class BirefnetRembgTorch(MatteRoute):
+    """On a GPU: BatchNorm folded, CUDA graphs per batch size (every picture is a 1024² input, so
+    any pictures batch, up to `batch_bound`), autocast only where CRAFTAI_GPU_PRECISION asks. On the
+    CPU: fp32, one picture a forward, its working memory admitted per request (`working_bytes`)."""
+
+    steps = matte_u2netp.BIREFNET
+
+    def __init__(self, files: RouteFiles, device: str) -> None:
+        self.network, prepared = load_prepared(files, device)
+        if prepared.side != self.steps.size:
+            raise ModelRefusedError(
+                f"the prepared checkpoint takes {prepared.side}² pictures; rembg's steps for this recipe "
+                f"feed {self.steps.size}²: the recipe data's input_side must be {self.steps.size}"
+            )
+        self.device = device
+        self.architecture = prepared.architecture
+        self.autocast: torch.dtype | None = None
+        self._graphs: NetworkGraphs | None = None
+        self.forward: torch.nn.Module | NetworkGraphs = self.network
+        if device.startswith("cuda"):
+            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
+            fold_batchnorm(self.network)
+            bound = batch_bound(prepared.architecture, prepared.side)
+            self._graphs = self.forward = NetworkGraphs(self.network, torch.device(device), capacity=bound)
+            self.capabilities = Capabilities(batched=frozenset({MATTE}), max_batch={MATTE: bound})
+
+    def warm_up(self, step: Step) -> None:
+        """Capture the graph of one picture (no-op on the CPU)."""
+        if self._graphs is not None:
+            step(f"capturing the network's CUDA graph at {self.steps.size}²")
+            self.matte([np.zeros((64, 64, 3), np.uint8)])
+
+    def working_bytes(self, height: int, width: int) -> int:
+        return cpu_working_bytes(self.device, self.steps, network_bytes(self.architecture, self.steps.size))
+
+    def _logits(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        x = torch.from_numpy(batch).to(self.device)
+        autocast = self.autocast
+        with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
+            logits = self.forward(x)
+        return np.asarray(logits.float().cpu().numpy(), dtype=np.float32)
+
+    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
+        """Host arrays: rembg's post-processing is Pillow's. On the CPU one forward per picture even
+        when handed several (e.g. a batch formed on the GPU before a fallback to the CPU)."""
+        groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
+        mattes: list[npt.NDArray[np.uint8]] = []
+        for group in groups:
+            logits = self._logits(np.concatenate([matte_u2netp.preprocess(p, steps=self.steps) for p in group]))
+            mattes += [
+                matte_u2netp.postprocess(logits[i : i + 1], (p.shape[1], p.shape[0]), self.steps)
+                for i, p in enumerate(group)
+            ]
+        return mattes

@@ -1,0 +1,94 @@
+"""rembg's Swin-L BiRefNet recipes on torch (birefnet-general, birefnet-portrait), through the
+services: the torch route prepared by the prepare service from the author's checkpoint, proven at
+preparation against the recipe's ONNX (the onnxruntime route's file, set up first), then its mattes
+against rembg's own session of that ONNX on two pictures.
+
+Neither the Swin-L checkpoints (0.4 and 0.9 GB) nor rembg's graphs (0.97 GB) can be downloaded here,
+and a Swin-L network takes about half a minute a picture on two cores: birefnet-general is pinned to
+the calibrated BiRefNet_lite checkpoint (craftai_dev.birefnet_fixture), its weights' settings naming
+that configuration, and to that checkpoint's own export with rembg's contract (its stand-in in
+craftai_dev.birefnet_rembg_fixture). The route reads the configuration from the prepared folder and
+runs the same steps around either network; the Swin-L network itself is checked against nobg's in
+tests/unit/test_birefnet_swin_l.py and on the GPU."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from PIL import Image
+
+from craftai import AiClient
+from craftai_dev import birefnet_fixture, birefnet_rembg_fixture, catalogues, rembg_peer, servers
+from craftai_dev.files import sha256_of
+from craftai_dev.masks import NEAR_MATTE_MAX_DIFF
+from craftai_models.birefnet import TRAINED_ORDER, Architecture
+
+pytestmark = pytest.mark.slow
+PICTURES = ["astronaut.png", "chelsea.png"]
+RECIPE = "birefnet-general"
+
+
+@contextmanager
+def _services(root: Path, recipes: list[str]) -> Iterator[AiClient]:
+    """The services on a fresh store; each recipe's ONNX pinned to its stand-in and its weights to
+    the calibrated lite checkpoint, all served on loopback."""
+    checkpoint = birefnet_fixture.checkpoints()["random"]
+    graphs = birefnet_rembg_fixture.onnx_files()
+    (root / "files").mkdir(parents=True)
+    with servers.FileServer(root / "files") as source:
+        data = catalogues.real_data()
+        for name in recipes:
+            (root / "files" / name).mkdir()
+            for pinned in catalogues.recipe(data, name)["files"]:
+                made = checkpoint.path if pinned["role"] == "weights" else graphs[name]
+                (root / "files" / name / pinned["name"]).symlink_to(made)
+                pinned.update(
+                    size=made.stat().st_size,
+                    sha256=sha256_of(made),
+                    sources=[{"url": f"{source.url}/{name}/{pinned['name']}"}],
+                )
+                if pinned["role"] == "weights":
+                    pinned["settings"] = {"patch_order": TRAINED_ORDER.value, "architecture": Architecture.LITE.value}
+        recipes_file = catalogues.write(root / "recipes.toml", data)
+        process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes_file)})
+        with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:
+            yield ai
+
+
+def test_the_torch_route_is_proven_on_rembgs_graph_and_answers_rembgs_matte(
+    photos: dict[str, Path], tmp_path: Path
+) -> None:
+    """The onnxruntime route set up first puts the graph on disk; the torch route's preparation
+    proves its checkpoint against it (a checkpoint that reproduces it in neither order is refused:
+    tests/unit/test_birefnet_proof_rule.py; one proven in the other order, through the services:
+    tests/integration/test_birefnet_order.py)."""
+    recipe = RECIPE
+    chosen = {name: photos[name] for name in PICTURES}
+    theirs = rembg_peer.mattes(recipe, birefnet_rembg_fixture.onnx_files()[recipe], chosen, tmp_path / "rembg")
+    with _services(tmp_path / "services", [recipe]) as ai:
+        list(ai.setup("image.matte", recipe, "onnxruntime"))
+        _served_as_rembg(ai, recipe, chosen, theirs)
+
+
+def _served_as_rembg(
+    ai: AiClient, recipe: str, chosen: dict[str, Path], theirs: dict[str, npt.NDArray[np.uint8]]
+) -> None:
+    events = list(ai.setup("image.matte", recipe, "torch"))
+    assert any("proving the patch-major patch order" in str(e) for e in events), events
+    (status,) = [s for s in ai.status("image.matte", recipe) if s.route.engine == "torch"]
+    assert status.detail == "on disk and verified; loads on first use", status.detail
+    for name, path in chosen.items():
+        answer = ai.remove_background(path, outputs="matte", recipe=recipe, engine="torch")
+        assert (answer.recipe, answer.engine) == (recipe, "torch")
+        ours = np.asarray(Image.open(io.BytesIO(answer.matte_png)))
+        assert ours.shape == theirs[name].shape, name
+        difference = np.abs(ours.astype(int) - theirs[name])
+        print(f"\n{name}: max |Δ| {difference.max()}, {float((difference > 0).mean()):.4%} of pixels differ")
+        assert int(difference.max()) <= NEAR_MATTE_MAX_DIFF, name
+        assert len(np.unique(ours)) >= 64 and 0.02 < float((ours > 127).mean()) < 0.98, name

@@ -1,0 +1,101 @@
+"""rembg's Swin-L BiRefNet recipes on torch (birefnet-general, birefnet-portrait: Swin-L at 1024², rembg's
+steps around it) on the GPU machine, against nobg's Swin-L BiRefNet from the same fp16 file, one
+run. Prints a table, writes birefnet_general_check.json.
+
+    python3 -m tools.gpu.birefnet_general_check [--out DIR] [--reps 10]     # from the repository root
+
+Weights: a random Swin-L network, its BatchNorms calibrated on astronaut.png at 1024², stored as the
+published file is (fp16 floats; the same work per picture as the real weights). Read channel-major,
+nobg's only order (the recipes' files are patch-major: the same work, the injection inputs reordered).
+1. the network alone at 1024² (median ms, device synchronised, after warm-up): nobg fp32 (TF32 off,
+   as the service runs fp32) and ours as the route runs it (BatchNorm folded, one CUDA graph, fp32),
+   one picture and two a call, with the logits' difference from nobg's;
+2. the route's pipeline in-process (host uint8 picture in, host uint8 matte out: rembg's Lanczos
+   resizes and min-max on the CPU around the network) at 1024x1024 and 4000x3000.
+rembg's own session cannot run beside it there: onnxruntime's CUDA build is not on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from craftai_dev import birefnet_reference
+from craftai_dev.birefnet_fixture import photo_input
+from craftai_infer.routes import RouteFiles
+from craftai_infer.routes.birefnet_rembg_torch import BirefnetRembgTorch
+from craftai_models.birefnet import PatchOrder
+from tools.bench import harness
+from tools.gpu.birefnet_check import matte_errors, photo
+from tools.gpu.birefnet_hr_check import prepared
+
+REPO = Path(__file__).resolve().parents[2]
+SIDE = 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--reps", type=int, default=10)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO / "out" / "gpu")
+    args = parser.parse_args(argv)
+    device = torch.device("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    args.out.mkdir(parents=True, exist_ok=True)
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
+    rows: list[tuple[str, str]] = []
+    with harness.scratch("birefnet-general-") as folder:
+        prepared(folder, device, SIDE, PatchOrder.CHANNEL_MAJOR)
+        route = BirefnetRembgTorch(RouteFiles({}, folder, 0, gpu_precision="auto"), "cuda")
+        route.warm_up(lambda _message: None)
+        reference = birefnet_reference.reference_from_origin(folder, swin_l=True).to(device)
+        x = photo_input(SIDE).to(device)
+        two = torch.cat([x, x])
+        forward: dict[str, float] = {}
+        with torch.inference_mode():
+            theirs = reference(x)["logits"].float()
+            ours = route.forward(x).float()
+            errors = matte_errors(ours, theirs)
+            forward["nobg fp32, one picture"] = harness.timed_on(
+                lambda: reference(x)["logits"], args.reps, args.warmup, device
+            )
+            forward["ours as the route runs it, fp32, one picture"] = harness.timed_on(
+                lambda: route.forward(x), args.reps, args.warmup, device
+            )
+            forward["ours as the route runs it, fp32, two pictures a call (per picture)"] = (
+                harness.timed_on(lambda: route.forward(two), args.reps, args.warmup, device) / 2
+            )
+        for name, ms in forward.items():
+            rows.append((f"forward {SIDE}² {name}", f"{ms:8.1f} ms"))
+        rows.append(
+            (
+                "ours' matte vs nobg's",
+                f"max {errors['max_abs']:.2e}, >1/255 {errors['share_moved_over_1_of_255']:.2%}, "
+                f"IoU {errors['iou']:.5f}",
+            )
+        )
+        pipeline: dict[str, float] = {}
+        for w, h in ((1024, 1024), (4000, 3000)):
+            picture = photo((w, h))
+
+            def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
+                return route.matte([picture])
+
+            pipeline[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, device)
+            rows.append((f"pipeline {w}x{h} (uint8 in, uint8 matte out)", f"{pipeline[f'{w}x{h}']:.1f} ms"))
+    report.update(forward_ms=forward, matte_errors=errors, pipeline_ms=pipeline)
+    width = max(len(k) for k, _ in rows)
+    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+    print(f"torch {torch.__version__}, {report['device']}")
+    print(text)
+    (args.out / "birefnet_general_check.json").write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
