@@ -37,6 +37,7 @@ import multiprocessing
 import os
 import platform
 import queue
+import subprocess
 import threading
 import time
 import urllib.request
@@ -60,6 +61,7 @@ from tools.bench.load import MATTE, SAM, serve_fixture
 
 MiB = 1 << 20
 CLICK = [(200.0, 150.0, True)]
+PROFILE_SECONDS = 20  # py-spy's recording, from the first loaded call (the loaded phase lasts longer)
 
 
 @dataclass
@@ -369,10 +371,12 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             work = (photo, large, engine, args.points_per_side)
             others = OtherApps(address, _bulk_apps(args), work, apart=not args.bulk_in_process)
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
+            spies = _spy(pid, args.profile)
             loaded = Phase()
             started = time.monotonic()
             _interactive(editor, session, small, args.rounds, loaded, engine=engine)
             loaded_seconds = time.monotonic() - started
+            profiles = _spied(spies, args.profile)
             bulk_done, bulk_refused = others.end()
             calls = model_calls(metrics) if metrics else {}
             if pid:
@@ -389,7 +393,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, {platform.processor() or platform.system()}",
         "device": args.device,
         "engine": args.engine or "the catalogue's",
-        "arguments": {k: v for k, v in vars(args).items() if k not in ("json", "editor_key")},
+        "arguments": {k: v for k, v in vars(args).items() if k not in ("json", "editor_key", "profile")},
         "alone_ms": _ms(alone.summary()),
         "loaded_ms": _ms(loaded.summary()),
         "p99_loaded_over_alone": ratios,
@@ -400,7 +404,29 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "model_calls": calls,  # the whole run's (warm-up, alone and loaded)
         "memory_mib": asdict(memory),
         "memory_after_over_warm": memory.after / memory.warm if memory.warm else None,
+        "profiles": profiles,
     }
+
+
+def _spy(pid: int, folder: Path | None) -> list[subprocess.Popen[bytes]]:
+    """py-spy on the server while the clicks run beside the bulk work (every thread, and the
+    interpreter lock's holder), where it is installed (tools/gpu/pyspy.py) and asked for."""
+    from tools.gpu import pyspy
+
+    if folder is None or not pid:
+        return []
+    folder.mkdir(parents=True, exist_ok=True)
+    spies = [pyspy.record(pid, PROFILE_SECONDS, folder, gil) for gil in (False, True)]
+    return [s for s in spies if s is not None]
+
+
+def _spied(spies: list[subprocess.Popen[bytes]], folder: Path | None) -> dict[str, Any]:
+    """What the py-spy recordings saw, once they have ended."""
+    from tools.gpu import pyspy
+
+    for spy in spies:
+        spy.wait(timeout=PROFILE_SECONDS + 30)
+    return pyspy.summaries(folder) if folder is not None and spies else {}
 
 
 def _ms(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
@@ -453,6 +479,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ramp", type=float, default=3.0, help="seconds of bulk work before the first call")
     parser.add_argument("--settle", type=float, default=30.0, help="seconds after the load to read the memory")
     parser.add_argument("--json", type=Path, default=harness.REPO / "out" / "bench" / "interactive.json")
+    parser.add_argument(
+        "--profile", type=Path, default=None, help="a folder: py-spy records the server there during the load"
+    )
     args = parser.parse_args(argv)
     if not args.engine and args.device.startswith("cuda"):
         args.engine = "torch"  # onnxruntime's routes run on the CPU beside a GPU

@@ -54,7 +54,7 @@ run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
 # FAIRLY_ROUNDS: the click loop's rounds alone and loaded (a p99 of 30 is the slowest round or two).
 run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
-    --rounds "${FAIRLY_ROUNDS:-30}" --settle 15 --json "$out/interactive-gpu.json"
+    --rounds "${FAIRLY_ROUNDS:-30}" --settle 15 --json "$out/interactive-gpu.json" ${FAIRLY_ARGS:-}
 # Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
 run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
