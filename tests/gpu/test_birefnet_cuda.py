@@ -30,17 +30,15 @@ from craftai_dev.birefnet_fixture import (
     photo_input,
     prepared_folder,
     randomised_state_dict,
+    swin_l_prepared,
 )
 from craftai_infer.routes import RouteFiles
 from craftai_models.birefnet import (
-    PREPARED_SETTINGS,
-    PREPARED_WEIGHTS,
     TRAINED_ORDER,
     Architecture,
     PatchOrder,
     birefnet_swin_l,
     load_birefnet,
-    write_prepared,
 )
 from craftai_models.deform_conv import deform_conv2d
 
@@ -172,21 +170,12 @@ def test_the_hr_route_answers_the_authors_matte_at_2048(tmp_path: Path, photo: s
     preparation lays it out) against the authors' inference with nobg's Swin-L at 2048² from the
     same fp16 file: a random network whose BatchNorms are calibrated on this picture at 2048², held
     to the bounds of the HR ONNX route's test (tests/integration/test_birefnet_hr.py)."""
-    from safetensors.torch import save_file
-
     from craftai_infer.routes import MATTE
     from craftai_infer.routes.birefnet_torch import BirefnetTorch
 
     _torchvision_deform()
     picture = np.asarray(Image.open(photos[photo]).convert("RGB"))
-    with torch.device("meta"):
-        network = birefnet_swin_l(PatchOrder.CHANNEL_MAJOR)
-    network.load_state_dict(randomised_state_dict(network, seed=11), strict=True, assign=True)
-    state = calibrate_batchnorm(network.cuda().eval(), photo_input(2048, photo).cuda())
-    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
-    del network, state
-    save_file(published, str(tmp_path / PREPARED_WEIGHTS), metadata=METADATA)
-    write_prepared(tmp_path / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L, 2048)
+    swin_l_prepared(tmp_path, "cuda", 2048, PatchOrder.CHANNEL_MAJOR, photo)
     route = BirefnetTorch(RouteFiles({}, tmp_path, 0, gpu_precision="auto"), "cuda")
     assert route.settings.size == 2048 and route.capabilities.max_batch == {MATTE: 1}
     route.warm_up(lambda _message: None)

@@ -26,13 +26,12 @@ import numpy as np
 import torch
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import photo_input
+from craftai_dev.birefnet_fixture import photo_input, swin_l_prepared
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.birefnet_rembg_torch import BirefnetRembgTorch
 from craftai_models.birefnet import PatchOrder
 from tools.bench import harness
 from tools.gpu.birefnet_check import matte_errors, photo
-from tools.gpu.birefnet_hr_check import prepared
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE = 1024
@@ -50,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
     rows: list[tuple[str, str]] = []
     with harness.scratch("birefnet-general-") as folder:
-        prepared(folder, device, SIDE, PatchOrder.CHANNEL_MAJOR)
+        swin_l_prepared(folder, device, SIDE, PatchOrder.CHANNEL_MAJOR)
         route = BirefnetRembgTorch(RouteFiles({}, folder, 0, gpu_precision="auto"), "cuda")
         route.warm_up(lambda _message: None)
         reference = birefnet_reference.reference_from_origin(folder, swin_l=True).to(device)

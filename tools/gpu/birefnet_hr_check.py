@@ -21,43 +21,24 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import save_file
 
 from craftai_dev import birefnet_reference
-from craftai_dev.birefnet_fixture import METADATA, calibrate_batchnorm, photo_input, randomised_state_dict
+from craftai_dev.birefnet_fixture import photo_input, swin_l_prepared
 from craftai_infer.engines.cuda_graphs import GraphCache
 from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.birefnet_torch import BirefnetTorch
 from craftai_models.birefnet import (
-    PREPARED_SETTINGS,
     PREPARED_WEIGHTS,
     Architecture,
     PatchOrder,
-    birefnet_swin_l,
     fold_batchnorm,
     load_birefnet,
-    write_prepared,
 )
 from tools.bench import harness
 from tools.gpu.birefnet_check import matte_errors, photo
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE = 2048
-
-
-def prepared(
-    folder: Path, device: torch.device, side: int = SIDE, order: PatchOrder = PatchOrder.CHANNEL_MAJOR
-) -> Path:
-    """A prepared folder as a Swin-L recipe's preparation lays it out (birefnet-hr's by default), of
-    a calibrated random network stored in fp16 as the published files are."""
-    with torch.device("meta"):
-        network = birefnet_swin_l(order)
-    network.load_state_dict(randomised_state_dict(network, seed=11), strict=True, assign=True)
-    state = calibrate_batchnorm(network.to(device).eval(), photo_input(side).to(device))
-    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
-    save_file(published, str(folder / PREPARED_WEIGHTS), metadata=METADATA)
-    write_prepared(folder / PREPARED_SETTINGS, order, Architecture.SWIN_L, side)
-    return folder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
     rows: list[tuple[str, str]] = []
     with harness.scratch("birefnet-hr-") as folder:
-        prepared(folder, device)
+        swin_l_prepared(folder, device, SIDE)
         route = BirefnetTorch(RouteFiles({}, folder, 0, gpu_precision="auto"), "cuda")
         route.warm_up(lambda _message: None)
         reference = birefnet_reference.reference_from_origin(folder, swin_l=True).to(device)

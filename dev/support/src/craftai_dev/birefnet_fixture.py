@@ -34,6 +34,7 @@ from craftai_models.birefnet import (
     PREPARED_SETTINGS,
     PREPARED_WEIGHTS,
     TRAINED_ORDER,
+    Architecture,
     BiRefNet,
     GlobalPool,
     PatchOrder,
@@ -206,6 +207,30 @@ def swin_l_file(seed: int = SEED) -> Checkpoint:
         state = randomised_state_dict(network, seed)
         _save(path, {k: v.half() if v.is_floating_point() else v for k, v in state.items()})
     return _pinned(path, "birefnet-hr", "model.safetensors")
+
+
+def swin_l_prepared(
+    folder: Path,
+    device: torch.device | str,
+    side: int,
+    order: PatchOrder = PatchOrder.CHANNEL_MAJOR,
+    photo: str = "astronaut.png",
+    *,
+    seed: int = 11,
+) -> Path:
+    """`folder` laid out as a Swin-L recipe's preparation lays it out (the checkpoint, `birefnet.json`),
+    holding a random Swin-L network whose BatchNorms are calibrated on `photo` at `side`² on `device`
+    (for the GPU: a forward at 2048² takes minutes on a CPU), stored in fp16 as the published files are."""
+    with torch.device("meta"):
+        network = birefnet_swin_l(order)
+    network.load_state_dict(randomised_state_dict(network, seed=seed), strict=True, assign=True)
+    state = calibrate_batchnorm(network.to(device).eval(), photo_input(side, photo).to(device))
+    published = {k: (v.half() if v.is_floating_point() else v).cpu().contiguous() for k, v in state.items()}
+    del network, state
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(published, str(folder / PREPARED_WEIGHTS), metadata=METADATA)
+    write_prepared(folder / PREPARED_SETTINGS, order, Architecture.SWIN_L, side)
+    return folder
 
 
 def export_onnx(network: BiRefNet, path: Path, side: int = 1024) -> Path:
