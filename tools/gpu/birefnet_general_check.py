@@ -17,12 +17,8 @@ rembg's own session cannot run beside it there: onnxruntime's CUDA build is not 
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
-from typing import Any
 
-import numpy as np
 import torch
 
 from craftai_dev import birefnet_reference
@@ -31,22 +27,16 @@ from craftai_infer.routes import RouteFiles
 from craftai_infer.routes.birefnet_rembg_torch import BirefnetRembgTorch
 from craftai_models.birefnet import PatchOrder
 from tools.bench import harness
-from tools.gpu.birefnet_check import matte_errors, photo
+from tools.gpu.birefnet_check import matte_errors
+from tools.gpu.birefnet_hr_check import arguments, forward_rows, on_cuda, pipeline_times, written
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE = 1024
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--reps", type=int, default=10)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=REPO / "out" / "gpu")
-    args = parser.parse_args(argv)
-    device = torch.device("cuda")
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    args.out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
+    args = arguments(argv, __doc__)
+    device, report = on_cuda(SIDE)
     rows: list[tuple[str, str]] = []
     with harness.scratch("birefnet-general-") as folder:
         swin_l_prepared(folder, device, SIDE, PatchOrder.CHANNEL_MAJOR)
@@ -69,31 +59,10 @@ def main(argv: list[str] | None = None) -> int:
             forward["ours as the route runs it, fp32, two pictures a call (per picture)"] = (
                 harness.timed_on(lambda: route.forward(two), args.reps, args.warmup, device) / 2
             )
-        for name, ms in forward.items():
-            rows.append((f"forward {SIDE}² {name}", f"{ms:8.1f} ms"))
-        rows.append(
-            (
-                "ours' matte vs nobg's",
-                f"max {errors['max_abs']:.2e}, >1/255 {errors['share_moved_over_1_of_255']:.2%}, "
-                f"IoU {errors['iou']:.5f}",
-            )
-        )
-        pipeline: dict[str, float] = {}
-        for w, h in ((1024, 1024), (4000, 3000)):
-            picture = photo((w, h))
-
-            def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
-                return route.matte([picture])
-
-            pipeline[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, device)
-            rows.append((f"pipeline {w}x{h} (uint8 in, uint8 matte out)", f"{pipeline[f'{w}x{h}']:.1f} ms"))
+        rows += forward_rows(SIDE, forward, errors)
+        pipeline = pipeline_times(lambda p: route.matte([p]), ((1024, 1024), (4000, 3000)), args, rows)
     report.update(forward_ms=forward, matte_errors=errors, pipeline_ms=pipeline)
-    width = max(len(k) for k, _ in rows)
-    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-    print(f"torch {torch.__version__}, {report['device']}")
-    print(text)
-    (args.out / "birefnet_general_check.json").write_text(json.dumps(report, indent=2))
-    return 0
+    return written(args.out, "birefnet_general_check.json", report, rows)
 
 
 if __name__ == "__main__":

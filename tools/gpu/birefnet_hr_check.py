@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,16 +42,63 @@ REPO = Path(__file__).resolve().parents[2]
 SIDE = 2048
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def arguments(argv: list[str] | None, doc: str | None) -> argparse.Namespace:
+    """The Swin-L checks' command line (this one's and birefnet_general_check's)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--out", type=Path, default=REPO / "out" / "gpu")
     args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def on_cuda(side: int) -> tuple[torch.device, dict[str, Any]]:
+    """The GPU with TF32 off (the service runs fp32 as fp32), and the report's header."""
     device = torch.device("cuda")
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    args.out.mkdir(parents=True, exist_ok=True)
-    report: dict[str, Any] = {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": SIDE}
+    return device, {"device": torch.cuda.get_device_name(device), "torch": torch.__version__, "side": side}
+
+
+def written(out: Path, name: str, report: dict[str, Any], rows: list[tuple[str, str]]) -> int:
+    """Print the table, write the report as `name`."""
+    width = max(len(k) for k, _ in rows)
+    print(f"torch {torch.__version__}, {report['device']}")
+    print("\n".join(f"{k:<{width}}  {v}" for k, v in rows))
+    (out / name).write_text(json.dumps(report, indent=2))
+    return 0
+
+
+def forward_rows(side: int, forward: dict[str, float], errors: dict[str, float]) -> list[tuple[str, str]]:
+    """The table's rows for the forwards timed and the matte's difference from nobg's."""
+    rows = [(f"forward {side}² {name}", f"{ms:8.1f} ms") for name, ms in forward.items()]
+    share, iou = errors["share_moved_over_1_of_255"], errors["iou"]
+    rows.append(("ours' matte vs nobg's", f"max {errors['max_abs']:.2e}, >1/255 {share:.2%}, IoU {iou:.5f}"))
+    return rows
+
+
+def pipeline_times(
+    matte: Callable[[np.ndarray], list[np.ndarray]],
+    sizes: tuple[tuple[int, int], ...],
+    args: argparse.Namespace,
+    rows: list[tuple[str, str]],
+) -> dict[str, float]:
+    """The route's pipeline in process (host uint8 picture in, host matte out) at each size; a row each."""
+    times: dict[str, float] = {}
+    for w, h in sizes:
+        picture = photo((w, h))
+
+        def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
+            return matte(picture)
+
+        times[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, torch.device("cuda"))
+        rows.append((f"pipeline {w}x{h} (uint8 in, uint8 matte out)", f"{times[f'{w}x{h}']:.1f} ms"))
+    return times
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = arguments(argv, __doc__)
+    device, report = on_cuda(SIDE)
     rows: list[tuple[str, str]] = []
     with harness.scratch("birefnet-hr-") as folder:
         swin_l_prepared(folder, device, SIDE)
@@ -79,31 +127,12 @@ def main(argv: list[str] | None = None) -> int:
             forward["ours folded, contiguous, CUDA graph, fp32"] = harness.timed_on(
                 lambda: graphs.run(1, [x]), args.reps, args.warmup, device
             )
-        for name, ms in forward.items():
-            rows.append((f"forward {SIDE}² {name}", f"{ms:8.1f} ms"))
-        rows.append(
-            (
-                "ours' matte vs nobg's",
-                f"max {errors['max_abs']:.2e}, >1/255 {errors['share_moved_over_1_of_255']:.2%}, "
-                f"IoU {errors['iou']:.5f}",
-            )
+        rows += forward_rows(SIDE, forward, errors)
+        pipeline = pipeline_times(
+            lambda p: [m.cpu().numpy() for m in route.matte([p])], ((2048, 1536), (4000, 3000)), args, rows
         )
-        pipeline: dict[str, float] = {}
-        for w, h in ((2048, 1536), (4000, 3000)):
-            picture = photo((w, h))
-
-            def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
-                return [m.cpu().numpy() for m in route.matte([picture])]
-
-            pipeline[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, device)
-            rows.append((f"pipeline {w}x{h} (uint8 in, uint8 matte out)", f"{pipeline[f'{w}x{h}']:.1f} ms"))
     report.update(forward_ms=forward, matte_errors=errors, pipeline_ms=pipeline)
-    width = max(len(k) for k, _ in rows)
-    text = "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-    print(f"torch {torch.__version__}, {report['device']}")
-    print(text)
-    (args.out / "birefnet_hr_check.json").write_text(json.dumps(report, indent=2))
-    return 0
+    return written(args.out, "birefnet_hr_check.json", report, rows)
 
 
 if __name__ == "__main__":
