@@ -134,8 +134,8 @@ def test_models_lists_every_recipe_with_its_download_engines_and_licence(
     assert "176.0 MB" in rows["u2net_human_seg"] and "Apache-2.0" in rows["u2net_human_seg"]
     assert "44.2 MB" in rows["silueta"] and "not stated" in rows["silueta"]
     assert "178.6 MB" in rows["isnet-general-use"] and "Apache-2.0 (xuebinqin/DIS)" in rows["isnet-general-use"]
-    portrait = rows["birefnet-portrait"]  # its onnxruntime route's graph and its torch route's checkpoint
-    assert "1857.5 MB" in portrait and "onnxruntime, torch" in portrait and "MIT (ZhengPeng7/BiRefNet)" in portrait
+    portrait = rows["birefnet-portrait"]  # its onnxruntime route's graph, its torch route's checkpoint
+    assert "972.7 MB (onnxruntime), 884.9 MB (torch)" in portrait and "MIT (ZhengPeng7/BiRefNet)" in portrait
     assert "not offered" in rows["bria-rmbg"] and "non-commercial" in rows["bria-rmbg"]
     network = lines[lines.index(rows["u2netp"]) + 1]  # each recipe's network under it
     assert network.startswith("    U²-Net portable (Qin et al."), network

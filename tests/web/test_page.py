@@ -138,6 +138,10 @@ def test_the_chosen_recipe_shows_what_it_is_its_download_and_its_licence(page: P
     assert "trained by its authors for people" in model.inner_text() and "download 176.0 MB" in model.inner_text()
     card.locator("select").select_option("silueta/onnxruntime")
     assert "download 44.2 MB; licence: not stated" in model.inner_text()
+    card.locator("select").select_option("birefnet-portrait/torch")  # each engine's route fetches its own file
+    assert "download 884.9 MB; licence: MIT" in model.inner_text()
+    card.locator("select").select_option("birefnet-portrait/onnxruntime")
+    assert "download 972.7 MB; licence: MIT" in model.inner_text()
     card.locator("select").select_option("u2netp/onnxruntime")
     assert "4.6 MB" in model.inner_text()
 

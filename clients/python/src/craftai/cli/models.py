@@ -14,8 +14,15 @@ from craftai_wire.vocabulary import Feature
 
 
 def download(recipe: RecipeInfo) -> str:
-    """The bytes every route of the recipe fetches together (each file once), in MB."""
-    return f"{sum(f.size for f in recipe.files) / 1e6:.1f} MB"
+    """What setting the recipe up fetches, in MB: one figure where every route fetches the same
+    files, else each engine's (a route fetches its own files and those of every engine)."""
+    sizes = {
+        route.engine: sum(f.size for f in recipe.files if not f.engines or route.engine in f.engines)
+        for route in recipe.routes
+    }
+    if len(set(sizes.values())) <= 1:
+        return f"{sum(f.size for f in recipe.files) / 1e6:.1f} MB"
+    return ", ".join(f"{size / 1e6:.1f} MB ({engine})" for engine, size in sizes.items())
 
 
 def measured_here(recipe: str, measured: tuple[MeasuredRoute, ...]) -> str:

@@ -194,11 +194,13 @@ function recipeOf(feature, name) {
   return found && (found.recipes || []).find((r) => r.name === name);
 }
 
-// What the chosen recipe is, what it downloads and its licence (the catalogue's words).
-function modelLine(recipe) {
+// What the chosen recipe is, what its chosen engine's route downloads (a file naming no engines is
+// every route's) and its licence (the catalogue's words).
+function modelLine(recipe, engine) {
   const line = document.createElement("p");
   line.className = "hint model";
-  const size = (recipe.files || []).reduce((total, f) => total + Number(f.size || 0), 0);
+  const fetched = (recipe.files || []).filter((f) => !(f.engines || []).length || f.engines.includes(engine));
+  const size = fetched.reduce((total, f) => total + Number(f.size || 0), 0);
   const licence = recipe.available === false ? `not offered: ${recipe.unavailable_reason}` : `licence: ${recipe.license}`;
   const runs = ((state.status && state.status.runtime.measured) || []).filter((m) => m.route.recipe === recipe.name);
   const here = runs.map((m) => `${Math.round(m.network_ms)} ms a picture here (${m.route.engine} on ${m.device})`);
@@ -272,7 +274,7 @@ function renderRoutes() {
     card.dataset.ready = ready ? "true" : "false";
     card.append(title, select, " ", badge);
     const recipe = chosen && recipeOf(feature, chosen.recipe);
-    if (recipe) card.append(modelLine(recipe));
+    if (recipe) card.append(modelLine(recipe, chosen.engine));
     if (feature === "image.matte") renderParts(chosen && chosen.recipe);
     if (route && !ready) {
       const detail = document.createElement("p");
