@@ -42,3 +42,25 @@ def test_the_readout_input_is_what_the_readout_sees() -> None:
     x = torch.randn(1, 3, 5, 5)
     seen = readout_input(net, net[2], lambda: net(x))
     assert torch.equal(seen, torch.relu(net[0](x)).detach())
+
+
+def test_a_readout_fitted_on_a_seeded_sample_of_positions_reproduces_it_and_is_repeatable() -> None:
+    """The fixtures fit large readouts on `rows` positions drawn by a seed: the weights are still
+    found, the same seed gives the same weights, and the positions do come from the sample (another
+    seed, another fit where the target is noisy)."""
+    torch.manual_seed(2)
+    features = torch.randn(1, 6, 40, 40)
+    truth = nn.Conv2d(6, 2, 3, padding=1)
+    target = truth(features).detach()
+
+    def fitted(seed: int, noise: torch.Tensor) -> nn.Conv2d:
+        readout = nn.Conv2d(6, 2, 3, padding=1)
+        assert fit_readout(readout, features, target + noise, ridge=1e-8, rows=300, seed=seed) > 0.95
+        return readout
+
+    exact = fitted(0, torch.zeros_like(target))
+    assert exact.bias is not None and truth.bias is not None
+    assert torch.allclose(exact.weight, truth.weight, atol=1e-3) and torch.allclose(exact.bias, truth.bias, atol=1e-3)
+    noise = 0.1 * torch.randn_like(target)
+    first, again, other = fitted(0, noise), fitted(0, noise), fitted(1, noise)
+    assert torch.equal(first.weight, again.weight) and not torch.equal(first.weight, other.weight)
