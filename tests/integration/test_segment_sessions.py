@@ -9,15 +9,16 @@ eviction is never mistaken for an expiry (each encoder run takes seconds here).
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 
-from craftai import AiClient, CraftAiError, SegmentSession
+from craftai import AiClient, CraftAiError, MaskOutput, SegmentSession
 from craftai_dev import servers
-from craftai_dev.segment import SetUpStore
+from craftai_dev.segment import SetUpStore, mask_of
 from craftai_wire import local_tls
 from craftai_wire.keys import new_key
 from craftai_wire.local_tls import loopback_channel
@@ -28,6 +29,11 @@ EMBEDDING_BYTES = 4 * (32 * 256 * 256 + 64 * 128 * 128 + 256 * 64 * 64)  # SAM 2
 BUDGET = EMBEDDING_BYTES + EMBEDDING_BYTES // 2  # room for one picture, not two
 IDLE_SECONDS = 1.5
 CLICK = [(200.0, 150.0, True)]
+# A picture sent again is encoded again: its click's mask is the first one's, up to pixels whose
+# logit lies within rounding of the threshold (the idle test's docstring says why that is allowed)
+MOST_PIXELS_APART = 1e-4  # of the picture's pixels
+LEAST_IOU = 0.999
+MOST_PREDICTED_IOU_APART = 1e-4
 
 
 def _serve(sam_store: SetUpStore, workdir: Path, env: dict[str, str]) -> Iterator[servers.Process]:
@@ -59,6 +65,22 @@ def tenants(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> 
         "CRAFTAI_KEYS_FILE": str(keys),
     }
     yield from _serve(sam_store, workdir, env)
+
+
+def _assert_the_same_mask(again: MaskOutput, before: MaskOutput) -> None:
+    """`again`, answered after the SDK sent the picture again, is `before`'s mask: the decoded pixels
+    agree but for MOST_PIXELS_APART of them and the masks' IoU is at least LEAST_IOU (another click's,
+    or another picture's, mask is far from both). A mask not byte for byte the first is said in a
+    warning, so that a run where an encoder run was not reproduced leaves its numbers."""
+    ours, theirs = mask_of(again.png) > 0, mask_of(before.png) > 0
+    assert ours.shape == theirs.shape
+    apart = int((ours != theirs).sum())
+    iou = float((ours & theirs).sum() / max(1, int((ours | theirs).sum())))
+    said = (apart, iou, again.predicted_iou, before.predicted_iou)
+    assert apart <= MOST_PIXELS_APART * ours.size and iou >= LEAST_IOU, said
+    assert abs(again.predicted_iou - before.predicted_iou) <= MOST_PREDICTED_IOU_APART, said
+    if again.png != before.png:
+        warnings.warn(f"the mask after the picture was sent again is not byte for byte the first: {said}", stacklevel=2)
 
 
 def _is_kept(address: str, session: SegmentSession, app: str = "tests", key: str | None = None) -> bool:
@@ -97,7 +119,7 @@ def test_a_budget_for_one_picture_evicts_the_older_and_the_sdk_sends_it_again(
 
         again = first.segment(points=CLICK)  # the SDK re-sends chelsea.png and asks again
         assert again.reopened and first.reopened == 1
-        assert again.best.png == before.best.png and again.best.predicted_iou == before.best.predicted_iou
+        _assert_the_same_mask(again.best, before.best)
         assert again.session_id == first.session_id != before.session_id
         assert not _is_kept(small_budget.address, second)  # reopening evicted the other in turn
         first.close()
@@ -107,6 +129,12 @@ def test_a_budget_for_one_picture_evicts_the_older_and_the_sdk_sends_it_again(
 def test_an_idle_session_is_forgotten_and_the_sdk_sends_it_again(
     short_idle: servers.Process, photos: dict[str, Path]
 ) -> None:
+    """The mask after the picture was sent again is compared by its pixels, not its bytes: CI once
+    answered a PNG one byte apart. The server encodes on onnxruntime's CPU route (one model thread
+    under two pytest workers); here its embeddings and masks were bitwise the same in every repeat
+    tried (encodes in one process beside a loaded CPU, fresh servers, inputs at other alignments,
+    denormals flushed or not), so that one difference is unexplained, and a pixel at the threshold
+    is what a last-bit change in an encoder run would flip."""
     with AiClient(app_id="tests", target=short_idle.address) as ai, ai.open_session(photos["chelsea.png"]) as session:
         assert session.idle_seconds == IDLE_SECONDS
         before = session.segment(points=CLICK)
@@ -115,7 +143,8 @@ def test_an_idle_session_is_forgotten_and_the_sdk_sends_it_again(
         assert not _is_kept(short_idle.address, session)
 
         again = session.segment(points=CLICK)
-        assert again.reopened and session.reopened == 1 and again.best.png == before.best.png
+        assert again.reopened and session.reopened == 1
+        _assert_the_same_mask(again.best, before.best)
 
 
 def test_made_up_app_ids_evict_only_their_own_pictures(tenants: servers.Process, photos: dict[str, Path]) -> None:
