@@ -9,10 +9,10 @@ input `input.1`, seven outputs, the fused logits f32[1, 4, H, W] first); cached 
 Calibration, so that every test picture's class map is not trivial (each of the four classes wins
 somewhere on each, with edges between them for Lanczos to ring on): every BatchNorm gets its
 input's statistics on the four sample photos (craftai_dev.calibration), then the first side
-readout (on one photo) and the fusion (on all four) are fitted to a made-up segmentation of each
-photo as ±4 logits: background where the real u2netp sees none, the subject's top rows "upper",
-its bottom rows "lower", the rows between "full" (tests/parity/test_u2net_cloth_rembg.py checks
-that rembg finds every part on every test picture).
+readout (on one photo, FIT_ROWS of its positions) and the fusion (on all four) are fitted to a
+made-up segmentation of each photo as ±4 logits: background where the real u2netp sees none, the
+subject's top rows "upper", its bottom rows "lower", the rows between "full"
+(tests/parity/test_u2net_cloth_rembg.py checks that rembg finds every part on every test picture).
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import numpy as np
 import torch
 
 from craftai_dev.cache import CACHE, exclusive
+from craftai_dev.u2net_fixture import FIT_ROWS
 
 SEED = 0
-VERSION = 1  # bump when what is made here changes: a new cache folder
+VERSION = 2  # bump when what is made here changes: a new cache folder
 CALIBRATION_PHOTO = "astronaut.png"
 RECIPE = "u2net_cloth_seg"
 CLASSES = 4
@@ -68,9 +69,8 @@ def calibrated() -> torch.nn.Module:
     calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
     side1 = readout_conv(net, "side1")
     one = photo_batch([CALIBRATION_PHOTO])
-    calibration.fit_readout(
-        side1, calibration.readout_input(net, side1, lambda: net(one)), _target([CALIBRATION_PHOTO])
-    )
+    features = calibration.readout_input(net, side1, lambda: net(one))
+    calibration.fit_readout(side1, features, _target([CALIBRATION_PHOTO]), rows=FIT_ROWS, seed=SEED)
     fusion = readout_conv(net, "outconv")
     features = calibration.readout_input(net, fusion, lambda: net(every))
     side_by_side = torch.cat(list(features), dim=-1)[None]  # a 1x1 convolution: the photos side by side

@@ -8,9 +8,9 @@ graphs (a fixed-size export folds them into constants, which the torch route's c
 
 Calibration (craftai_dev.calibration), so that a matte is not one value or noise: every BatchNorm
 gets its input's statistics on the four sample photos at once, then the first side readout and the
-fusion are fitted to the real u2netp's matte of one photo, as ±4 logits. Each recipe gets a file of
-its own (the fusion scaled and shifted differently: other bytes, other mattes), so a recipe served
-from another recipe's file would show.
+fusion are fitted to the real u2netp's matte of one photo, as ±4 logits, on FIT_ROWS of its
+positions drawn by the seed. Each recipe gets a file of its own (the fusion scaled and shifted
+differently: other bytes, other mattes), so a recipe served from another recipe's file would show.
 
 silueta's own network is not published (rembg's author reduced U²-Net to 44 MB): its stand-in is
 U²-Net too. What the routes rely on is the file's contract, which they check on the real file when
@@ -28,10 +28,11 @@ from craftai_dev import stand_ins
 from craftai_dev.cache import CACHE, exclusive
 
 SEED = 0
-VERSION = 3  # bump when what is made here changes: a new cache folder
+VERSION = 4  # bump when what is made here changes: a new cache folder
 INPUT = "input.1"
 OUTPUTS = [f"d{i}" for i in range(7)]
 CALIBRATION_PHOTO = "astronaut.png"
+FIT_ROWS = 32_768  # of a readout's 320² positions, drawn by the seed (calibration.fit_readout's `rows`)
 # recipe -> (scale, shift) of the fusion's logits: distinct files and mattes per recipe
 VARIANTS: dict[str, tuple[float, float]] = {  # the first is the network as calibrated
     "u2net_human_seg": (1.0, 0.0),
@@ -87,7 +88,8 @@ def calibrated() -> torch.nn.Module:
 
     for name in ("side1", "outconv"):
         readout = readout_conv(net, name)
-        calibration.fit_readout(readout, calibration.readout_input(net, readout, forward), target)
+        features = calibration.readout_input(net, readout, forward)
+        calibration.fit_readout(readout, features, target, rows=FIT_ROWS, seed=SEED)
     return net
 
 
