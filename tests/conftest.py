@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -182,15 +182,53 @@ def sam_store(sam21_files: Sam21Fixture, tmp_path_factory: pytest.TempPathFactor
     the folder the workers of this run share; each worker serves a copy of its own."""
     from craftai_dev import segment
 
-    root = tmp_path_factory.mktemp("sam-store")
+    return _once_per_run(
+        "sam-store",
+        tmp_path_factory.mktemp("sam-store"),
+        tmp_path_factory,
+        lambda f: segment.set_up_store(f, sam21_files),
+    )
+
+
+@pytest.fixture(scope="session")
+def sam_torch_store(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> SetUpStore:
+    """`sam_store` with the default recipe's torch route set up too (its one-time conversion by the
+    real prepare service), for the suites that run both engines side by side: the conversion is made
+    once a run rather than by each of them. A session opened without an engine still gets
+    onnxruntime's route on the CPU (the recipe's advice)."""
+    from craftai import AiClient
+    from craftai_dev import segment
+
+    def make(folder: Path) -> SetUpStore:
+        assert sam_store.files is not None
+        for path, name in ((sam_store.store, "store"), (sam_store.files, "sam-files")):
+            shutil.copytree(path, folder / name, symlinks=True)
+        made = segment.SetUpStore(folder / "store", Path(shutil.copy(sam_store.recipes, folder)), folder / "sam-files")
+        with servers.running(made.serve(folder / "setup")) as process, AiClient("tests", target=process.address) as ai:
+            list(ai.setup("image.segment", engine="torch"))
+        return made
+
+    return _once_per_run("sam-torch-store", tmp_path_factory.mktemp("sam-torch-store"), tmp_path_factory, make)
+
+
+def _once_per_run(
+    name: str, root: Path, tmp_path_factory: pytest.TempPathFactory, make: Callable[[Path], SetUpStore]
+) -> SetUpStore:
+    """`make(folder)` in `root`; under pytest-xdist once for the run, by the first worker that needs
+    it, in a folder `name` the workers of this run share (a lock beside it), then copied for each
+    worker."""
+    from craftai_dev import segment
+
     if "PYTEST_XDIST_WORKER" not in os.environ:
-        return segment.set_up_store(root, sam21_files)
-    shared = tmp_path_factory.getbasetemp().parent / "sam-store"  # this run's, all workers'
-    with (shared.parent / "sam-store.lock").open("a") as lock:
+        return make(root)
+    shared = tmp_path_factory.getbasetemp().parent / name  # this run's, all workers'
+    with (shared.parent / f"{name}.lock").open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
         if not (shared / "made").exists():
             shutil.rmtree(shared, ignore_errors=True)  # a worker that failed half-way
-            made = segment.set_up_store(shared, sam21_files)
+            shared.mkdir()
+            made = make(shared)
+            assert made.files is not None
             (shared / "made").write_text(json.dumps([str(made.store), str(made.recipes), str(made.files)]))
     store, recipes, files = (Path(p).relative_to(shared) for p in json.loads((shared / "made").read_text()))
     shutil.copytree(shared, root, symlinks=True, dirs_exist_ok=True)

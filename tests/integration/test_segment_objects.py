@@ -61,8 +61,9 @@ DEDUP: dict[str, Any] = {
 
 
 @pytest.fixture(scope="module")
-def server(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
-    with servers.running(sam_store.serve(tmp_path_factory.mktemp("objects-server"))) as process:
+def server(sam_torch_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[servers.Process]:
+    """A server on the store with both routes prepared (onnxruntime's is the default on the CPU)."""
+    with servers.running(sam_torch_store.serve(tmp_path_factory.mktemp("objects-server"))) as process:
         yield process
 
 

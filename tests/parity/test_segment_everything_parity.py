@@ -67,9 +67,10 @@ def picture(photos: dict[str, Path]) -> npt.NDArray[np.uint8]:
 
 
 @pytest.fixture(scope="module")
-def client(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AiClient]:
+def client(sam_torch_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> Iterator[AiClient]:
+    """A server on the store with both routes prepared (the torch route's conversion made once a run)."""
     with (
-        servers.running(sam_store.serve(tmp_path_factory.mktemp("everything-parity"))) as process,
+        servers.running(sam_torch_store.serve(tmp_path_factory.mktemp("everything-parity"))) as process,
         AiClient(app_id="parity", target=process.address) as client,
     ):
         yield client
@@ -83,7 +84,7 @@ def ours(client: AiClient, photos: dict[str, Path]) -> Iterator[Any]:
 
 @pytest.fixture(scope="module")
 def ours_torch(client: AiClient, photos: dict[str, Path]) -> Iterator[Any]:
-    """A session of the same picture on the torch route (converted by the same server's prepare)."""
+    """A session of the same picture on the torch route (its setup only checks the prepared files)."""
     list(client.setup("image.segment", engine="torch"))
     with client.open_session(photos[PHOTO], engine="torch") as session:
         yield session
