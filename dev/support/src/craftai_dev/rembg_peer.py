@@ -40,6 +40,15 @@ def mattes(model: str, file: Path, pictures: Mapping[str, Path], work: Path) -> 
     return answers
 
 
+def _threads() -> dict[str, str]:
+    """rembg's onnxruntime threads (its session reads OMP_NUM_THREADS) as many as the services'
+    models get, where the tests give them a number (tests/conftest.py: one a pytest worker when the
+    workers fill the cores): two threads a process on two cores busy with two workers wait on each
+    other's slices, for the same answers."""
+    threads = os.environ.get("CRAFTAI_CPU_THREADS", "0")
+    return {"OMP_NUM_THREADS": threads} if threads != "0" and "OMP_NUM_THREADS" not in os.environ else {}
+
+
 def mattes_with(
     model: str, file: Path, pictures: Mapping[str, Path], work: Path, options: Sequence[Mapping[str, str]]
 ) -> list[dict[str, npt.NDArray[np.uint8]]]:
@@ -50,7 +59,7 @@ def mattes_with(
     home = work / "home"
     home.mkdir(parents=True)
     (home / f"{model}.onnx").symlink_to(file.resolve())  # rembg takes a model already in its home folder
-    env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1"}
+    env = {**os.environ, "U2NET_HOME": str(home), "NUMBA_DISABLE_JIT": "1", **_threads()}
     given = [f"--options={json.dumps(dict(o))}" for o in options]
     command = [sys.executable, "-m", "craftai_dev.rembg_peer", "--model", model, *given, str(work / "out")]
     subprocess.run([*command, *map(str, pictures.values())], env=env, cwd=REPO, check=True, timeout=600)
