@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from craftai_dev import calibration
 from craftai_dev.calibration import calibrate_batchnorm, fit_readout, readout_input
 
 
@@ -64,3 +67,18 @@ def test_a_readout_fitted_on_a_seeded_sample_of_positions_reproduces_it_and_is_r
     noise = 0.1 * torch.randn_like(target)
     first, again, other = fitted(0, noise), fitted(0, noise), fitted(1, noise)
     assert torch.equal(first.weight, again.weight) and not torch.equal(first.weight, other.weight)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "stride", "dilation", "padding"), [(3, 1, 1, 1), (1, 1, 1, 0), (3, 2, 1, 1), (3, 1, 2, 2)]
+)
+def test_the_patches_of_the_sampled_positions_are_unfolds_columns(
+    kernel: int, stride: int, dilation: int, padding: int
+) -> None:
+    """A fit on `rows` positions gathers their patches alone: the very values F.unfold gives there."""
+    conv = nn.Conv2d(5, 2, kernel, stride=stride, dilation=dilation, padding=padding)
+    features = torch.randn(1, 5, 17, 23)
+    every = F.unfold(features, kernel, dilation=dilation, padding=padding, stride=stride)
+    width = (23 + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+    at = torch.randperm(every.shape[-1], generator=torch.Generator().manual_seed(3))[:37].sort().values
+    assert torch.equal(calibration._patches_at(conv, features, (padding, padding), at, width), every[..., at])
