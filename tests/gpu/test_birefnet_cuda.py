@@ -276,3 +276,54 @@ def test_the_route_hands_its_matte_over_on_cuda_for_every_output_at_4000x3000(ph
     blue = torch.tensor((32, 96, 240, 255), dtype=torch.uint8).expand(3000, 4000, 4)
     exact = matte_outputs.composite(torch.from_numpy(rendered.cutout.copy()), blue, opaque=True).numpy()
     assert np.array_equal(rendered.composite, exact)
+
+
+def test_the_dynamic_route_answers_the_authors_matte_at_the_pictures_size(
+    tmp_path: Path, photos: dict[str, Path]
+) -> None:
+    """birefnet-dynamic's route (Swin-L, channel-major, at the picture's own size) against the authors'
+    inference at the original resolution with nobg's Swin-L from the same fp16 file, on a picture that
+    is neither square nor of sides a multiple of 32 (astronaut cut to 512x450: input 512x448; every
+    stage's map wider than the window, where nobg's backbone is the original)."""
+    from craftai_infer.routes.birefnet_dynamic_torch import BirefnetDynamicTorch
+
+    _torchvision_deform()
+    picture = np.ascontiguousarray(np.asarray(Image.open(photos["astronaut.png"]).convert("RGB"))[:450])
+    swin_l_prepared(tmp_path, "cuda", 1024, PatchOrder.CHANNEL_MAJOR, "astronaut.png")
+    route = BirefnetDynamicTorch(RouteFiles({}, tmp_path, 0, gpu_precision="auto"), "cuda")
+    assert route.autocast is None
+    (matte,) = route.matte([picture])
+    ours = matte.cpu().numpy().astype(int)
+    del route
+    torch.cuda.empty_cache()
+    reference = birefnet_reference.reference_from_origin(tmp_path, swin_l=True).cuda()
+    theirs = birefnet_reference.author_dynamic_matte(picture, _OnCuda(reference)).astype(int)
+    diff = np.abs(ours - theirs)
+    share = float((theirs > 127).mean())
+    print(f"BiRefNet dynamic route 512x450 Swin-L: max |d| {diff.max()}, mean {diff.mean():.4f}, subject {share:.2f}")
+    assert ours.shape == theirs.shape == picture.shape[:2]
+    assert 0.05 < share < 0.95 and len(np.unique(theirs)) >= 64  # calibrated: not a saturated matte
+    assert diff.max() <= 2 and diff.mean() <= 0.05
+
+
+def test_the_dynamic_route_on_cuda_agrees_with_the_cpu_route(photos: dict[str, Path]) -> None:
+    """The route on CUDA (BatchNorm folded, eager kernels) against the CPU route, on a small picture
+    (chelsea: input 448x288) and one over 2304 px (coffee enlarged to 2600x1733: input 2304x1536); the
+    calibrated lite checkpoint stands in (the route reads the configuration from the folder)."""
+    from craftai_infer.routes.birefnet_dynamic_torch import BirefnetDynamicTorch
+
+    files = RouteFiles({}, prepared_folder(checkpoints()["random"]), 0, gpu_precision="auto")
+    cpu, cuda = BirefnetDynamicTorch(files, "cpu"), BirefnetDynamicTorch(files, "cuda")
+    coffee = Image.open(photos["coffee.png"]).convert("RGB").resize((2600, 1733), Image.Resampling.BICUBIC)
+    pictures = {
+        "chelsea.png": np.asarray(Image.open(photos["chelsea.png"]).convert("RGB")),
+        "coffee 2600": np.asarray(coffee),
+    }
+    for name, picture in pictures.items():
+        (on_cuda,) = cuda.matte([picture])
+        (on_cpu,) = cpu.matte([picture])
+        assert on_cuda.device.type == "cuda" and on_cuda.shape == on_cpu.shape == picture.shape[:2]
+        diff = np.abs(on_cuda.cpu().numpy().astype(int) - on_cpu.numpy().astype(int))
+        print(f"BiRefNet dynamic route cuda {name}: max |d| {diff.max()}, mean {diff.mean():.4f} (of 255)")
+        assert 0.02 < float((on_cpu.numpy() > 127).mean()) < 0.98
+        assert diff.max() <= 2 and diff.mean() <= 0.05, name

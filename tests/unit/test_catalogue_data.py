@@ -112,6 +112,26 @@ def test_rembgs_swin_l_recipes_on_torch_read_the_authors_checkpoint_proven_again
     assert [r.engine for r in spec.routes if r.prefer_on_gpu] == ["torch"]
 
 
+def test_birefnet_dynamic_is_a_torch_recipe_of_the_authors_checkpoint_checked_against_no_graph() -> None:
+    """BiRefNet_dynamic: the author's fp16 safetensors at a pinned revision (docs/research/weights.md),
+    channel-major (trained with the 2025 code), read as Swin-L; no ONNX of it is published, so its one
+    route is torch's and its preparation checks it against no file."""
+    spec = recipes.load().recipe("image.matte", "birefnet-dynamic")
+    assert spec is not None and spec.available
+    (weights,) = spec.files
+    assert (weights.size, weights.sha256, weights.role) == (
+        444_473_596,
+        "e3d2e4884e51ff30f0cd630edc6b1e41b06b7f23a0a2a5169f7b7cb33a711c2d",
+        "weights",
+    )
+    assert any("280306042f57b7a33854319da62fd86aaa89ec4c" in getattr(s, "url", "") for s in weights.sources)
+    assert weights.settings == {"patch_order": "channel-major", "architecture": "swin-l"}
+    assert [r.engine for r in spec.routes] == ["torch"]
+    torch_route = spec.route("torch")
+    assert torch_route is not None and torch_route.revision == "birefnet-torch.3" and torch_route.needs_preparation
+    assert spec.checked_against("torch") == []
+
+
 def _route(recipe: str, engine: str, **values: object) -> Any:
     def change(data: dict[str, Any]) -> None:
         route = next(r for r in catalogues.recipe(data, recipe)["routes"] if r["engine"] == engine)

@@ -171,6 +171,21 @@ def birefnet(runs: Runs) -> list[str]:
                 "-",
             ]
         )
+    if "dynamic" in runs:  # birefnet-dynamic's torch route: Swin-L at each picture's size, eager
+        forward = runs["dynamic"]["forward_ms"]
+        sizes = [k.removeprefix("ours fp32 ") for k in forward if k.startswith("ours")]
+        ours_ms = [forward[f"ours fp32 {s}"] for s in sizes]
+        nobg_ms = [forward[f"nobg fp32 {s}"] for s in sizes]
+        found = runs["dynamic"]["pipeline_ms"]
+        rows.append(
+            [
+                f"birefnet-dynamic (Swin-L, eager): the forward, fp32, at {'; '.join(sizes)}; "
+                f"in process (device matte) at {'; '.join(found)}",
+                "; ".join(_ms(v) for v in ours_ms) + "; in process " + "; ".join(_ms(v) for v in found.values()),
+                "; ".join(_ms(v) for v in nobg_ms),
+                "; ".join(_times(a, b) for a, b in zip(ours_ms, nobg_ms, strict=True)),
+            ]
+        )
     return _table(
         ["measure (ours as the route runs it: CUDA graph, BatchNorm folded)", "ours, ms", "nobg, ms", "ours faster"],
         rows,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,7 @@ def forward_rows(side: int, forward: dict[str, float], errors: dict[str, float])
 
 
 def pipeline_times(
-    matte: Callable[[np.ndarray], list[np.ndarray]],
+    matte: Callable[[np.ndarray], Sequence[object]],
     sizes: tuple[tuple[int, int], ...],
     args: argparse.Namespace,
     rows: list[tuple[str, str]],
@@ -88,7 +88,7 @@ def pipeline_times(
     for w, h in sizes:
         picture = photo((w, h))
 
-        def matte_one(picture: np.ndarray = picture) -> list[np.ndarray]:
+        def matte_one(picture: np.ndarray = picture) -> Sequence[object]:
             return matte(picture)
 
         times[f"{w}x{h}"] = harness.timed_on(matte_one, args.reps, 1, torch.device("cuda"))

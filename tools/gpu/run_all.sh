@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,bench,foreground,fairly}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -45,6 +45,7 @@ run outputs 420 python3 -m tools.bench.run --sections matte_outputs --out "$out/
 run birefnet 240 python3 -m tools.gpu.birefnet_check --out "$out"
 run birefnet_hr 300 python3 -m tools.gpu.birefnet_hr_check --out "$out"
 run birefnet_general 300 python3 -m tools.gpu.birefnet_general_check --out "$out"
+run birefnet_dynamic 300 python3 -m tools.gpu.birefnet_dynamic_check --out "$out"
 run bench 580 python3 -m tools.bench.run --out "$out/bench"
 run fusion 420 python3 -m tools.gpu.decoder_fusion --out "$out/fusion" --budget 300 --only "${FUSION_ONLY:-}"
 run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"

@@ -110,6 +110,7 @@ class Recipe(StrEnum):
     INSPYRENET_SWINB = "inspyrenet-swinb"
     BIREFNET_LITE = "birefnet-lite"
     BIREFNET_HR = "birefnet-hr"
+    BIREFNET_DYNAMIC = "birefnet-dynamic"
     SAM21_HIERA_TINY = "sam2.1-hiera-tiny"
     SAM2_HIERA_TINY = "sam2-hiera-tiny"
 
@@ -174,6 +175,7 @@ RECIPES_OF: Mapping[Feature, tuple[Recipe, ...]] = MappingProxyType(
             Recipe.INSPYRENET_SWINB,
             Recipe.BIREFNET_LITE,
             Recipe.BIREFNET_HR,
+            Recipe.BIREFNET_DYNAMIC,
             Recipe.U2NET,
             Recipe.U2NET_HUMAN_SEG,
             Recipe.U2NET_CLOTH_SEG,

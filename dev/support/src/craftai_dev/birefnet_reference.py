@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torch import nn
 
@@ -209,6 +210,31 @@ def author_matte(picture: npt.NDArray[np.uint8], network: nn.Module, size: int =
         out = network(((x - mean) / std)[None])
         (alpha,) = post(out, [picture.shape[:2]])
     matte: npt.NDArray[np.float32] = alpha.float().numpy()
+    return matte
+
+
+def author_dynamic_matte(picture: npt.NDArray[np.uint8], network: nn.Module) -> npt.NDArray[np.uint8]:
+    """The matte of an (H, W, 3) uint8 picture as the authors' inference at the original resolution
+    makes it (ZhengPeng7/BiRefNet `inference.py` with `--resolution None`, which BiRefNet_dynamic is
+    for), restated: their loader's RGB picture as a PIL image; `dataset.py`'s test path floors each
+    side to a multiple of 32 and, where that changes the size, `image.resize(size)` (Pillow's default
+    filter); `ToTensor` (/255) and `Normalize` (ImageNet's); the network's last logits (`network` as
+    nobg's, `{"logits": ...}`, or a module returning the logits), their sigmoid in float32; bilinear
+    back to the picture's size with `align_corners=True`; `save_tensor_img`'s `ToPILImage`, which
+    writes `mul(255).byte()`. (H, W) uint8."""
+    image = Image.fromarray(picture)
+    floored = (image.width // 32 * 32, image.height // 32 * 32)
+    if image.size != floored:
+        image = image.resize(floored)
+    x = torch.from_numpy(np.asarray(image, dtype=np.uint8).copy()).permute(2, 0, 1).float().div(255)
+    mean = torch.tensor(imagenet.MEAN).view(3, 1, 1)
+    std = torch.tensor(imagenet.STD).view(3, 1, 1)
+    with torch.no_grad():
+        out = network(((x - mean) / std)[None])
+    logits = out["logits"] if isinstance(out, dict) else out
+    predicted = logits.sigmoid().to(torch.float32)
+    alpha = F.interpolate(predicted, size=picture.shape[:2], mode="bilinear", align_corners=True)
+    matte: npt.NDArray[np.uint8] = alpha[0, 0].mul(255).byte().numpy()
     return matte
 
 

@@ -134,6 +134,7 @@ def ensure_prepared(
             },
             settings={spec.role or spec.name: dict(spec.settings) for spec in recipe.files},
             references={spec.role or spec.name: store.model_path(pin) for spec, pin in used},
+            checks=tuple(spec.name for spec in resolved.checked_against),
             memory_limit_bytes=memory_limit_bytes,
         )
         outcome = converter.run(inputs, work, step)

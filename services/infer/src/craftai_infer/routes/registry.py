@@ -49,6 +49,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("birefnet-hr", "onnxruntime"): "birefnet_onnx.BirefnetHrOnnx",
     ("birefnet-lite", "torch"): "birefnet_torch.BirefnetTorch",
     ("birefnet-hr", "torch"): "birefnet_torch.BirefnetTorch",
+    ("birefnet-dynamic", "torch"): "birefnet_dynamic_torch.BirefnetDynamicTorch",
 }
 # An engine's package -> the extra of craftai-infer that installs it (a route may need another
 # engine's package for its pipeline: birefnet's onnxruntime route post-processes on torch).

@@ -36,6 +36,7 @@ class Inputs:
     sources: Mapping[str, Path]
     settings: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     references: Mapping[str, Path] = field(default_factory=dict)
+    checks: tuple[str, ...] = ()  # every file the route checks itself against, on disk or not
     memory_limit_bytes: int = 0  # what the process may use; 0: its cgroup's limit, else the machine's
 
     def memory_limit(self) -> tuple[int, str]:

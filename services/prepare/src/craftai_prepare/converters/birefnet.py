@@ -21,6 +21,8 @@ the orders apart (both reproduce the graph), and where the ONNX is not on disk, 
 prepared with the recipe's order and says that it is unverified, and why (the route's status shows
 it). So does a proof whose memory would not fit: BiRefNet_HR's runs a Swin-L network and its graph
 at 2048² on the CPU, about 14 GiB.
+A checkpoint of which no graph is published (BiRefNet_dynamic: its recipe checks it against no
+file) is prepared with the recipe's order, dated from its release, and says so.
 
 The prepared folder holds the checkpoint exactly as published (a hard link where possible) and how
 it is read (`PREPARED_SETTINGS`: the patch order, the configuration, the input side): nothing is
@@ -264,7 +266,13 @@ def prepare(inputs: Inputs, out: Path, step: Step) -> Outcome:
         if onnx_path is None
         else proof_bytes(architecture, side, onnx_path.stat().st_size, weights.stat().st_size, floats)
     )
-    if onnx_path is None:
+    if onnx_path is None and not inputs.checks:
+        unverified = (
+            f"its patch order ({declared.value}) is the recipe's, dated from the checkpoint's release: no graph of "
+            "this checkpoint is published to prove it against"
+        )
+        step("no published graph of this checkpoint to check the patch order against")
+    elif onnx_path is None:
         unverified = (
             f"its patch order ({declared.value}) is the recipe's, not proven on the file: the published ONNX "
             "it is checked against was not on disk"
