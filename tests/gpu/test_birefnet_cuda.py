@@ -12,6 +12,7 @@ prints what it found for docs/PERFORMANCE.md."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,15 @@ def strict_fp32() -> Iterator[None]:
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     yield
     torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+@pytest.fixture(autouse=True)
+def cuda_cache_given_back() -> Iterator[None]:
+    """What a test leaves in torch's cache goes back to the driver after it: the services that later
+    GPU tests start size what they load on the GPU's free memory."""
+    yield
+    gc.collect()
+    torch.cuda.empty_cache()
 
 
 def _torchvision_deform() -> Any:
