@@ -64,6 +64,7 @@ from craftai_models.swin import SwinTransformer, swin_l, swin_t
 
 __all__ = [
     "FLOATS",
+    "FLOAT_NAMES",
     "PREPARED_SETTINGS",
     "PREPARED_WEIGHTS",
     "TRAINED_ORDER",
@@ -389,6 +390,11 @@ class Architecture(Enum):
         """The dtype of the published file's floating-point tensors."""
         return torch.float32 if self is Architecture.LITE else torch.float16
 
+    def stored_as(self, floats: torch.dtype | None) -> torch.dtype:
+        """How a file of this configuration stores its floats: `floats` where a recipe or record says
+        (a file stored otherwise than published), else as the configuration is published."""
+        return self.stored if floats is None else floats
+
 
 @torch.no_grad()
 def _fold(conv: nn.Conv2d, bn: nn.Module) -> None:
@@ -444,8 +450,7 @@ def load_birefnet(
     stored otherwise), eval mode, floats in fp32. `pin`: check the bytes read against it first."""
     with torch.device("meta"):
         model = architecture.build(order)
-    stored = architecture.stored if floats is None else floats
-    state = read_state_dict(path, expected_tensors(model, floats=stored), pin=pin)
+    state = read_state_dict(path, expected_tensors(model, floats=architecture.stored_as(floats)), pin=pin)
     state = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(state, strict=True, assign=True)
     return model.to(device).eval()
@@ -466,11 +471,12 @@ class Prepared:
 
     @property
     def stored(self) -> torch.dtype:
-        return self.architecture.stored if self.floats is None else self.floats
+        return self.architecture.stored_as(self.floats)
 
 
 #: The dtypes a published checkpoint stores its floats in, by the names the recipes and records use.
 FLOATS = {"float16": torch.float16, "float32": torch.float32}
+FLOAT_NAMES = {dtype: name for name, dtype in FLOATS.items()}
 
 
 def floats_named(value: str) -> torch.dtype:
@@ -489,8 +495,7 @@ def write_prepared(
 ) -> None:
     """The prepared folder's record of the checkpoint's patch order, configuration, input side and
     float storage (read back by `read_prepared`)."""
-    stored = architecture.stored if floats is None else floats
-    name = next(n for n, d in FLOATS.items() if d == stored)
+    name = FLOAT_NAMES[architecture.stored_as(floats)]
     record = {"patch_order": order.value, "architecture": architecture.value, "input_side": side, "floats": name}
     path.write_text(json.dumps(record) + "\n")
 
@@ -513,7 +518,7 @@ def read_prepared(path: Path) -> Prepared:
     if not isinstance(side, int) or side <= 0 or side % 32:
         raise ValueError(f"{path.name} records the input side {side!r}, not a positive multiple of 32")
     try:
-        floats = floats_named(record.get("floats", next(n for n, d in FLOATS.items() if d == architecture.stored)))
+        floats = floats_named(record.get("floats", FLOAT_NAMES[architecture.stored]))
     except ValueError as exc:
         raise ValueError(f"{path.name} records floats this network does not read ({exc})") from exc
     return Prepared(order, architecture, side, floats)

@@ -236,7 +236,7 @@ def proof_bytes(
 ) -> int:
     """An upper estimate of the proof's peak memory: the graph's weights and the checkpoint's in
     fp32, and the larger of the two runs' activations at the graph's side."""
-    fp32 = weights_bytes * (4 // (architecture.stored if floats is None else floats).itemsize)
+    fp32 = weights_bytes * (4 // architecture.stored_as(floats).itemsize)
     return onnx_bytes + fp32 + PROOF_BYTES_PER_PIXEL[architecture] * side * side
 
 
