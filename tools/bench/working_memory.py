@@ -8,6 +8,10 @@ architecture: the same activations), warmed on a small picture, then the peak re
     .venv/bin/python -m tools.bench.working_memory                       # InSPyReNet and BiRefNet_lite
     .venv/bin/python -m tools.bench.working_memory --case inspyrenet:320  # one case
     .venv/bin/python -m tools.bench.working_memory --case cloth:1024      # u2net_cloth_seg (onnxruntime)
+    .venv/bin/python -m tools.bench.working_memory --case dynamic:1024    # birefnet-dynamic (Swin-L, torch)
+
+The Swin-L case runs a random Swin-L network as the published files store it (uncalibrated: the
+activations' memory does not depend on the weights' values) at the picture's own size.
 """
 
 from __future__ import annotations
@@ -40,6 +44,16 @@ if which == "cloth":
     from craftai_dev.u2net_cloth_fixture import onnx_file
     files = RouteFiles({"network": onnx_file()}, None, 2)
     key = ("u2net_cloth_seg", "onnxruntime")
+elif which == "dynamic":
+    import tempfile
+    from pathlib import Path
+    from craftai_dev.birefnet_fixture import swin_l_file
+    from craftai_models.birefnet import PREPARED_SETTINGS, PREPARED_WEIGHTS, Architecture, PatchOrder, write_prepared
+    folder = Path(tempfile.mkdtemp(prefix="swin-l-"))
+    (folder / PREPARED_WEIGHTS).symlink_to(swin_l_file().path)
+    write_prepared(folder / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L)
+    files = RouteFiles({}, folder, 2)
+    key = ("birefnet-dynamic", "torch")
 else:
     if which == "inspyrenet":
         from craftai_dev.inspyrenet_fixture import checkpoints
