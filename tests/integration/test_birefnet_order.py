@@ -43,13 +43,10 @@ def _services(root: Path, weights: Checkpoint, network: Checkpoint) -> Iterator[
     (root / "files" / NETWORK).symlink_to(network.path)
     with servers.FileServer(root / "files") as files:
         data = catalogues.real_data()
-        for pinned in catalogues.recipe(data, RECIPE)["files"]:
-            made = weights if pinned["role"] == "weights" else network
-            pinned.update(
-                size=made.pin.size, sha256=made.pin.sha256, sources=[{"url": f"{files.url}/{pinned['name']}"}]
-            )
-            if pinned["role"] == "weights":  # the graph is at 512²: the recipe gives that side
-                pinned["settings"] = {**pinned["settings"], "input_side": str(SIDE)}
+        (pinned,) = [f for f in catalogues.recipe(data, RECIPE)["files"] if f["role"] == "weights"]
+        at_512 = {**pinned["settings"], "input_side": str(SIDE)}  # the graph is at 512²: the recipe gives that side
+        made = {"weights": weights.path, "network": network.path}
+        catalogues.pin_files(data, RECIPE, made, files.url, {"weights": at_512})
         recipes = catalogues.write(root / "recipes.toml", data)
         process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes)})
         with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:

@@ -26,7 +26,6 @@ from PIL import Image
 
 from craftai import AiClient
 from craftai_dev import birefnet_fixture, birefnet_reference, catalogues, servers
-from craftai_dev.files import sha256_of
 from craftai_dev.masks import NEAR_MATTE_MAX_DIFF
 from craftai_models.birefnet import TRAINED_ORDER, Architecture
 
@@ -46,13 +45,8 @@ def dynamic(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AiClient]:
     (root / "files" / "model.safetensors").symlink_to(checkpoint)
     with servers.FileServer(root / "files") as source:
         data = catalogues.real_data()
-        (pinned,) = catalogues.recipe(data, RECIPE)["files"]
-        pinned.update(
-            size=checkpoint.stat().st_size,
-            sha256=sha256_of(checkpoint),
-            sources=[{"url": f"{source.url}/model.safetensors"}],
-            settings={"patch_order": TRAINED_ORDER.value, "architecture": Architecture.LITE.value},
-        )
+        lite = {"patch_order": TRAINED_ORDER.value, "architecture": Architecture.LITE.value}
+        catalogues.pin_files(data, RECIPE, {"weights": checkpoint}, source.url, {"weights": lite})
         recipes_file = catalogues.write(root / "recipes.toml", data)
         process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes_file)})
         with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:

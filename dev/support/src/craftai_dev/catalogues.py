@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import tomli_w
 
 from craftai_catalogue.recipes import DATA_FILE
+from craftai_dev.files import sha256_of
 
 
 def real_data() -> dict[str, Any]:
@@ -17,6 +19,25 @@ def real_data() -> dict[str, Any]:
 
 def recipe(data: dict[str, Any], name: str) -> dict[str, Any]:
     return next(r for r in data["recipes"] if r["name"] == name)
+
+
+def pin_files(
+    data: dict[str, Any],
+    recipe_name: str,
+    made: Mapping[str, Path],
+    url: str,
+    settings: Mapping[str, Mapping[str, str]] | None = None,
+) -> None:
+    """Pin each of the recipe's files whose role is in `made` to that file (its size and SHA-256),
+    fetched from `url` under its published name (a loopback server of the tests); `settings`: the
+    settings a role's file gets instead of the recipe's."""
+    for pinned in recipe(data, recipe_name)["files"]:
+        path = made.get(pinned["role"])
+        if path is None:
+            continue
+        pinned.update(size=path.stat().st_size, sha256=sha256_of(path), sources=[{"url": f"{url}/{pinned['name']}"}])
+        if settings is not None and pinned["role"] in settings:
+            pinned["settings"] = dict(settings[pinned["role"]])
 
 
 def write(path: Path, data: dict[str, Any]) -> Path:
