@@ -28,7 +28,9 @@ from craftai_wire.keys import new_key
 
 pytestmark = pytest.mark.slow
 CLICK = [(200.0, 150.0, True)]
-OPENS = 6
+# the other app's session opens: the click is asked once half of them wait for the encoder, so a
+# first-come, first-served worker answers it after 3 of them at least (the one running, 2 queued)
+OPENS = 4
 
 
 EDITOR_KEY = new_key()
@@ -105,8 +107,8 @@ def test_a_click_is_answered_before_another_apps_queued_session_opens(
             thread.join(300)
         assert len(opened) == OPENS
     assert not answer.best.empty or answer.best.predicted_iou >= 0  # a real answer
-    # First come, first served, the click waited for every open queued before it (3 or more);
-    # interactive first, for the one running at most.
+    # First come, first served, the click waited for the open running and every one queued before
+    # it (3 or more); interactive first, for the one running at most.
     assert done_before_the_click <= 1, f"the click waited for {done_before_the_click} of {OPENS} opens"
     samples = _samples(server)
     waits = "craftai_infer_queue_wait_seconds_count"

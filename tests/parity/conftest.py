@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -11,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from craftai_dev import sam_fixture
+from craftai_dev import rembg_peer, sam_fixture
 
 if TYPE_CHECKING:
     import torch
@@ -19,6 +20,16 @@ if TYPE_CHECKING:
     from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
     from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
     from craftai_infer.routes.sam2_torch import SamTorchRunner
+
+
+@pytest.fixture(scope="session")
+def rembg_answers(tmp_path_factory: pytest.TempPathFactory) -> rembg_peer.Answers:
+    """rembg's masks, each made once a run: suites that compare two routes of a recipe with rembg on
+    the same file and picture share its answer. Under pytest-xdist in the folder the workers of this
+    run share."""
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return rembg_peer.Answers(tmp_path_factory.getbasetemp().parent / "rembg-answers")
+    return rembg_peer.Answers(tmp_path_factory.mktemp("rembg-answers"))
 
 
 @pytest.fixture(scope="session")

@@ -64,10 +64,17 @@ def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.mark.parametrize("recipe", OFFERED)
 def test_the_recipes_mattes_are_rembgs_byte_for_byte(
-    recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
+    recipe: str,
+    server: servers.Process,
+    files: dict[str, Path],
+    pictures: dict[str, Path],
+    rembg_answers: rembg_peer.Answers,
+    tmp_path: Path,
 ) -> None:
+    """rembg's answers kept for the run: birefnet-general's torch route is compared with the same
+    (tests/parity/test_birefnet_rembg_torch.py)."""
     chosen = {name: pictures[name] for name in PICTURES[recipe]}
-    theirs = rembg_peer.mattes(recipe, files[recipe], chosen, tmp_path)
+    theirs = rembg_answers.mattes(recipe, files[recipe], chosen, tmp_path)
     stand_ins.assert_rembgs_mattes(server.address, recipe, theirs, chosen, min_share=0.02)
 
 

@@ -59,15 +59,18 @@ def _services(root: Path, recipes: list[str]) -> Iterator[AiClient]:
             yield ai
 
 
-def test_the_torch_route_answers_rembgs_matte(photos: dict[str, Path], tmp_path: Path) -> None:
+def test_the_torch_route_answers_rembgs_matte(
+    photos: dict[str, Path], rembg_answers: rembg_peer.Answers, tmp_path: Path
+) -> None:
     """The torch route set up alone (the graph not on the server's disk, so prepared unproven: the
     proof is the same converter's as birefnet-lite's, run through the services on this checkpoint
     and its export in tests/integration/test_birefnet_order.py, its decision on each outcome in
     tests/unit/test_birefnet_proof_rule.py; here it would cost three more 1024² forwards on a CI
-    worker's one thread), then its mattes against rembg's session of the graph."""
+    worker's one thread), then its mattes against rembg's session of the graph (its answers kept for
+    the run: tests/parity/test_birefnet_rembg.py compares the onnxruntime route with them)."""
     recipe = RECIPE
     chosen = {name: photos[name] for name in PICTURES}
-    theirs = rembg_peer.mattes(recipe, birefnet_rembg_fixture.onnx_files()[recipe], chosen, tmp_path / "rembg")
+    theirs = rembg_answers.mattes(recipe, birefnet_rembg_fixture.onnx_files()[recipe], chosen, tmp_path / "rembg")
     with _services(tmp_path / "services", [recipe]) as ai:
         list(ai.setup("image.matte", recipe, "torch"))
         (status,) = [s for s in ai.status("image.matte", recipe) if s.route.engine == "torch"]

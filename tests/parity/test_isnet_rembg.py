@@ -46,8 +46,15 @@ def server(files: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> 
 
 @pytest.mark.parametrize("recipe", RECIPES)
 def test_the_recipes_mattes_are_rembgs_byte_for_byte(
-    recipe: str, server: servers.Process, files: dict[str, Path], pictures: dict[str, Path], tmp_path: Path
+    recipe: str,
+    server: servers.Process,
+    files: dict[str, Path],
+    pictures: dict[str, Path],
+    rembg_answers: rembg_peer.Answers,
+    tmp_path: Path,
 ) -> None:
+    """rembg's answers kept for the run: isnet-anime's torch route is compared with its matte of
+    coffee.png (tests/parity/test_isnet_conversion.py)."""
     chosen = {name: pictures[name] for name in PICTURES[recipe]} if recipe in PICTURES else pictures
-    theirs = rembg_peer.mattes(recipe, files[recipe], chosen, tmp_path)
+    theirs = rembg_answers.mattes(recipe, files[recipe], chosen, tmp_path)
     stand_ins.assert_rembgs_mattes(server.address, recipe, theirs, chosen, min_share=0.05)

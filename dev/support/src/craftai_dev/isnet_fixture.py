@@ -15,7 +15,9 @@ at 1024² as the route runs it, on FIT_ROWS of the readout's 512² positions dra
 over all of them was the calibration's largest step, for no better a matte). Each file answers every
 sample photo with a matte of many levels (tests/parity/test_isnet_rembg.py checks it on each). The
 calibrated network's state is kept beside the files: the tests that run the reference network itself
-load it rather than calibrate it again.
+load it rather than calibrate it again. Made with the file, the readout's input is the export's own
+forward (on the calibration photo: the graph does not depend on the input's values), the fitted
+readout then written into the exported graph: one forward at 1024² less, the same file.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from craftai_dev import calibration
 from craftai_dev.cache import CACHE, exclusive
 
 if TYPE_CHECKING:
@@ -108,41 +111,85 @@ def _network(recipe: str) -> nn.Module:
     return (anime_class() if recipe == "isnet-anime" else dis_class())().eval()
 
 
+def _state(recipe: str) -> Path:
+    return _folder() / f"{recipe}.calibrated.safetensors"
+
+
 def calibrated(recipe: str) -> nn.Module:
     """The recipe's reference network with random weights, calibrated on the sample photos (eval, CPU):
     calibrated once, its state (parameters and BatchNorm statistics) then loaded from the cache. One
     lock a recipe: a process that needs the state while another makes it waits for it rather than
     making it too."""
-    path = _folder() / f"{recipe}.calibrated.safetensors"
+    path = _state(recipe)
     if not path.exists():
         with exclusive(f"{_folder().name}-{recipe}"):
             if not path.exists():
-                path.parent.mkdir(parents=True, exist_ok=True)
-                partial = path.with_suffix(".part")
-                save_file({k: v.contiguous() for k, v in _calibrate(recipe).state_dict().items()}, str(partial))
-                partial.replace(path)
+                net = _batchnorms_calibrated(recipe)
+                readout = _readout(net)
+                features = calibration.readout_input(net, readout, lambda: net(_calibration_input(recipe)))
+                _fit(readout, features)
+                _save_state(net, path)
+    return _loaded(recipe)
+
+
+def _loaded(recipe: str) -> nn.Module:
     net = _network(recipe)
-    net.load_state_dict(load_file(str(path)), strict=True)
+    net.load_state_dict(load_file(str(_state(recipe))), strict=True)
     return net
 
 
-def _calibrate(recipe: str) -> nn.Module:
-    from craftai_dev import calibration
+def _batchnorms_calibrated(recipe: str) -> nn.Module:
+    """The random network, every BatchNorm given its input's statistics on the sample photos."""
     from craftai_dev.samples import PHOTOS
 
     torch.manual_seed(SEED)
     net = _network(recipe)
     every = photo_batch(recipe, list(PHOTOS), side=512)
     calibration.calibrate_batchnorm(net, lambda: net(every), seed=SEED)
-    one = photo_batch(recipe, [CALIBRATION_PHOTO])
-    readout = net.get_submodule("side1")
-    assert isinstance(readout, nn.Conv2d)
-    features = calibration.readout_input(net, readout, lambda: net(one))
-    calibration.fit_readout(readout, features, _target(features.shape[-1]), rows=FIT_ROWS, seed=SEED)
     return net
 
 
+def _readout(net: nn.Module) -> nn.Conv2d:
+    readout = net.get_submodule("side1")
+    assert isinstance(readout, nn.Conv2d)
+    return readout
+
+
+def _calibration_input(recipe: str) -> torch.Tensor:
+    return photo_batch(recipe, [CALIBRATION_PHOTO])
+
+
+def _fit(readout: nn.Conv2d, features: torch.Tensor) -> None:
+    calibration.fit_readout(readout, features, _target(features.shape[-1]), rows=FIT_ROWS, seed=SEED)
+
+
+def _save_state(net: nn.Module, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    save_file({k: v.contiguous() for k, v in net.state_dict().items()}, str(partial))
+    partial.replace(path)
+
+
 def _export(recipe: str, path: Path) -> None:
+    """The recipe's stand-in file; its calibrated state too where it is not made yet (the readout
+    fitted to its input in the export's own forward, then written into the graph)."""
+    with exclusive(f"{_folder().name}-{recipe}"):
+        if _state(recipe).exists():
+            _trace(recipe, _loaded(recipe), torch.zeros(1, 3, 1024, 1024), path)
+            return
+        net = _batchnorms_calibrated(recipe)
+        readout = _readout(net)
+        partial = path.with_suffix(".traced")
+        features = calibration.readout_input(
+            net, readout, lambda: _trace(recipe, net, _calibration_input(recipe), partial)
+        )
+        _fit(readout, features)
+        _save_state(net, _state(recipe))
+    _write_readout(partial, readout, path)
+
+
+def _trace(recipe: str, net: nn.Module, example: torch.Tensor, path: Path) -> None:
+    """`net` exported in the published file's form to `path` (atomically), traced on `example`."""
     anime = recipe == "isnet-anime"
     if anime:  # SkyTNT's export.py
         inputs, outputs = ["img"], ["mask"]
@@ -151,8 +198,8 @@ def _export(recipe: str, path: Path) -> None:
         outputs = ["output_image", *(f"d{i}" for i in range(2, 7)), *(f"f{i}" for i in range(1, 7))]
     partial = path.with_suffix(".part")
     torch.onnx.export(
-        _Published(calibrated(recipe), anime).eval(),
-        (torch.zeros(1, 3, 1024, 1024),),
+        _Published(net, anime).eval(),
+        (example,),
         str(partial),
         dynamo=False,  # the legacy TorchScript exporter: one file, no external data, as the published files
         export_params=True,
@@ -162,6 +209,26 @@ def _export(recipe: str, path: Path) -> None:
         output_names=outputs,
     )
     partial.replace(path)
+
+
+def _write_readout(traced: Path, readout: nn.Conv2d, path: Path) -> None:
+    """The graph at `traced` with `readout`'s weights as they are now (its initializers
+    `net.side1.*`, exported before the fit), atomically to `path`; `traced` removed."""
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(str(traced))
+    weights = {"net.side1.weight": readout.weight, "net.side1.bias": readout.bias}
+    found = [i for i in model.graph.initializer if i.name in weights]
+    assert sorted(i.name for i in found) == sorted(weights), [i.name for i in found]
+    for initializer in found:
+        value = weights[initializer.name]
+        assert value is not None
+        initializer.CopyFrom(numpy_helper.from_array(value.detach().numpy(), initializer.name))
+    partial = path.with_suffix(".part")
+    onnx.save(model, str(partial))
+    partial.replace(path)
+    traced.unlink()
 
 
 def onnx_files() -> dict[str, Path]:

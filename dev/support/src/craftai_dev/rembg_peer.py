@@ -14,10 +14,13 @@ NUMBA_DISABLE_JIT=1 only skips compiling pymatting (alpha matting, imported by r
 called on this path) at import; it changes nothing rembg computes here.
 
 `mattes` runs it from a test: the model's file put in a rembg home of its own, the masks read back.
+`Answers` keeps them for a test run, so that suites comparing different routes with rembg on the
+same file and picture run rembg once.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -38,6 +41,37 @@ def mattes(model: str, file: Path, pictures: Mapping[str, Path], work: Path) -> 
     `file`, in a process of its own; `work` is an empty folder for its home and its output."""
     (answers,) = mattes_with(model, file, pictures, work, [{}])
     return answers
+
+
+class Answers:
+    """rembg's masks (`mattes`) kept in `folder` for a test run, shared by the processes that run
+    its tests (pytest-xdist's workers): a mask is rembg's answer to the model's file and the
+    picture, so each is made once, by the first test that asks, under a lock a file."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def mattes(
+        self, model: str, file: Path, pictures: Mapping[str, Path], work: Path
+    ) -> dict[str, npt.NDArray[np.uint8]]:
+        """`mattes(model, file, pictures, work)`, rembg run only on the pictures no test asked
+        before with these bytes of `file` and of the picture."""
+        from craftai_dev.files import sha256_of
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        kept = self.folder / f"{model}-{sha256_of(file)}"
+        done = {name: kept / f"{sha256_of(path)}.npy" for name, path in pictures.items()}
+        with (self.folder / f"{kept.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            missing = {name: pictures[name] for name, path in done.items() if not path.exists()}
+            if missing:
+                kept.mkdir(exist_ok=True)
+                for name, matte in mattes(model, file, missing, work).items():
+                    partial = done[name].with_suffix(".part")
+                    with partial.open("wb") as handle:
+                        np.save(handle, matte)
+                    partial.replace(done[name])
+        return {name: np.load(path) for name, path in done.items()}
 
 
 def _threads() -> dict[str, str]:
