@@ -23,7 +23,6 @@ from PIL import Image
 
 from craftai import AiClient
 from craftai_dev import birefnet_fixture, birefnet_rembg_fixture, catalogues, rembg_peer, servers
-from craftai_dev.files import sha256_of
 from craftai_dev.masks import NEAR_MATTE_MAX_DIFF
 from craftai_models.birefnet import TRAINED_ORDER, Architecture
 
@@ -41,18 +40,13 @@ def _services(root: Path, recipes: list[str]) -> Iterator[AiClient]:
     (root / "files").mkdir(parents=True)
     with servers.FileServer(root / "files") as source:
         data = catalogues.real_data()
+        lite = {"patch_order": TRAINED_ORDER.value, "architecture": Architecture.LITE.value}
         for name in recipes:
+            made = {"weights": checkpoint.path, "network": graphs[name]}
             (root / "files" / name).mkdir()
             for pinned in catalogues.recipe(data, name)["files"]:
-                made = checkpoint.path if pinned["role"] == "weights" else graphs[name]
-                (root / "files" / name / pinned["name"]).symlink_to(made)
-                pinned.update(
-                    size=made.stat().st_size,
-                    sha256=sha256_of(made),
-                    sources=[{"url": f"{source.url}/{name}/{pinned['name']}"}],
-                )
-                if pinned["role"] == "weights":
-                    pinned["settings"] = {"patch_order": TRAINED_ORDER.value, "architecture": Architecture.LITE.value}
+                (root / "files" / name / pinned["name"]).symlink_to(made[pinned["role"]])
+            catalogues.pin_files(data, name, made, f"{source.url}/{name}", {"weights": lite})
         recipes_file = catalogues.write(root / "recipes.toml", data)
         process = servers.embedded(root / "store", root, {"CRAFTAI_RECIPES": str(recipes_file)})
         with servers.running(process), AiClient(app_id="tests", target=process.address) as ai:

@@ -67,9 +67,7 @@ def serving(
         (work / "files" / name / pin["name"]).symlink_to(path)
     with servers.FileServer(work / "files") as source:
         for name, path in files.items():
-            pin = _onnx_file(data, name)
-            pin.update(size=path.stat().st_size, sha256=sha256_of(path))
-            pin["sources"] = [{"url": f"{source.url}/{name}/{pin['name']}"}]
+            catalogues.pin_files(data, name, {_onnx_file(data, name)["role"]: path}, f"{source.url}/{name}")
         settings = {"CRAFTAI_RECIPES": str(catalogues.write(work / "recipes.toml", data)), **(env or {})}
         with servers.running(servers.embedded(work / "store", work, settings)) as process:
             with AiClient(app_id="tests", target=process.address) as ai:
