@@ -45,14 +45,9 @@ if which == "cloth":
     files = RouteFiles({"network": onnx_file()}, None, 2)
     key = ("u2net_cloth_seg", "onnxruntime")
 elif which == "dynamic":
-    import tempfile
-    from pathlib import Path
-    from craftai_dev.birefnet_fixture import swin_l_file
-    from craftai_models.birefnet import PREPARED_SETTINGS, PREPARED_WEIGHTS, Architecture, PatchOrder, write_prepared
-    folder = Path(tempfile.mkdtemp(prefix="swin-l-"))
-    (folder / PREPARED_WEIGHTS).symlink_to(swin_l_file().path)
-    write_prepared(folder / PREPARED_SETTINGS, PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L)
-    files = RouteFiles({}, folder, 2)
+    from craftai_dev.birefnet_fixture import prepared_folder, swin_l_file
+    from craftai_models.birefnet import Architecture, PatchOrder
+    files = RouteFiles({}, prepared_folder(swin_l_file(), PatchOrder.CHANNEL_MAJOR, Architecture.SWIN_L), 2)
     key = ("birefnet-dynamic", "torch")
 else:
     if which == "inspyrenet":

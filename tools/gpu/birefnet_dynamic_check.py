@@ -28,7 +28,7 @@ from craftai_infer.routes.birefnet_dynamic_torch import BirefnetDynamicTorch
 from craftai_models.birefnet import PatchOrder
 from tools.bench import harness
 from tools.gpu.birefnet_check import matte_errors
-from tools.gpu.birefnet_hr_check import arguments, on_cuda, pipeline_times, written
+from tools.gpu.birefnet_hr_check import arguments, error_words, on_cuda, pipeline_times, written
 
 REPO = Path(__file__).resolve().parents[2]
 SIDE = 1024
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
                 ours = harness.timed_on(network, args.reps, args.warmup, device)
             forward[f"nobg fp32 {iw}x{ih}"], forward[f"ours fp32 {iw}x{ih}"] = theirs, ours
             rows.append((f"network at {iw}x{ih}: ours / nobg", f"{ours:.1f} / {theirs:.1f} ms ({theirs / ours:.2f}x)"))
-            rows.append((f"network at {iw}x{ih}: matte vs nobg's", str(errors[f"{iw}x{ih}"])))
+            rows.append((f"network at {iw}x{ih}: matte vs nobg's", error_words(errors[f"{iw}x{ih}"])))
         del reference
         torch.cuda.empty_cache()
         pipeline = pipeline_times(lambda p: route.matte([p]), PICTURES, args, rows)

@@ -72,9 +72,14 @@ def written(out: Path, name: str, report: dict[str, Any], rows: list[tuple[str, 
 def forward_rows(side: int, forward: dict[str, float], errors: dict[str, float]) -> list[tuple[str, str]]:
     """The table's rows for the forwards timed and the matte's difference from nobg's."""
     rows = [(f"forward {side}² {name}", f"{ms:8.1f} ms") for name, ms in forward.items()]
-    share, iou = errors["share_moved_over_1_of_255"], errors["iou"]
-    rows.append(("ours' matte vs nobg's", f"max {errors['max_abs']:.2e}, >1/255 {share:.2%}, IoU {iou:.5f}"))
+    rows.append(("ours' matte vs nobg's", error_words(errors)))
     return rows
+
+
+def error_words(errors: dict[str, float]) -> str:
+    """birefnet_check.matte_errors as a table cell."""
+    share, iou = errors["share_moved_over_1_of_255"], errors["iou"]
+    return f"max {errors['max_abs']:.2e}, >1/255 {share:.2%}, IoU {iou:.5f}"
 
 
 def pipeline_times(

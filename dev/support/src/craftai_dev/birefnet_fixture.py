@@ -266,15 +266,19 @@ def onnx_file(side: int = 1024, order: PatchOrder = TRAINED_ORDER) -> Checkpoint
     return _pinned(path, "birefnet-lite", "BiRefNet-general-bb_swin_v1_tiny-epoch_232.onnx")
 
 
-def prepared_folder(checkpoint: Checkpoint, order: PatchOrder = TRAINED_ORDER) -> Path:
+def prepared_folder(
+    checkpoint: Checkpoint, order: PatchOrder = TRAINED_ORDER, architecture: Architecture = Architecture.LITE
+) -> Path:
     """A folder laid out as the torch route's preparation lays it out (the checkpoint, linked, and
-    the order it is read in), for building the route outside the services (tools, benchmarks)."""
-    folder = _folder() / f"prepared-{checkpoint.path.stem}-{order.value}"
+    how it is read: its order and configuration), for building the route outside the services
+    (tools, benchmarks)."""
+    named = "" if architecture is Architecture.LITE else f"-{architecture.value}"
+    folder = _folder() / f"prepared-{checkpoint.path.parent.name}-{checkpoint.path.stem}{named}-{order.value}"
     if not (folder / PREPARED_SETTINGS).exists():
         folder.mkdir(parents=True, exist_ok=True)
         with contextlib.suppress(FileExistsError):  # another worker made it
             (folder / PREPARED_WEIGHTS).symlink_to(checkpoint.path)
         partial = _partial(folder / PREPARED_SETTINGS)
-        write_prepared(partial, order)
+        write_prepared(partial, order, architecture)
         partial.replace(folder / PREPARED_SETTINGS)
     return folder
