@@ -21,6 +21,7 @@ import pytest
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev import servers
+from craftai_wire import local_tls
 
 pytestmark = pytest.mark.slow
 REPLICA = "box"  # CRAFTAI_REPLICA: the replicas are box-gpu0 and box-gpu1
@@ -79,6 +80,19 @@ def test_two_gpus_are_two_replicas_behind_one_target(tmp_path: Path) -> None:
         assert target in serving.logs()  # said once both serve, for the clients' CRAFTAI_INFER_ADDRESS
         with AiClient("tests", target=first, infer=target, retries=Retries(attempts=0), start_server=False) as ai:
             assert _replicas_answering(lambda: ai.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
+        # so does an app with a key of its own, given the local server's certificate: the name the
+        # certificate carries is checked, not the address list's (which names no one host)
+        keyed = AiClient(
+            "keyed",
+            target=first,
+            infer=target,
+            app_key=servers.ensure_local_key(),
+            root_certificates=local_tls.certificate_file(),
+            retries=Retries(attempts=0),
+            start_server=False,
+        )
+        with keyed:
+            assert _replicas_answering(lambda: keyed.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu1"}
         # a replica that dies is said, and the others go on
         os.kill(child, signal.SIGKILL)
         _until(lambda: f"{REPLICA}-gpu1 (GPU 1) exited" in serving.logs(), "the dead replica is said")

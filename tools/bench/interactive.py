@@ -22,7 +22,9 @@ server's resident memory after the warm-up, at its peak and `--settle` seconds a
 
 Without --address it starts `craftai serve` on a temporary store with the SAM 2.1 random-weight
 fixture (the published architecture: the same work per picture) and the real u2netp
-(tools/bench/load.py `serve_fixture`).
+(tools/bench/load.py `serve_fixture`); with --gpus, `craftai serve --gpus` (one infer replica a GPU
+named, each a process of its own; every app reaches them through one target, and the model calls
+are added up over the replicas' metrics).
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev.files import sample_photo
-from craftai_dev.servers import ensure_local_key, free_port
+from craftai_dev.servers import ensure_local_key, free_ports_in_a_row
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.vocabulary import Reason
@@ -182,6 +184,18 @@ def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
 
 
 @dataclass(frozen=True)
+class Target:
+    """Where the apps call: the server's address, and its infer replicas' one target where it
+    runs several (`--gpus`: gRPC's address list; None: infer at the address)."""
+
+    address: str
+    infer: str | None = None
+
+    def client(self, app_id: str, **options: Any) -> AiClient:
+        return AiClient(app_id, target=self.address, infer=self.infer, **options)
+
+
+@dataclass(frozen=True)
 class BulkApp:
     """One other app's share of the bulk threads (what its process runs)."""
 
@@ -204,7 +218,7 @@ def _bulk_apps(args: argparse.Namespace, apps: int = 4) -> list[BulkApp]:
 
 
 def _bulk_app(
-    address: str,
+    target: Target,
     app: BulkApp,
     work: tuple[bytes, bytes, str | None, int],
     *,
@@ -215,7 +229,7 @@ def _bulk_app(
     """One other app in a process of its own (as other apps are: its client's work does not share
     the editor's interpreter): its threads run until `stop`, then it reports what they got done."""
     photo, large, engine, points_per_side = work
-    ai = AiClient(app.name, target=address, retries=Retries(attempts=0))
+    ai = target.client(app.name, retries=Retries(attempts=0))
     bulk = Bulk()
     try:
         try:
@@ -244,7 +258,7 @@ class OtherApps:
     the bench ran before); `end` stops them and adds up their work."""
 
     def __init__(
-        self, address: str, apps: list[BulkApp], work: tuple[bytes, bytes, str | None, int], *, apart: bool
+        self, target: Target, apps: list[BulkApp], work: tuple[bytes, bytes, str | None, int], *, apart: bool
     ) -> None:
         self._ready: Any
         self._results: Any
@@ -259,7 +273,7 @@ class OtherApps:
         self._runners = [
             start(
                 target=_bulk_app,
-                args=(address, app, work),
+                args=(target, app, work),
                 kwargs={"ready": self._ready, "stop": self._stop, "results": self._results},
                 name=app.name,
             )
@@ -286,14 +300,16 @@ class OtherApps:
         return done, refused
 
 
-def model_calls(metrics_url: str) -> dict[str, Any]:
-    """From the server's /metrics: each model call's mean duration and its count by route,
-    operation and class, and the interactive jobs' waits for each queue, with the share under each
-    bucket bound."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as reply:
-        text = reply.read().decode()
+def model_calls(metrics_urls: list[str]) -> dict[str, Any]:
+    """From the server's /metrics (each replica's, added up): each model call's mean duration and
+    its count by route, operation and class, and the interactive jobs' waits for each queue, with
+    the share under each bucket bound."""
+    texts = []
+    for url in metrics_urls:
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            texts.append(reply.read().decode())
     calls: dict[str, dict[str, Any]] = {}
-    for family in text_string_to_metric_families(text):
+    for family in (f for text in texts for f in text_string_to_metric_families(text)):
         for sample in family.samples:
             labels = sample.labels
             if family.name == "craftai_infer_model_call_seconds":
@@ -302,7 +318,7 @@ def model_calls(metrics_url: str) -> dict[str, Any]:
                 key = f"{labels['queue']} queue wait interactive {labels['app']}"
             else:
                 continue
-            # one histogram's samples added up under its key (each label set once: adding is setting)
+            # one histogram's samples added up under its key (each label set once a replica)
             entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
             if sample.name.endswith("_count"):
                 entry["count"] += sample.value
@@ -319,11 +335,12 @@ def model_calls(metrics_url: str) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int, str, str]]:
-    """(address, pid, the editor's key, its metrics URL or ""): the given server, or one started
-    with the fixtures."""
+def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Target, int, str, list[str]]]:
+    """(where to call, the pid of `craftai serve`, the editor's key, the metrics URLs of its infer
+    replicas): the given server, or one started with the fixtures (`--gpus`: one infer replica a
+    GPU named, each a process of its own)."""
     if args.address:
-        yield args.address, args.server_pid, args.editor_key, ""
+        yield Target(args.address), args.server_pid, args.editor_key, []
         return
     key = new_key()
     keys = workdir / "keys"
@@ -331,19 +348,40 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[str, int,
     keys.chmod(0o600)
     # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
     bulk = args.encoders + args.everything + args.large
-    port = free_port()
+    replicas = len(args.gpus.split(",")) if args.gpus else 1
+    metrics = free_ports_in_a_row(replicas)  # a replica's ports: the first's plus its rank
     env = {
         "CRAFTAI_KEYS_FILE": str(keys),
         "CRAFTAI_DEVICE": args.device,
         "CRAFTAI_MAX_WILDCARD_REQUESTS": str(max(32, 2 * bulk)),
-        "CRAFTAI_METRICS_PORT": str(port),
+        "CRAFTAI_METRICS_PORT": str(metrics),
     }
-    with serve_fixture(workdir, env) as served:
-        if args.engine:  # the default engines are set up; this one too
-            with AiClient("load-setup", target=served.address) as ai:
+    infer = None
+    if args.gpus:
+        port = free_ports_in_a_row(replicas)
+        env["CRAFTAI_PORT"] = str(port)
+        infer = "ipv4:" + ",".join(f"127.0.0.1:{port + rank}" for rank in range(replicas))
+    arguments = ("--gpus", args.gpus) if args.gpus else ()
+    with serve_fixture(workdir, env, arguments) as served:
+        target = Target(served.address, infer)
+        with target.client("load-setup") as ai:
+            if args.engine:  # the default engines are set up; this one too
                 list(ai.setup("image.segment", SAM, args.engine))
                 list(ai.setup("image.matte", MATTE, args.engine))
-        yield served.address, served.pid, key, f"http://127.0.0.1:{port}/metrics"
+            _every_replica_serves(ai, replicas)
+        urls = [f"http://127.0.0.1:{metrics + rank}/metrics" for rank in range(replicas)]
+        yield target, served.pid, key, urls
+
+
+def _every_replica_serves(ai: AiClient, replicas: int, patience: float = 300.0) -> None:
+    """Waits for every infer replica to answer (`craftai serve` starts the others after its own)."""
+    seen: set[str] = set()
+    deadline = time.monotonic() + patience
+    while len(seen) < replicas:
+        with contextlib.suppress(CraftAiError):
+            seen.add(ai.runtime().replica)
+        if time.monotonic() > deadline:
+            raise SystemExit(f"only {sorted(seen)} of {replicas} infer replicas answered")
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -351,11 +389,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     small = sample_photo("chelsea.png").read_bytes()  # 451x300: interactive
     with Image.open(sample_photo("coffee.png")) as coffee:
         large = _png(coffee.convert("RGB").resize((args.large_side, args.large_side * 3 // 4)))  # bulk
-    with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (address, pid, key, metrics):
+    with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (target, pid, key, metrics):
         no_retry = Retries(attempts=0)
         certificate = local_tls.certificate_file() if not args.address else None
-        editor = AiClient("editor", target=address, app_key=key, root_certificates=certificate, retries=no_retry)
-        setup = AiClient("bulk-setup", target=address, retries=no_retry)
+        editor = target.client("editor", app_key=key, root_certificates=certificate, retries=no_retry)
+        setup = target.client("bulk-setup", retries=no_retry)
         try:
             engine = args.engine or None
             session = editor.open_session(photo, engine=engine)
@@ -369,7 +407,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             alone = Phase()
             _interactive(editor, session, small, args.rounds, alone, engine=engine)
             work = (photo, large, engine, args.points_per_side)
-            others = OtherApps(address, _bulk_apps(args), work, apart=not args.bulk_in_process)
+            others = OtherApps(target, _bulk_apps(args), work, apart=not args.bulk_in_process)
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
             spies = _spy(pid, args.profile)
             loaded = Phase()
@@ -462,6 +500,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--server-pid", type=int, default=0, help="with --address: its pid, to read its memory")
     parser.add_argument("--editor-key", default="", help="with --address: the key of the app 'editor'")
     parser.add_argument("--device", default="cpu", help="the started server's CRAFTAI_DEVICE (cpu, cuda)")
+    parser.add_argument(
+        "--gpus", default="", help="the started server's `craftai serve --gpus` (default: one infer in its process)"
+    )
     parser.add_argument(
         "--engine", default="", help="both routes' engine, set up too (default: the catalogue's; on a GPU: torch)"
     )

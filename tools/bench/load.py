@@ -64,8 +64,11 @@ DEFAULT_MARGIN_MIB = 384
 
 
 @contextlib.contextmanager
-def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
-    """`craftai serve` on a new store with SAM (fixture) and u2netp set up; stopped at the end."""
+def serve_fixture(
+    workdir: Path, env: dict[str, str] | None = None, arguments: tuple[str, ...] = ()
+) -> Iterator[harness.Served]:
+    """`craftai serve` (with `arguments`, e.g. --gpus) on a new store with SAM (fixture) and u2netp
+    set up; stopped at the end."""
     from craftai_dev import sam21, segment
     from craftai_dev.files import u2netp_onnx
 
@@ -83,7 +86,7 @@ def serve_fixture(workdir: Path, env: dict[str, str] | None = None) -> Iterator[
         }
         recipes = harness.pinned_catalogue(workdir / "recipes.toml", pins)
         env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": "cpu", "CRAFTAI_LOG_LEVEL": "INFO", **(env or {})}
-        with harness.serve_process(workdir, env) as served:
+        with harness.serve_process(workdir, env, arguments) as served:
             with AiClient("load-setup", target=served.address) as ai:
                 list(ai.setup("image.segment", SAM))
                 list(ai.setup("image.matte", MATTE))

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The fairly bench under variants of the SAM route's GPU constants (sed on this copy), one lease:
 #   bash tools/gpu/fairly_variants.sh 'name=CONST=value;CONST=value' ...
-# CONST is a constant of routes/sam2_torch.py (GRID_CALL, ENCODER_BATCHES), or SWITCH_MS (the
-# server's sys.setswitchinterval in ms; Python's default is 5). Each variant's summary line, with
+# CONST is a constant of routes/sam2_torch.py (GRID_CALL, ENCODER_BATCHES), SWITCH_MS (the
+# server's sys.setswitchinterval in ms; Python's default is 5), or ARGS (the bench's own arguments,
+# e.g. 'ARGS=--gpus 0,@uuid0': @uuid0 is GPU 0's UUID, a second name for the same GPU, so that
+# `craftai serve --gpus` starts two infer replicas on it). Each variant's summary line, with
 # the SAM route's model calls and the interactive jobs' queue waits, is printed as soon as it ends.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,16 +16,18 @@ for v in "$@"; do
     name=${v%%=*}; spec=${v#*=}
     cp /tmp/sam2_torch.orig $f
     cp /tmp/infer_init.orig $init
+    unset FAIRLY_ARGS
     IFS=';' read -ra settings <<<"$spec"
     for setting in "${settings[@]}"; do
         [ -z "$setting" ] && continue
         key=${setting%%=*}; value=${setting#*=}
         case $key in
+            ARGS) export FAIRLY_ARGS="${value//@uuid0/$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)}" ;;
             SWITCH_MS) printf '\nimport sys\n\nsys.setswitchinterval(%s / 1000)\n' "$value" >>$init ;;
             *) sed -i "s/^$key = .*/$key = $value/" $f ;;
         esac
     done
-    echo "== $name: $(grep -h "^GRID_CALL\|^ENCODER_BATCHES" $f | tr '\n' ' ')"
+    echo "== $name: $(grep -h "^GRID_CALL\|^ENCODER_BATCHES" $f | tr '\n' ' ') ${FAIRLY_ARGS:-}"
     OUT=$OUT/$name STEPS=fairly bash tools/gpu/run_all.sh 2>&1 | tail -4
     python3 - "$OUT/$name" "$name" <<'PY'
 import json, sys, tarfile

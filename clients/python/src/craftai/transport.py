@@ -104,6 +104,9 @@ class Connection:
     # no address was given anywhere: a call that finds no server at the local address starts the
     # shared one (craftai.local_server), unless start_server=False or CRAFTAI_AUTOSTART=off
     starts_server: bool = False
+    # the roots given are the local server's certificate: its name is checked whichever loopback
+    # address is dialled, as with the pinned certificate (an address list names no one host)
+    local_roots: bool = False
 
     @classmethod
     def from_arguments(
@@ -131,6 +134,7 @@ class Connection:
         given = any((target, catalogue, prepare, infer)) or any(os.environ.get(v) for v in variables)
         starts = start_server and not given and autostart_allowed()
         base = target or os.environ.get("CRAFTAI_ADDRESS") or local_address()
+        roots = None
         if credentials is None:
             roots = _pem(root_certificates, "CRAFTAI_TLS_CA")
             chain = _pem(certificate_chain, "CRAFTAI_TLS_CLIENT_CERT")
@@ -146,7 +150,16 @@ class Connection:
             "infer": infer or (None if target else env("CRAFTAI_INFER_ADDRESS")) or base,
         }
         given_key = app_key or env("CRAFTAI_APP_KEY") or None
-        return cls(app_id, addresses, credentials, given_key, client_options(max_message_bytes), starts_server=starts)
+        local = roots is not None and local_tls.certificate_of(roots) == local_tls.pinned_certificate()
+        return cls(
+            app_id,
+            addresses,
+            credentials,
+            given_key,
+            client_options(max_message_bytes),
+            starts_server=starts,
+            local_roots=local,
+        )
 
     def security(self, address: str) -> Security:
         """How to call `address` now. TLS or a key given on purpose are used as given; otherwise a
@@ -163,8 +176,10 @@ class Connection:
         return dataclasses.replace(self, app_id=app_id, callers_key=(app_key,))
 
     def _security(self, address: str) -> Security:
-        options = tuple(self.options)
+        options: tuple[tuple[str, int | str], ...] = tuple(self.options)
         if self.credentials is not None or self.app_key is not None or not is_loopback(address):
+            if self.local_roots and is_loopback(address):
+                options = (*options, ("grpc.ssl_target_name_override", local_tls.SERVER_NAME))
             return Security(self.credentials, options, self.app_key)
         certificate = local_tls.pinned_certificate()
         if certificate is None:
