@@ -10,19 +10,11 @@ from collections.abc import Sequence
 
 import torch
 
-from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.pipelines import matte_birefnet
 from craftai_infer.pipelines.matte_birefnet_dynamic import input_size, matte_birefnet_dynamic
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MatteRoute, RouteFiles, Step
-from craftai_infer.routes.birefnet_torch import GPU_DEFAULT, load_prepared, network_bytes
-from craftai_models.birefnet import TRAINED_SIDE, fold_batchnorm
-
-
-def pixels_network_bytes(architecture_bytes_at_1024: int, height: int, width: int) -> int:
-    """The network's working memory at an input of height x width: its figure at 1024², scaled by
-    the input's pixels (the activations grow with them)."""
-    return architecture_bytes_at_1024 * height * width // TRAINED_SIDE**2
+from craftai_infer.routes.birefnet_torch import load_prepared, network_bytes
 
 
 class BirefnetDynamicTorch(MatteRoute):
@@ -32,13 +24,9 @@ class BirefnetDynamicTorch(MatteRoute):
     admitted on the CPU from the size its input will have (`working_bytes`)."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        self.network, prepared = load_prepared(files, device)
+        self.network, prepared, self.autocast = load_prepared(files, device)
         self.device = device
         self.architecture = prepared.architecture
-        self.autocast: torch.dtype | None = None
-        if device.startswith("cuda"):
-            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
-            fold_batchnorm(self.network)
 
     def warm_up(self, step: Step) -> None:
         """Nothing is captured: every input size runs the same eager kernels."""
@@ -48,8 +36,7 @@ class BirefnetDynamicTorch(MatteRoute):
         picture's input size (nothing of either on a GPU's host side)."""
         if self.device != "cpu":
             return 0
-        at_1024 = network_bytes(self.architecture, TRAINED_SIDE)
-        return matte_birefnet.input_bytes(height, width) + pixels_network_bytes(at_1024, *input_size(height, width))
+        return matte_birefnet.input_bytes(height, width) + network_bytes(self.architecture, *input_size(height, width))
 
     def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""

@@ -14,13 +14,11 @@ import numpy.typing as npt
 import torch
 
 from craftai_infer.engines.cuda_graphs import NetworkGraphs
-from craftai_infer.engines.precision import autocast_dtype
 from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
-from craftai_infer.routes.birefnet_torch import GPU_DEFAULT, batch_bound, load_prepared, network_bytes
+from craftai_infer.routes.birefnet_torch import batch_bound, load_prepared, network_bytes
 from craftai_infer.routes.isnet_onnx import cpu_working_bytes
-from craftai_models.birefnet import fold_batchnorm
 
 
 class BirefnetRembgTorch(MatteRoute):
@@ -31,7 +29,7 @@ class BirefnetRembgTorch(MatteRoute):
     steps = matte_u2netp.BIREFNET
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        self.network, prepared = load_prepared(files, device)
+        self.network, prepared, self.autocast = load_prepared(files, device)
         if prepared.side != self.steps.size:
             raise ModelRefusedError(
                 f"the prepared checkpoint takes {prepared.side}² pictures; rembg's steps for this recipe "
@@ -39,12 +37,9 @@ class BirefnetRembgTorch(MatteRoute):
             )
         self.device = device
         self.architecture = prepared.architecture
-        self.autocast: torch.dtype | None = None
         self._graphs: NetworkGraphs | None = None
         self.forward: torch.nn.Module | NetworkGraphs = self.network
         if device.startswith("cuda"):
-            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
-            fold_batchnorm(self.network)
             bound = batch_bound(prepared.architecture, prepared.side)
             self._graphs = self.forward = NetworkGraphs(self.network, torch.device(device), capacity=bound)
             self.capabilities = Capabilities(batched=frozenset({MATTE}), max_batch={MATTE: bound})
@@ -56,7 +51,9 @@ class BirefnetRembgTorch(MatteRoute):
             self.matte([np.zeros((64, 64, 3), np.uint8)])
 
     def working_bytes(self, height: int, width: int) -> int:
-        return cpu_working_bytes(self.device, self.steps, network_bytes(self.architecture, self.steps.size))
+        return cpu_working_bytes(
+            self.device, self.steps, network_bytes(self.architecture, self.steps.size, self.steps.size)
+        )
 
     def _logits(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
         x = torch.from_numpy(batch).to(self.device)

@@ -58,17 +58,19 @@ def batch_bound(architecture: Architecture, side: int) -> int:
     return max(1, LITE_BATCH * TRAINED_SIDE**2 // (side**2 * widths))
 
 
-def network_bytes(architecture: Architecture, side: int) -> int:
-    """The network's peak working memory on the CPU for one picture: measured for BiRefNet_lite at
-    1024² (matte_birefnet.NETWORK_BYTES); for Swin-L, the measure of rembg's Swin-L graphs at 1024²
-    (birefnet_rembg_onnx), an estimate for torch; both grow with the input's pixels."""
+def network_bytes(architecture: Architecture, height: int, width: int) -> int:
+    """The network's peak working memory on the CPU for one input of height x width: measured for
+    BiRefNet_lite at 1024² (matte_birefnet.NETWORK_BYTES); for Swin-L, the measure of rembg's Swin-L
+    graphs at 1024² (birefnet_rembg_onnx), an estimate for torch; both grow with the input's pixels."""
     at_1024 = matte_birefnet.NETWORK_BYTES if architecture is Architecture.LITE else birefnet_rembg_onnx.NETWORK_BYTES
-    return at_1024 * side * side // TRAINED_SIDE**2
+    return at_1024 * height * width // TRAINED_SIDE**2
 
 
-def load_prepared(files: RouteFiles, device: str) -> tuple[BiRefNet, Prepared]:
+def load_prepared(files: RouteFiles, device: str) -> tuple[BiRefNet, Prepared, torch.dtype | None]:
     """The network of a prepared folder, read as its record says (order, configuration, floats), on
-    `device`; ModelRefusedError in plain words for a folder that does not hold what it records."""
+    `device`, and the precision its forwards autocast to (None: fp32). On a GPU its BatchNorm is
+    folded into the convolutions and the precision is CRAFTAI_GPU_PRECISION's (GPU_DEFAULT unless
+    set). ModelRefusedError in plain words for a folder that does not hold what it records."""
     assert files.prepared is not None
     try:
         prepared = read_prepared(files.prepared / PREPARED_SETTINGS)
@@ -81,7 +83,11 @@ def load_prepared(files: RouteFiles, device: str) -> tuple[BiRefNet, Prepared]:
         )
     except (CheckpointRefusedError, ValueError) as exc:
         raise ModelRefusedError(str(exc)) from exc
-    return network, prepared
+    autocast = None
+    if device.startswith("cuda"):
+        autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
+        fold_batchnorm(network)
+    return network, prepared, autocast
 
 
 class BirefnetTorch(MatteRoute):
@@ -91,18 +97,15 @@ class BirefnetTorch(MatteRoute):
     of the lite network holds about a gigabyte of activations; a batch would hold as many)."""
 
     def __init__(self, files: RouteFiles, device: str) -> None:
-        self.network, prepared = load_prepared(files, device)
+        self.network, prepared, self.autocast = load_prepared(files, device)
         self.device = device
         self.architecture = prepared.architecture
         self.settings = BirefnetSettings(size=prepared.side)
         self._staging = HostStaging(torch.device(device))
         self._graphs: NetworkGraphs | None = None
-        self.autocast: torch.dtype | None = None
         # Logits of a normalised (N, 3, 1024, 1024) input: the network, or on a GPU its CUDA graphs.
         self.forward: Callable[[torch.Tensor], torch.Tensor] = self.network
         if device.startswith("cuda"):
-            self.autocast = autocast_dtype(files.gpu_precision, GPU_DEFAULT)
-            fold_batchnorm(self.network)
             bound = batch_bound(prepared.architecture, prepared.side)
             # channels-last for the lite network's convolutions; Swin-L's backbone (most of its work) reads
             # tokens, and the layout change cost it 15% at 2048² (docs/PERFORMANCE.md, "BiRefNet_HR")
@@ -124,7 +127,9 @@ class BirefnetTorch(MatteRoute):
         input side (nothing of either on a GPU's host side)."""
         if self.device != "cpu":
             return 0
-        return matte_birefnet.input_bytes(height, width) + network_bytes(self.architecture, self.settings.size)
+        return matte_birefnet.input_bytes(height, width) + network_bytes(
+            self.architecture, self.settings.size, self.settings.size
+        )
 
     def matte(self, pictures: Sequence[Picture]) -> list[torch.Tensor]:
         """(H, W) uint8 tensors on this route's device: the outputs are made there (routes.MATTE)."""
