@@ -4,7 +4,7 @@ second replica is a process of its own on P+1 that sees only its GPU, under its 
 the first's catalogue; one target (`ipv4:...:P,...:P+1`) reaches both; a replica that dies is
 said and the others go on; SIGTERM stops them all. `--gpus all` on a machine without GPUs is one
 replica, on the CPU; a list that names a GPU twice is refused. The SDK's routing of sessions over
-such a list: tests/integration/test_replica_routing.py."""
+such a list: tests/integration/test_replica_routing.py. `--replicas-per-gpu 2`: two replicas on one GPU."""
 
 from __future__ import annotations
 
@@ -158,4 +158,28 @@ def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_re
         timeout=120,
         check=False,
     )
-    assert refused.returncode != 0 and "names GPU 0 twice: one replica a GPU" in refused.stderr
+    assert refused.returncode != 0 and "names GPU 0 twice: name each GPU once" in refused.stderr
+    assert "--replicas-per-gpu N" in refused.stderr
+    alone = subprocess.run(
+        [str(servers.BIN / "craftai"), "serve", "--replicas-per-gpu", "2", "--port", str(port)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert alone.returncode != 0 and "--replicas-per-gpu needs --gpus" in alone.stderr
+
+
+def test_several_replicas_share_one_gpu(tmp_path: Path) -> None:
+    """`--gpus 0 --replicas-per-gpu 2`: a second process on the same GPU, under a name of its own,
+    reached through the one target as a second GPU's replica is."""
+    serving, port = _serve(
+        tmp_path, "0", {"CRAFTAI_REPLICA": REPLICA, "CRAFTAI_CPU_THREADS": "1"}, "--replicas-per-gpu", "2"
+    )
+    first, second = f"127.0.0.1:{port}", f"127.0.0.1:{port + 1}"
+    with servers.running(serving):
+        _until(lambda: _runtime(second) == f"{REPLICA}-gpu0-2", "the GPU's second replica serves on P+1")
+        (child,) = servers.replica_processes(serving.popen.pid)
+        assert servers.environment_of(child)["CUDA_VISIBLE_DEVICES"] == "0"
+        with AiClient("tests", target=first, infer=f"ipv4:{first},{second}", retries=Retries(attempts=0)) as ai:
+            assert _replicas_answering(lambda: ai.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu0-2"}

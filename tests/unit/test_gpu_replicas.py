@@ -38,6 +38,16 @@ def test_each_replica_has_its_gpu_its_name_and_its_ports() -> None:
         ("1", "box-gpu1", 1),
         ("3", "box-gpu3", 2),
     ]
+    # several a GPU: ranked one after the other, each GPU's first under the GPU's own name
+    shared = gpu_replicas.plan(["0", "1"], "box", per_gpu=2)
+    assert [(r.gpu, r.name, r.rank) for r in shared] == [
+        ("0", "box-gpu0", 0),
+        ("0", "box-gpu0-2", 1),
+        ("1", "box-gpu1", 2),
+        ("1", "box-gpu1-2", 3),
+    ]
+    with pytest.raises(gpu_replicas.GpusError, match="takes 1 or more, not 0"):
+        gpu_replicas.plan(["0"], "box", per_gpu=0)
     env = {"CRAFTAI_PORT": "50051", "CRAFTAI_METRICS_PORT": "9100", "CRAFTAI_PROBE_PORT": "0"}
     assert gpu_replicas.ports_of(2, env) == {
         "CRAFTAI_PORT": "50053",

@@ -190,9 +190,15 @@ class Target:
 
     address: str
     infer: str | None = None
+    replicas: int = 1
 
     def client(self, app_id: str, **options: Any) -> AiClient:
-        return AiClient(app_id, target=self.address, infer=self.infer, **options)
+        """A client whose channel reaches every replica before it returns: gRPC's round robin deals
+        only over the connections ready, so a new client's first calls would all go to one."""
+        ai = AiClient(app_id, target=self.address, infer=self.infer, **options)
+        if self.replicas > 1:
+            _every_replica_serves(ai, self.replicas)
+        return ai
 
 
 @dataclass(frozen=True)
@@ -348,7 +354,7 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Target, i
     keys.chmod(0o600)
     # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
     bulk = args.encoders + args.everything + args.large
-    replicas = len(args.gpus.split(",")) if args.gpus else 1
+    replicas = len(args.gpus.split(",")) * args.replicas_per_gpu if args.gpus else 1
     metrics = free_ports_in_a_row(replicas)  # a replica's ports: the first's plus its rank
     env = {
         "CRAFTAI_KEYS_FILE": str(keys),
@@ -361,14 +367,13 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Target, i
         port = free_ports_in_a_row(replicas)
         env["CRAFTAI_PORT"] = str(port)
         infer = "ipv4:" + ",".join(f"127.0.0.1:{port + rank}" for rank in range(replicas))
-    arguments = ("--gpus", args.gpus) if args.gpus else ()
+    arguments = ("--gpus", args.gpus, "--replicas-per-gpu", str(args.replicas_per_gpu)) if args.gpus else ()
     with serve_fixture(workdir, env, arguments) as served:
-        target = Target(served.address, infer)
+        target = Target(served.address, infer, replicas)
         with target.client("load-setup") as ai:
             if args.engine:  # the default engines are set up; this one too
                 list(ai.setup("image.segment", SAM, args.engine))
                 list(ai.setup("image.matte", MATTE, args.engine))
-            _every_replica_serves(ai, replicas)
         urls = [f"http://127.0.0.1:{metrics + rank}/metrics" for rank in range(replicas)]
         yield target, served.pid, key, urls
 
@@ -503,6 +508,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gpus", default="", help="the started server's `craftai serve --gpus` (default: one infer in its process)"
     )
+    parser.add_argument("--replicas-per-gpu", type=int, default=1, help="with --gpus: `craftai serve`'s")
     parser.add_argument(
         "--engine", default="", help="both routes' engine, set up too (default: the catalogue's; on a GPU: torch)"
     )

@@ -3,8 +3,7 @@
 #   bash tools/gpu/fairly_variants.sh 'name=CONST=value;CONST=value' ...
 # CONST is a constant of routes/sam2_torch.py (GRID_CALL, ENCODER_BATCHES), SWITCH_MS (the
 # server's sys.setswitchinterval in ms; Python's default is 5), or ARGS (the bench's own arguments,
-# e.g. 'ARGS=--gpus 0,@uuid0': @uuid0 is GPU 0's UUID, a second name for the same GPU, so that
-# `craftai serve --gpus` starts two infer replicas on it). Each variant's summary line, with
+# e.g. 'ARGS=--gpus 0 --replicas-per-gpu 2'; @uuid0 stands for GPU 0's UUID). Each variant's summary line, with
 # the SAM route's model calls and the interactive jobs' queue waits, is printed as soon as it ends.
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -1,4 +1,5 @@
-"""`craftai serve --gpus`: one infer replica per GPU on one host, behind one gRPC target.
+"""`craftai serve --gpus`: one infer replica per GPU on one host (or several: `--replicas-per-gpu`),
+behind one gRPC target.
 
 A process drives one GPU best (one CUDA context, one event loop, its own batches), so a host with
 several GPUs runs one infer replica per GPU, as compose.gpu.yaml and the Kubernetes GPU overlay do:
@@ -16,6 +17,11 @@ The replicas are owned here: started once the services listen, each waited for u
 this process dies however it dies (Linux: the parent-death signal), and a replica that dies is
 logged, not restarted (its sessions are opened again on the others by the SDK). With
 CRAFTAI_DEVICE=cpu the same plan runs on the CPU: `--gpus 0,1` then stands for two GPUs (tests).
+
+`--replicas-per-gpu N` runs N replicas on each GPU: processes of their own that share the GPU (its
+memory and its time), each with its own event loop, interpreter lock and queues, so that one
+process's request handling is not the limit and one app's calls are not held by the interpreter
+another app's work keeps busy (docs/DEPLOY.md, Scaling; the measure: docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
@@ -74,7 +80,10 @@ def gpus(spec: str, env: Mapping[str, str] | None = None) -> list[str]:
         raise GpusError(f"--gpus takes 'all' or GPU indices or UUIDs separated by commas (e.g. 0,1), not {spec!r}")
     twice = sorted({g for g in named if named.count(g) > 1})
     if twice:
-        raise GpusError(f"--gpus names GPU {', '.join(twice)} twice: one replica a GPU")
+        raise GpusError(
+            f"--gpus names GPU {', '.join(twice)} twice: name each GPU once "
+            "(several replicas on each: --replicas-per-gpu N)"
+        )
     return named
 
 
@@ -98,10 +107,14 @@ class Replica:
     rank: int
 
 
-def plan(gpu_ids: list[str], base_name: str = "") -> list[Replica]:
-    """A replica a GPU, named `<base>-gpu<id>` (base: CRAFTAI_REPLICA, else the host name)."""
+def plan(gpu_ids: list[str], base_name: str = "", per_gpu: int = 1) -> list[Replica]:
+    """`per_gpu` replicas a GPU, named `<base>-gpu<id>`, then `<base>-gpu<id>-2`, ... (base:
+    CRAFTAI_REPLICA, else the host name); a GPU's replicas are ranked one after the other."""
+    if per_gpu < 1:
+        raise GpusError(f"--replicas-per-gpu takes 1 or more, not {per_gpu}")
     base = base_name or os.environ.get("CRAFTAI_REPLICA") or socket.gethostname().split(".")[0] or "infer"
-    return [Replica(gpu, f"{base}-gpu{gpu}", rank) for rank, gpu in enumerate(gpu_ids)]
+    names = [(gpu, f"{base}-gpu{gpu}" + (f"-{k + 1}" if k else "")) for gpu in gpu_ids for k in range(per_gpu)]
+    return [Replica(gpu, name, rank) for rank, (gpu, name) in enumerate(names)]
 
 
 def ports_of(rank: int, env: Mapping[str, str]) -> dict[str, str]:

@@ -41,19 +41,23 @@ def run(
     web: WebSettings | None = None,
     idle_minutes: float = 0.0,
     gpus: str | None = None,
+    per_gpu: int = 1,
 ) -> int:
     """Serve until SIGTERM or Ctrl-C (or `idle_minutes` without a call, the shared local server's
     way to end); with `web`, the web gateway too (its own port and process), calling these
     services at the address they listen on; with `gpus` ('all' or a list), one infer replica per
-    GPU (craftai.gpu_replicas). Logs are JSON lines, or text for people on a terminal (unless
+    GPU, `per_gpu` on each (craftai.gpu_replicas). Logs are JSON lines, or text for people on a terminal (unless
     CRAFTAI_LOG_FORMAT says which)."""
     from craftai import gpu_replicas
 
     try:
+        if per_gpu != 1 and gpus is None:
+            raise gpu_replicas.GpusError("--replicas-per-gpu needs --gpus (which GPUs: all, or a list)")
         gpu_ids = gpu_replicas.gpus(gpus) if gpus is not None else None
+        replicas = gpu_replicas.plan(gpu_ids, per_gpu=per_gpu) if gpu_ids else []
     except gpu_replicas.GpusError as exc:
         raise SystemExit(f"craftai serve: {exc}") from exc
-    replicas = gpu_replicas.plan(gpu_ids) if gpu_ids and len(gpu_ids) > 1 else []
+    replicas = replicas if len(replicas) > 1 else []
     if gpu_ids:  # this process's GPU, set before anything reads it
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_ids[0]
     try:
@@ -100,7 +104,7 @@ def run(
                 started = gpu_replicas.running(replicas, address, shared, infer_settings.grace_seconds)
                 addresses = await stack.enter_async_context(started)
                 log.info(
-                    "%d infer replicas, one a GPU (%s); clients reach them all at ipv4:%s (CRAFTAI_INFER_ADDRESS)",
+                    "%d infer replicas (%s); clients reach them all at ipv4:%s (CRAFTAI_INFER_ADDRESS)",
                     len(replicas),
                     ", ".join(f"{r.name}: GPU {r.gpu}" for r in replicas),
                     ",".join(addresses),

@@ -147,6 +147,13 @@ def parser() -> argparse.ArgumentParser:
         "'all' the visible ones (none: one replica on the CPU) or a list of indices or UUIDs",
     )
     s.add_argument(
+        "--replicas-per-gpu",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --gpus: N infer replicas on each GPU, processes of their own sharing it (ports P, P+1, ...)",
+    )
+    s.add_argument(
         "--stop", action="store_true", help="stop the shared server a command started (craftai status shows it)"
     )
     s.set_defaults(func=cmd_serve)

@@ -31,7 +31,13 @@ def cmd_serve(options: argparse.Namespace) -> int:
     if web is not None:
         web = web.model_copy(update={"target": None})  # the services of this process
     return run(
-        options.host, options.port, options.store, web=web, idle_minutes=options.idle_minutes or 0.0, gpus=options.gpus
+        options.host,
+        options.port,
+        options.store,
+        web=web,
+        idle_minutes=options.idle_minutes or 0.0,
+        gpus=options.gpus,
+        per_gpu=options.replicas_per_gpu,
     )
 
 
