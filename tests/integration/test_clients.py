@@ -63,12 +63,16 @@ def _raw_matte(address: str, picture: bytes) -> infer_pb2.MatteResult:
 
 
 def test_catalogue_and_runtime(matte_ai: Any) -> None:
-    assert {f.name for f in matte_ai.features()} >= {"image.matte", "image.segment"}
+    features = matte_ai.features()
+    assert {f.name for f in features} >= {"image.matte", "image.segment"}
+    portrait = next(r for f in features for r in f.recipes if r.name == "birefnet-portrait")
+    assert {r.engine: r.download_bytes for r in portrait.routes} == {"onnxruntime": 972_666_916, "torch": 884_878_856}
     states = matte_ai.status("image.matte")
     assert any(r.route.recipe == "u2netp" for r in states)
     assert matte_ai.runtime().device == "cpu"
     resolved = matte_ai.resolve("image.matte", "u2netp")
     assert resolved.route.recipe == "u2netp" and resolved.reason
+    assert resolved.chosen.download_bytes == sum(f.size for f in resolved.recipe.files) > 0
 
 
 def test_setup_streams_progress_then_its_result(matte_ai: Any) -> None:

@@ -52,6 +52,45 @@ def test_a_resolved_route_lists_only_the_files_its_engine_uses() -> None:
     assert sam2 is not None and len(recipes.recipe_to_proto(sam2, engine="torch").files) == 2  # no engines: all
 
 
+def _pinned(name: str, size: int, engines: list[str]) -> dict[str, object]:
+    return {
+        "folder": "x",
+        "name": name,
+        "size": size,
+        "sha256": "0" * 64,
+        "engines": engines,
+        "sources": [{"url": f"https://example.org/{name}"}],
+    }
+
+
+def test_each_route_says_what_setting_it_up_downloads_its_engines_files_and_the_shared_ones() -> None:
+    """`Route.download_bytes` is the one place the files' engines rule is applied for the clients
+    (the CLI's listing, the page): a file naming no engine is every route's, the others only theirs."""
+    spec = recipes.RecipeSpec.model_validate(
+        {
+            "name": "mixed",
+            "feature": "image.matte",
+            "title": "t",
+            "network": "n",
+            "license": "l",
+            "files": [
+                _pinned("shared.json", 7, []),
+                _pinned("graph.onnx", 300, ["onnxruntime"]),
+                _pinned("weights.safetensors", 20_000, ["torch", "openvino"]),
+            ],
+            "routes": [{"engine": "onnxruntime"}, {"engine": "torch"}, {"engine": "openvino"}],
+        }
+    )
+    expected = {"onnxruntime": 307, "torch": 20_007, "openvino": 20_007}
+    assert {r.engine: r.download_bytes for r in recipes.recipe_to_proto(spec).routes} == expected
+    for engine, size in expected.items():
+        resolved = recipes.recipe_to_proto(spec, engine=engine)  # its files only; every route still said
+        assert {r.engine: r.download_bytes for r in resolved.routes} == expected
+        assert sum(f.size for f in resolved.files) == size
+        route = spec.route(engine)
+        assert route is not None and recipes.route_to_proto(spec, route).download_bytes == size
+
+
 def test_birefnets_patch_order_is_a_setting_of_its_weights_proven_against_its_onnx() -> None:
     """The order the pinned lite checkpoint was trained with is recipe data (docs/MATTE.md, "Patch
     order"); the torch route's preparation checks it against the onnxruntime route's file, which a

@@ -1,5 +1,5 @@
-"""The `craftai` command's parts that need no server: its version, the choices its help lists, and
-its progress (bars on a terminal, plain lines in a log)."""
+"""The `craftai` command's parts that need no server: its version, the choices its help lists, its
+progress (bars on a terminal, plain lines in a log) and the download figure `craftai models` shows."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ from importlib import metadata
 import pytest
 
 from craftai.cli import main
+from craftai.cli.models import download
 from craftai.cli.progress import Bar
+from craftai.installation import RecipeInfo, RecipeRoute
 from craftai_wire.vocabulary import RECIPES_OF, Engine, Feature
 
 OF_COMMAND = {"remove-background": Feature.MATTE, "segment": Feature.SEGMENT, "segment-all": Feature.SEGMENT}
@@ -74,3 +76,17 @@ def test_progress_is_plain_lines_when_not_on_a_terminal(monkeypatch: pytest.Monk
     assert len(lines) == 5  # its start and each quarter, not one line a step
     drawn = _drawn(True, monkeypatch)
     assert "\r" in drawn  # a bar, on a terminal
+
+
+def _recipe(*sizes: tuple[str, int]) -> RecipeInfo:
+    """A recipe whose routes say what they download; no files: the figure is the catalogue's alone."""
+    routes = tuple(RecipeRoute(engine, False, False, "", "", size) for engine, size in sizes)
+    return RecipeInfo("r", "image.matte", "R", "n", "MIT", (), routes, True, "")
+
+
+def test_models_shows_the_download_each_route_says() -> None:
+    assert download(_recipe(("onnxruntime", 4_574_861), ("torch", 4_574_861))) == "4.6 MB"
+    assert download(_recipe(("onnxruntime", 972_666_916), ("torch", 884_878_856))) == (
+        "972.7 MB (onnxruntime), 884.9 MB (torch)"
+    )
+    assert download(_recipe(("onnxruntime", 0))) == "0.0 MB"

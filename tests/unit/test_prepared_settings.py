@@ -39,7 +39,7 @@ def _resolved(spec: recipes.RecipeSpec) -> catalogue_pb2.ResolveRouteResponse:
     return catalogue_pb2.ResolveRouteResponse(
         route=common_pb2.RouteRef(feature="image.matte", recipe=RECIPE, engine="torch"),
         recipe=recipes.recipe_to_proto(spec, engine="torch"),
-        chosen=recipes.route_to_proto(route),
+        chosen=recipes.route_to_proto(spec, route),
         checked_against=[recipes.file_to_proto(f) for f in spec.checked_against("torch")],
     )
 

@@ -349,13 +349,14 @@ def test_the_installations_answers_are_typed_and_keep_their_message() -> None:
                 ],
             )
         ],
-        routes=[catalogue_pb2.Route(engine="onnxruntime", quick_on_cpu=True)],
+        routes=[catalogue_pb2.Route(engine="onnxruntime", quick_on_cpu=True, download_bytes=4)],
         available=True,
     )
     resolved = installation.resolved_route(
         catalogue_pb2.ResolveRouteResponse(route=ref, recipe=recipe, chosen=recipe.routes[0], reason="no GPU")
     )
     assert resolved.route.recipe == "u2netp" and resolved.chosen.quick_on_cpu and resolved.reason == "no GPU"
+    assert resolved.chosen.download_bytes == 4 and resolved.recipe.routes == (resolved.chosen,)
     assert resolved.recipe.files[0].sources == (
         installation.Source("url", "https://example.org/u2netp.onnx"),
         installation.Source("wheel", "r==1", "m.onnx"),

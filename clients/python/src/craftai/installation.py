@@ -57,13 +57,15 @@ class PinnedFile:
 @dataclass(frozen=True)
 class RecipeRoute:
     """A way to run a recipe: its engine, whether a one-time local preparation is needed (and its
-    revision), whether it is quick enough on a CPU for interactive use."""
+    revision), whether it is quick enough on a CPU for interactive use, and the bytes setting it up
+    downloads (the catalogue's sum of the recipe's files this engine uses)."""
 
     engine: str
     needs_preparation: bool
     quick_on_cpu: bool
     revision: str
     description: str
+    download_bytes: int
 
 
 @dataclass(frozen=True)
@@ -236,7 +238,7 @@ def _source(source: catalogue_pb2.Source) -> Source:
 
 
 def _recipe_route(r: catalogue_pb2.Route) -> RecipeRoute:
-    return RecipeRoute(r.engine, r.needs_preparation, r.quick_on_cpu, r.revision, r.description)
+    return RecipeRoute(r.engine, r.needs_preparation, r.quick_on_cpu, r.revision, r.description, r.download_bytes)
 
 
 def recipe_info(recipe: catalogue_pb2.Recipe) -> RecipeInfo:

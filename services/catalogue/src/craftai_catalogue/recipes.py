@@ -283,7 +283,7 @@ def file_to_proto(f: PinnedFileSpec) -> catalogue_pb2.PinnedFile:
 def recipe_to_proto(recipe: RecipeSpec, engine: str = "") -> catalogue_pb2.Recipe:
     """The recipe as listed; with `engine`, as resolved for that route: only the files it uses."""
     files = [file_to_proto(f) for f in (recipe.files_of(engine) if engine else recipe.files)]
-    routes = [route_to_proto(r) for r in recipe.routes]
+    routes = [route_to_proto(recipe, r) for r in recipe.routes]
     return catalogue_pb2.Recipe(
         name=recipe.name,
         feature=recipe.feature,
@@ -297,13 +297,16 @@ def recipe_to_proto(recipe: RecipeSpec, engine: str = "") -> catalogue_pb2.Recip
     )
 
 
-def route_to_proto(route: RouteSpec) -> catalogue_pb2.Route:
+def route_to_proto(recipe: RecipeSpec, route: RouteSpec) -> catalogue_pb2.Route:
+    """A route of `recipe`; `download_bytes` is what setting it up fetches (`files_of` its engine),
+    said here so that no client applies the files' engines rule again."""
     return catalogue_pb2.Route(
         engine=route.engine,
         needs_preparation=route.needs_preparation,
         quick_on_cpu=route.quick_on_cpu,
         revision=route.revision,
         description=route.description,
+        download_bytes=sum(f.size for f in recipe.files_of(route.engine)),
     )
 
 

@@ -51,7 +51,7 @@ class CatalogueServicer(catalogue_pb2_grpc.CatalogueServiceServicer):
         return catalogue_pb2.ResolveRouteResponse(
             route=type(route)(feature=route.feature, recipe=chosen.recipe.name, engine=chosen.route.engine),
             recipe=recipes.recipe_to_proto(chosen.recipe, engine=chosen.route.engine),
-            chosen=recipes.route_to_proto(chosen.route),
+            chosen=recipes.route_to_proto(chosen.recipe, chosen.route),
             reason=f"{chosen.reason}; {source}" if source else chosen.reason,
             checked_against=[recipes.file_to_proto(f) for f in chosen.recipe.checked_against(chosen.route.engine)],
         )

@@ -364,9 +364,10 @@ class RouteLoader:
             return loaded
 
     def _files_bytes(self, resolved: catalogue_pb2.ResolveRouteResponse) -> int:
-        """The bytes of the files this route loads: the least a loaded route holds."""
-        engine = resolved.route.engine
-        return sum(f.size for f in resolved.recipe.files if not f.engines or engine in f.engines)
+        """The bytes of the files this route loads: the least a loaded route holds. The resolved
+        recipe lists only the files of the route's engine (the catalogue's ResolveRoute), so they
+        are summed as they come."""
+        return sum(f.size for f in resolved.recipe.files)
 
     async def _make_room(self, needed: int, what: str) -> list[LoadedRoute[Any]]:
         """Unload idle routes, least recently used first, until `needed` more bytes fit the budget;

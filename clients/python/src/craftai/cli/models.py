@@ -14,14 +14,11 @@ from craftai_wire.vocabulary import Feature
 
 
 def download(recipe: RecipeInfo) -> str:
-    """What setting the recipe up fetches, in MB: one figure where every route fetches the same
-    files, else each engine's (a route fetches its own files and those of every engine)."""
-    sizes = {
-        route.engine: sum(f.size for f in recipe.files if not f.engines or route.engine in f.engines)
-        for route in recipe.routes
-    }
+    """What setting the recipe up fetches, in MB: one figure where every route fetches as much,
+    else each engine's (the catalogue says each route's, `download_bytes`)."""
+    sizes = {route.engine: route.download_bytes for route in recipe.routes}
     if len(set(sizes.values())) <= 1:
-        return f"{sum(f.size for f in recipe.files) / 1e6:.1f} MB"
+        return f"{next(iter(sizes.values()), 0) / 1e6:.1f} MB"
     return ", ".join(f"{size / 1e6:.1f} MB ({engine})" for engine, size in sizes.items())
 
 

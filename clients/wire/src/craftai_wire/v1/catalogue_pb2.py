@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from craftai_wire.v1 import common_pb2 as craftai_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63raftai/v1/catalogue.proto\x12\ncraftai.v1\x1a\x17\x63raftai/v1/common.proto\"2\n\x0bWheelMember\x12\x13\n\x0brequirement\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\"Z\n\rArchiveMember\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchive_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x61rchive_sha256\x18\x03 \x01(\t\x12\x0e\n\x06member\x18\x04 \x01(\t\"\x85\x01\n\x06Source\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12/\n\x0cwheel_member\x18\x02 \x01(\x0b\x32\x17.craftai.v1.WheelMemberH\x00\x12\x33\n\x0e\x61rchive_member\x18\x03 \x01(\x0b\x32\x19.craftai.v1.ArchiveMemberH\x00\x42\x06\n\x04kind\"\xf5\x01\n\nPinnedFile\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12#\n\x07sources\x18\x05 \x03(\x0b\x32\x12.craftai.v1.Source\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x0f\n\x07\x65ngines\x18\x07 \x03(\t\x12\x36\n\x08settings\x18\x08 \x03(\x0b\x32$.craftai.v1.PinnedFile.SettingsEntry\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x05Route\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12\x19\n\x11needs_preparation\x18\x02 \x01(\x08\x12\x14\n\x0cquick_on_cpu\x18\x03 \x01(\x08\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\"\xd1\x01\n\x06Recipe\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x66\x65\x61ture\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07network\x18\x04 \x01(\t\x12\x0f\n\x07license\x18\x05 \x01(\t\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.craftai.v1.PinnedFile\x12!\n\x06routes\x18\x07 \x03(\x0b\x32\x11.craftai.v1.Route\x12\x11\n\tavailable\x18\x08 \x01(\x08\x12\x1a\n\x12unavailable_reason\x18\t \x01(\t\"x\n\x07\x46\x65\x61ture\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x16\n\x0e\x64\x65\x66\x61ult_recipe\x18\x04 \x01(\t\x12#\n\x07recipes\x18\x05 \x03(\x0b\x32\x12.craftai.v1.Recipe\"\x15\n\x13ListFeaturesRequest\"Y\n\x14ListFeaturesResponse\x12%\n\x08\x66\x65\x61tures\x18\x01 \x03(\x0b\x32\x13.craftai.v1.Feature\x12\x1a\n\x12\x63\x61talogue_revision\x18\x02 \x01(\t\"6\n\x0bMachineInfo\x12\x15\n\rgpu_available\x18\x01 \x01(\x08\x12\x10\n\x08gpu_name\x18\x02 \x01(\t\"d\n\x13ResolveRouteRequest\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12(\n\x07machine\x18\x02 \x01(\x0b\x32\x17.craftai.v1.MachineInfo\"\xc3\x01\n\x14ResolveRouteResponse\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12\"\n\x06recipe\x18\x02 \x01(\x0b\x32\x12.craftai.v1.Recipe\x12!\n\x06\x63hosen\x18\x03 \x01(\x0b\x32\x11.craftai.v1.Route\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12/\n\x0f\x63hecked_against\x18\x05 \x03(\x0b\x32\x16.craftai.v1.PinnedFile\"j\n\tFileState\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\x12\x10\n\x08verified\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xbc\x01\n\x0bRouteStatus\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.craftai.v1.RouteState\x12\x19\n\x11needs_preparation\x18\x03 \x01(\x08\x12\x10\n\x08revision\x18\x04 \x01(\t\x12$\n\x05\x66iles\x18\x05 \x03(\x0b\x32\x15.craftai.v1.FileState\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"8\n\x15GetRouteStatesRequest\x12\x0f\n\x07\x66\x65\x61ture\x18\x01 \x01(\t\x12\x0e\n\x06recipe\x18\x02 \x01(\t\"A\n\x16GetRouteStatesResponse\x12\'\n\x06routes\x18\x01 \x03(\x0b\x32\x17.craftai.v1.RouteStatus*\xac\x01\n\nRouteState\x12\x1b\n\x17ROUTE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17ROUTE_STATE_UNAVAILABLE\x10\x01\x12\x17\n\x13ROUTE_STATE_MISSING\x10\x02\x12\x1a\n\x16ROUTE_STATE_DOWNLOADED\x10\x03\x12\x18\n\x14ROUTE_STATE_PREPARED\x10\x04\x12\x15\n\x11ROUTE_STATE_READY\x10\x05\x32\x91\x02\n\x10\x43\x61talogueService\x12Q\n\x0cListFeatures\x12\x1f.craftai.v1.ListFeaturesRequest\x1a .craftai.v1.ListFeaturesResponse\x12Q\n\x0cResolveRoute\x12\x1f.craftai.v1.ResolveRouteRequest\x1a .craftai.v1.ResolveRouteResponse\x12W\n\x0eGetRouteStates\x12!.craftai.v1.GetRouteStatesRequest\x1a\".craftai.v1.GetRouteStatesResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1a\x63raftai/v1/catalogue.proto\x12\ncraftai.v1\x1a\x17\x63raftai/v1/common.proto\"2\n\x0bWheelMember\x12\x13\n\x0brequirement\x18\x01 \x01(\t\x12\x0e\n\x06member\x18\x02 \x01(\t\"Z\n\rArchiveMember\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x14\n\x0c\x61rchive_size\x18\x02 \x01(\x03\x12\x16\n\x0e\x61rchive_sha256\x18\x03 \x01(\t\x12\x0e\n\x06member\x18\x04 \x01(\t\"\x85\x01\n\x06Source\x12\r\n\x03url\x18\x01 \x01(\tH\x00\x12/\n\x0cwheel_member\x18\x02 \x01(\x0b\x32\x17.craftai.v1.WheelMemberH\x00\x12\x33\n\x0e\x61rchive_member\x18\x03 \x01(\x0b\x32\x19.craftai.v1.ArchiveMemberH\x00\x42\x06\n\x04kind\"\xf5\x01\n\nPinnedFile\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0c\n\x04size\x18\x03 \x01(\x03\x12\x0e\n\x06sha256\x18\x04 \x01(\t\x12#\n\x07sources\x18\x05 \x03(\x0b\x32\x12.craftai.v1.Source\x12\x0c\n\x04role\x18\x06 \x01(\t\x12\x0f\n\x07\x65ngines\x18\x07 \x03(\t\x12\x36\n\x08settings\x18\x08 \x03(\x0b\x32$.craftai.v1.PinnedFile.SettingsEntry\x1a/\n\rSettingsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x87\x01\n\x05Route\x12\x0e\n\x06\x65ngine\x18\x01 \x01(\t\x12\x19\n\x11needs_preparation\x18\x02 \x01(\x08\x12\x14\n\x0cquick_on_cpu\x18\x03 \x01(\x08\x12\x10\n\x08revision\x18\x04 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x05 \x01(\t\x12\x16\n\x0e\x64ownload_bytes\x18\x06 \x01(\x03\"\xd1\x01\n\x06Recipe\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x66\x65\x61ture\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x0f\n\x07network\x18\x04 \x01(\t\x12\x0f\n\x07license\x18\x05 \x01(\t\x12%\n\x05\x66iles\x18\x06 \x03(\x0b\x32\x16.craftai.v1.PinnedFile\x12!\n\x06routes\x18\x07 \x03(\x0b\x32\x11.craftai.v1.Route\x12\x11\n\tavailable\x18\x08 \x01(\x08\x12\x1a\n\x12unavailable_reason\x18\t \x01(\t\"x\n\x07\x46\x65\x61ture\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05title\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x16\n\x0e\x64\x65\x66\x61ult_recipe\x18\x04 \x01(\t\x12#\n\x07recipes\x18\x05 \x03(\x0b\x32\x12.craftai.v1.Recipe\"\x15\n\x13ListFeaturesRequest\"Y\n\x14ListFeaturesResponse\x12%\n\x08\x66\x65\x61tures\x18\x01 \x03(\x0b\x32\x13.craftai.v1.Feature\x12\x1a\n\x12\x63\x61talogue_revision\x18\x02 \x01(\t\"6\n\x0bMachineInfo\x12\x15\n\rgpu_available\x18\x01 \x01(\x08\x12\x10\n\x08gpu_name\x18\x02 \x01(\t\"d\n\x13ResolveRouteRequest\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12(\n\x07machine\x18\x02 \x01(\x0b\x32\x17.craftai.v1.MachineInfo\"\xc3\x01\n\x14ResolveRouteResponse\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12\"\n\x06recipe\x18\x02 \x01(\x0b\x32\x12.craftai.v1.Recipe\x12!\n\x06\x63hosen\x18\x03 \x01(\x0b\x32\x11.craftai.v1.Route\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12/\n\x0f\x63hecked_against\x18\x05 \x03(\x0b\x32\x16.craftai.v1.PinnedFile\"j\n\tFileState\x12\x0e\n\x06\x66older\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07present\x18\x03 \x01(\x08\x12\x10\n\x08verified\x18\x04 \x01(\x08\x12\x0c\n\x04size\x18\x05 \x01(\x03\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xbc\x01\n\x0bRouteStatus\x12#\n\x05route\x18\x01 \x01(\x0b\x32\x14.craftai.v1.RouteRef\x12%\n\x05state\x18\x02 \x01(\x0e\x32\x16.craftai.v1.RouteState\x12\x19\n\x11needs_preparation\x18\x03 \x01(\x08\x12\x10\n\x08revision\x18\x04 \x01(\t\x12$\n\x05\x66iles\x18\x05 \x03(\x0b\x32\x15.craftai.v1.FileState\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"8\n\x15GetRouteStatesRequest\x12\x0f\n\x07\x66\x65\x61ture\x18\x01 \x01(\t\x12\x0e\n\x06recipe\x18\x02 \x01(\t\"A\n\x16GetRouteStatesResponse\x12\'\n\x06routes\x18\x01 \x03(\x0b\x32\x17.craftai.v1.RouteStatus*\xac\x01\n\nRouteState\x12\x1b\n\x17ROUTE_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17ROUTE_STATE_UNAVAILABLE\x10\x01\x12\x17\n\x13ROUTE_STATE_MISSING\x10\x02\x12\x1a\n\x16ROUTE_STATE_DOWNLOADED\x10\x03\x12\x18\n\x14ROUTE_STATE_PREPARED\x10\x04\x12\x15\n\x11ROUTE_STATE_READY\x10\x05\x32\x91\x02\n\x10\x43\x61talogueService\x12Q\n\x0cListFeatures\x12\x1f.craftai.v1.ListFeaturesRequest\x1a .craftai.v1.ListFeaturesResponse\x12Q\n\x0cResolveRoute\x12\x1f.craftai.v1.ResolveRouteRequest\x1a .craftai.v1.ResolveRouteResponse\x12W\n\x0eGetRouteStates\x12!.craftai.v1.GetRouteStatesRequest\x1a\".craftai.v1.GetRouteStatesResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,8 +34,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PINNEDFILE_SETTINGSENTRY']._loaded_options = None
   _globals['_PINNEDFILE_SETTINGSENTRY']._serialized_options = b'8\001'
-  _globals['_ROUTESTATE']._serialized_start=1937
-  _globals['_ROUTESTATE']._serialized_end=2109
+  _globals['_ROUTESTATE']._serialized_start=1962
+  _globals['_ROUTESTATE']._serialized_end=2134
   _globals['_WHEELMEMBER']._serialized_start=67
   _globals['_WHEELMEMBER']._serialized_end=117
   _globals['_ARCHIVEMEMBER']._serialized_start=119
@@ -46,30 +46,30 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PINNEDFILE']._serialized_end=593
   _globals['_PINNEDFILE_SETTINGSENTRY']._serialized_start=546
   _globals['_PINNEDFILE_SETTINGSENTRY']._serialized_end=593
-  _globals['_ROUTE']._serialized_start=595
-  _globals['_ROUTE']._serialized_end=706
-  _globals['_RECIPE']._serialized_start=709
-  _globals['_RECIPE']._serialized_end=918
-  _globals['_FEATURE']._serialized_start=920
-  _globals['_FEATURE']._serialized_end=1040
-  _globals['_LISTFEATURESREQUEST']._serialized_start=1042
-  _globals['_LISTFEATURESREQUEST']._serialized_end=1063
-  _globals['_LISTFEATURESRESPONSE']._serialized_start=1065
-  _globals['_LISTFEATURESRESPONSE']._serialized_end=1154
-  _globals['_MACHINEINFO']._serialized_start=1156
-  _globals['_MACHINEINFO']._serialized_end=1210
-  _globals['_RESOLVEROUTEREQUEST']._serialized_start=1212
-  _globals['_RESOLVEROUTEREQUEST']._serialized_end=1312
-  _globals['_RESOLVEROUTERESPONSE']._serialized_start=1315
-  _globals['_RESOLVEROUTERESPONSE']._serialized_end=1510
-  _globals['_FILESTATE']._serialized_start=1512
-  _globals['_FILESTATE']._serialized_end=1618
-  _globals['_ROUTESTATUS']._serialized_start=1621
-  _globals['_ROUTESTATUS']._serialized_end=1809
-  _globals['_GETROUTESTATESREQUEST']._serialized_start=1811
-  _globals['_GETROUTESTATESREQUEST']._serialized_end=1867
-  _globals['_GETROUTESTATESRESPONSE']._serialized_start=1869
-  _globals['_GETROUTESTATESRESPONSE']._serialized_end=1934
-  _globals['_CATALOGUESERVICE']._serialized_start=2112
-  _globals['_CATALOGUESERVICE']._serialized_end=2385
+  _globals['_ROUTE']._serialized_start=596
+  _globals['_ROUTE']._serialized_end=731
+  _globals['_RECIPE']._serialized_start=734
+  _globals['_RECIPE']._serialized_end=943
+  _globals['_FEATURE']._serialized_start=945
+  _globals['_FEATURE']._serialized_end=1065
+  _globals['_LISTFEATURESREQUEST']._serialized_start=1067
+  _globals['_LISTFEATURESREQUEST']._serialized_end=1088
+  _globals['_LISTFEATURESRESPONSE']._serialized_start=1090
+  _globals['_LISTFEATURESRESPONSE']._serialized_end=1179
+  _globals['_MACHINEINFO']._serialized_start=1181
+  _globals['_MACHINEINFO']._serialized_end=1235
+  _globals['_RESOLVEROUTEREQUEST']._serialized_start=1237
+  _globals['_RESOLVEROUTEREQUEST']._serialized_end=1337
+  _globals['_RESOLVEROUTERESPONSE']._serialized_start=1340
+  _globals['_RESOLVEROUTERESPONSE']._serialized_end=1535
+  _globals['_FILESTATE']._serialized_start=1537
+  _globals['_FILESTATE']._serialized_end=1643
+  _globals['_ROUTESTATUS']._serialized_start=1646
+  _globals['_ROUTESTATUS']._serialized_end=1834
+  _globals['_GETROUTESTATESREQUEST']._serialized_start=1836
+  _globals['_GETROUTESTATESREQUEST']._serialized_end=1892
+  _globals['_GETROUTESTATESRESPONSE']._serialized_start=1894
+  _globals['_GETROUTESTATESRESPONSE']._serialized_end=1959
+  _globals['_CATALOGUESERVICE']._serialized_start=2137
+  _globals['_CATALOGUESERVICE']._serialized_end=2410
 # @@protoc_insertion_point(module_scope)

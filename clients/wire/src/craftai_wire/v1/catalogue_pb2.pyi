@@ -236,6 +236,7 @@ class Route(_message.Message):
     QUICK_ON_CPU_FIELD_NUMBER: _builtins.int
     REVISION_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    DOWNLOAD_BYTES_FIELD_NUMBER: _builtins.int
     engine: _builtins.str
     """"onnxruntime", "torch" or "openvino" """
     needs_preparation: _builtins.bool
@@ -245,6 +246,10 @@ class Route(_message.Message):
     revision: _builtins.str
     """the prepared-cache revision (empty when no preparation)"""
     description: _builtins.str
+    download_bytes: _builtins.int
+    """The bytes that setting this route up fetches: the recipe's files its engine uses (those whose
+    PinnedFile.engines is empty or names it), the same files as the route's resolved recipe.
+    """
     def __init__(
         self,
         *,
@@ -253,10 +258,11 @@ class Route(_message.Message):
         quick_on_cpu: _builtins.bool = ...,
         revision: _builtins.str = ...,
         description: _builtins.str = ...,
+        download_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "engine", b"engine", "needs_preparation", b"needs_preparation", "quick_on_cpu", b"quick_on_cpu", "revision", b"revision"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "download_bytes", b"download_bytes", "engine", b"engine", "needs_preparation", b"needs_preparation", "quick_on_cpu", b"quick_on_cpu", "revision", b"revision"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -194,13 +194,13 @@ function recipeOf(feature, name) {
   return found && (found.recipes || []).find((r) => r.name === name);
 }
 
-// What the chosen recipe is, what its chosen engine's route downloads (a file naming no engines is
-// every route's) and its licence (the catalogue's words).
+// What the chosen recipe is, what its chosen engine's route downloads (the catalogue's
+// Route.download_bytes; an int64, so a string in the proto's JSON) and its licence (the catalogue's words).
 function modelLine(recipe, engine) {
   const line = document.createElement("p");
   line.className = "hint model";
-  const fetched = (recipe.files || []).filter((f) => !(f.engines || []).length || f.engines.includes(engine));
-  const size = fetched.reduce((total, f) => total + Number(f.size || 0), 0);
+  const route = (recipe.routes || []).find((r) => r.engine === engine);
+  const size = Number((route && route.download_bytes) || 0);
   const licence = recipe.available === false ? `not offered: ${recipe.unavailable_reason}` : `licence: ${recipe.license}`;
   const runs = ((state.status && state.status.runtime.measured) || []).filter((m) => m.route.recipe === recipe.name);
   const here = runs.map((m) => `${Math.round(m.network_ms)} ms a picture here (${m.route.engine} on ${m.device})`);
