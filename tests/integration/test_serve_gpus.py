@@ -151,23 +151,18 @@ def test_all_without_a_gpu_is_one_replica_on_the_cpu_and_a_gpu_named_twice_is_re
     with servers.running(serving):
         assert _runtime(f"127.0.0.1:{port}") and not servers.replica_processes(serving.popen.pid)
         assert "no GPU found; one infer replica, on the CPU" in serving.logs()
-    refused = subprocess.run(
-        [str(servers.BIN / "craftai"), "serve", "--gpus", "0,0", "--port", str(port)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    twice = _refused("--gpus", "0,0", "--port", str(port))
+    assert "names GPU 0 twice: name each GPU once" in twice and "--replicas-per-gpu N" in twice
+    assert "--replicas-per-gpu needs --gpus" in _refused("--replicas-per-gpu", "2", "--port", str(port))
+
+
+def _refused(*arguments: str) -> str:
+    """`craftai serve ARGUMENTS`, which must refuse to start: what it said."""
+    done = subprocess.run(
+        [str(servers.BIN / "craftai"), "serve", *arguments], capture_output=True, text=True, timeout=120, check=False
     )
-    assert refused.returncode != 0 and "names GPU 0 twice: name each GPU once" in refused.stderr
-    assert "--replicas-per-gpu N" in refused.stderr
-    alone = subprocess.run(
-        [str(servers.BIN / "craftai"), "serve", "--replicas-per-gpu", "2", "--port", str(port)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert alone.returncode != 0 and "--replicas-per-gpu needs --gpus" in alone.stderr
+    assert done.returncode != 0, done.stdout
+    return done.stderr
 
 
 def test_several_replicas_share_one_gpu(tmp_path: Path) -> None:
