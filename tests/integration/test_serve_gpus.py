@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from craftai import AiClient, CraftAiError, Retries
+from craftai_common.limits import memory_limit
 from craftai_dev import servers
 from craftai_wire import local_tls
 
@@ -175,6 +176,9 @@ def test_several_replicas_share_one_gpu(tmp_path: Path) -> None:
     with servers.running(serving):
         _until(lambda: _runtime(second) == f"{REPLICA}-gpu0-2", "the GPU's second replica serves on P+1")
         (child,) = servers.replica_processes(serving.popen.pid)
-        assert servers.environment_of(child)["CUDA_VISIBLE_DEVICES"] == "0"
+        seen = servers.environment_of(child)
+        assert seen["CUDA_VISIBLE_DEVICES"] == "0"
+        # both draw on this host's memory: each sizes its budgets from half of it
+        assert seen["CRAFTAI_MEMORY_LIMIT_BYTES"] == str(memory_limit()[0] // 2)
         with AiClient("tests", target=first, infer=f"ipv4:{first},{second}", retries=Retries(attempts=0)) as ai:
             assert _replicas_answering(lambda: ai.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu0-2"}

@@ -57,3 +57,10 @@ def test_each_replica_has_its_gpu_its_name_and_its_ports() -> None:
     assert gpu_replicas.ports_of(1, {"CRAFTAI_PORT": "0"}) == {"CRAFTAI_PORT": "0"}  # a free one each
     # one target for clients: every replica's address (a server on every interface: reached on loopback)
     assert gpu_replicas.target("0.0.0.0", 50051, replicas) == "ipv4:127.0.0.1:50051,127.0.0.1:50052,127.0.0.1:50053"
+
+
+def test_each_replica_sizes_its_budgets_from_its_share_of_the_host() -> None:
+    from craftai_common.limits import memory_limit
+
+    assert gpu_replicas.memory_share(3 << 30, 4) == 3 << 30  # set: each replica's own
+    assert gpu_replicas.memory_share(0, 4) == memory_limit()[0] // 4

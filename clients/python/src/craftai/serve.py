@@ -77,7 +77,9 @@ def run(
     if replicas:
         fixed = infer_settings.port != 0  # else each replica takes a free port: no target known at start
         everyone = gpu_replicas.target(infer_settings.host, infer_settings.port, replicas) if fixed else ""
-        infer_settings = infer_settings.model_copy(update={"replica": replicas[0].name, "replicas_target": everyone})
+        share = gpu_replicas.memory_share(infer_settings.memory_limit_bytes, len(replicas))
+        update = {"replica": replicas[0].name, "replicas_target": everyone, "memory_limit_bytes": share}
+        infer_settings = infer_settings.model_copy(update=update)
     configure_logging(infer_settings, "serve")
     if gpu_ids is not None and not gpu_ids:
         log.info("--gpus %s: no GPU found; one infer replica, on the CPU", gpus)
@@ -93,6 +95,7 @@ def run(
         "CRAFTAI_PORT": str(infer_settings.port),
         "CRAFTAI_STORE": str(infer_settings.store),
         "CRAFTAI_REPLICAS_TARGET": infer_settings.replicas_target,
+        "CRAFTAI_MEMORY_LIMIT_BYTES": str(infer_settings.memory_limit_bytes),
         "CRAFTAI_LOG_FORMAT": infer_settings.log_format,
     }
 
