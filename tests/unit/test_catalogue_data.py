@@ -131,6 +131,7 @@ def test_birefnet_hrs_torch_route_reads_the_swin_l_checkpoint_at_2048_channel_ma
     [
         ("birefnet-general", 444_473_596, "9ab37426", {}, "BiRefNet-general-epoch_244.onnx"),
         ("birefnet-portrait", 884_878_856, "4a4eb3a5", {"floats": "float32"}, "BiRefNet-portrait-epoch_150.onnx"),
+        ("birefnet-cod", 884_878_856, "6c321deb", {"floats": "float32"}, "BiRefNet-COD-epoch_125.onnx"),
     ],
 )
 def test_rembgs_swin_l_recipes_on_torch_read_the_authors_checkpoint_proven_against_rembgs_graph(

@@ -1,4 +1,4 @@
-"""rembg's Swin-L BiRefNet recipes for image.matte on torch (birefnet-general, birefnet-portrait): the
+"""rembg's Swin-L BiRefNet recipes for image.matte on torch (birefnet-general, birefnet-portrait, birefnet-cod): the
 network written in this project (craftai_models.birefnet) from the prepared folder of the author's
 published safetensors file (its configuration, floats and patch order recorded, proven against the
 recipe's ONNX where that was on disk: craftai_prepare's birefnet converter), with rembg's steps for

@@ -42,6 +42,7 @@ ROUTES: dict[tuple[str, str], str] = {
     ("birefnet-dis", "onnxruntime"): "birefnet_rembg_onnx.BirefnetRembgOnnx",
     ("birefnet-hrsod", "onnxruntime"): "birefnet_rembg_onnx.BirefnetRembgOnnx",
     ("birefnet-cod", "onnxruntime"): "birefnet_rembg_onnx.BirefnetRembgOnnx",
+    ("birefnet-cod", "torch"): "birefnet_rembg_torch.BirefnetRembgTorch",
     ("birefnet-massive", "onnxruntime"): "birefnet_rembg_onnx.BirefnetRembgOnnx",
     ("bria-rmbg", "onnxruntime"): "birefnet_rembg_onnx.BriaRembgOnnx",
     ("inspyrenet-swinb", "torch"): "inspyrenet_torch.InspyrenetTorch",
