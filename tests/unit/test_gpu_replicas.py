@@ -60,7 +60,5 @@ def test_each_replica_has_its_gpu_its_name_and_its_ports() -> None:
 
 
 def test_each_replica_sizes_its_budgets_from_its_share_of_the_host() -> None:
-    from craftai_common.limits import memory_limit
-
-    assert gpu_replicas.memory_share(3 << 30, 4) == 3 << 30  # set: each replica's own
-    assert gpu_replicas.memory_share(0, 4) == memory_limit()[0] // 4
+    assert gpu_replicas.memory_share(3 << 30, 4, 64 << 30) == 3 << 30  # set: each replica's own
+    assert gpu_replicas.memory_share(0, 4, 64 << 30) == 16 << 30

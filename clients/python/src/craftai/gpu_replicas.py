@@ -117,15 +117,11 @@ def plan(gpu_ids: list[str], base_name: str = "", per_gpu: int = 1) -> list[Repl
     return [Replica(gpu, name, rank) for rank, (gpu, name) in enumerate(names)]
 
 
-def memory_share(configured: int, replicas: int) -> int:
+def memory_share(configured: int, replicas: int, host: int) -> int:
     """Each replica's CRAFTAI_MEMORY_LIMIT_BYTES: the one set (each replica's own), else an equal
-    share of what this host lets its processes use (the cgroup's limit, else the machine's memory),
-    since every replica sizes its budgets from that figure and they all draw on the same memory."""
-    if configured:
-        return configured
-    from craftai_common.limits import memory_limit
-
-    return memory_limit()[0] // replicas
+    share of `host`, what this host lets its processes use (the cgroup's limit, else the machine's
+    memory), since every replica sizes its budgets from that figure and they all draw on it."""
+    return configured or host // replicas
 
 
 def ports_of(rank: int, env: Mapping[str, str]) -> dict[str, str]:

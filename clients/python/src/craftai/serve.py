@@ -63,6 +63,7 @@ def run(
     try:
         from craftai_catalogue import service as catalogue
         from craftai_catalogue.settings import CatalogueSettings
+        from craftai_common.limits import memory_limit
         from craftai_common.server import configure_logging, exit_process, serve
         from craftai_infer import service as infer
         from craftai_infer.settings import InferSettings
@@ -77,7 +78,7 @@ def run(
     if replicas:
         fixed = infer_settings.port != 0  # else each replica takes a free port: no target known at start
         everyone = gpu_replicas.target(infer_settings.host, infer_settings.port, replicas) if fixed else ""
-        share = gpu_replicas.memory_share(infer_settings.memory_limit_bytes, len(replicas))
+        share = gpu_replicas.memory_share(infer_settings.memory_limit_bytes, len(replicas), memory_limit()[0])
         update = {"replica": replicas[0].name, "replicas_target": everyone, "memory_limit_bytes": share}
         infer_settings = infer_settings.model_copy(update=update)
     configure_logging(infer_settings, "serve")
