@@ -143,8 +143,10 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
             await asyncio.sleep(0.02)
         sock.listen(LISTEN_QUEUE)
         url = url_of(sock)
-        if settings.ready_file is not None:
-            settings.ready_file.write_text(url)
+        if settings.ready_file is not None:  # whole or not at all: whoever waits for it never reads it half written
+            partial = settings.ready_file.with_name(settings.ready_file.name + ".partial")
+            partial.write_text(url)
+            partial.replace(settings.ready_file)
         written = announce(url, settings.host)
         yield url
     finally:
