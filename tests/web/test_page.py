@@ -387,6 +387,9 @@ def test_a_new_background_is_made_in_the_page_without_running_the_model(
 ) -> None:
     """After a run, a new colour, picture or blur is laid under the cutout by the page: no request
     is sent; where the cutout is clear the new background shows, where it is opaque the cutout."""
+    # the page is the module's: an earlier test's background picture would still be chosen, and
+    # choosing "picture" below would compose it, racing with the yellow one this test chooses
+    page.set_input_files("#bg-file", [])
     _choose(page, photo)
     page.select_option("#background", "color")
     page.fill("#bg-color", "#2a6df4")
@@ -414,7 +417,8 @@ def test_a_new_background_is_made_in_the_page_without_running_the_model(
     composed = _composed(page)
     page.set_input_files("#bg-file", str(_solid_png(tmp_path / "yellow.png", (250, 210, 20))))
     _wait_composed(page, composed + 1)
-    assert (_pixels(page, "composite")[clear][:, :3] == (250, 210, 20)).all()
+    shown = _pixels(page, "composite")[clear][:, :3]
+    assert (shown == (250, 210, 20)).all(), f"the clear pixels show {np.unique(shown, axis=0)[:4]}, not the yellow"
     composed = _composed(page)
     page.select_option("#background", "blur")
     _wait_composed(page, composed + 1)
