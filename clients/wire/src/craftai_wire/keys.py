@@ -27,6 +27,8 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
+from craftai_wire.files import replace_text
+
 KEY_PREFIX = "craftai_"
 MAX_KEY_LENGTH = 256
 WILDCARD = "*"
@@ -133,16 +135,7 @@ def add_key_line(path: Path, line: str) -> None:
         if old and not old.endswith("\n"):
             old += "\n"
         text = old + line.rstrip("\n") + "\n"
-        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        try:
-            with os.fdopen(descriptor, "w") as out:
-                out.write(text)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(temporary, path)
-        finally:
-            temporary.unlink(missing_ok=True)
+        replace_text(path, text, mode=mode)
 
 
 def write_private(path: Path, text: str) -> bool:

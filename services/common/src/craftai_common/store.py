@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from craftai_common.hashing import sha256_file
+from craftai_wire.files import replace_text
 
 
 @dataclass(frozen=True)
@@ -176,16 +177,7 @@ def mismatch_message(pin: FilePin, size: int, sha256: str | None) -> str:
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a small file so that readers see the old or the new content, never a part."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_text(path, text)
 
 
 def fsync_dir(path: Path) -> None:

@@ -10,12 +10,11 @@ removed when the gateway stops.
 from __future__ import annotations
 
 import contextlib
-import os
-import secrets
 import sys
 from pathlib import Path
 from urllib.parse import quote
 
+from craftai_wire.files import replace_text
 from craftai_wire.keys import config_dir, is_loopback, local_key_file, read_key_file
 
 
@@ -26,14 +25,7 @@ def link_file() -> Path:
 def write_private(path: Path, text: str) -> None:
     """`path` replaced by `text`, created 0600 (in a 0700 folder) before a byte is written."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(descriptor, "w") as out:
-            out.write(text)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    replace_text(path, text, mode=0o600)
 
 
 def announce(url: str, host: str) -> str | None:

@@ -27,6 +27,7 @@ from craftai.web.calls import InFlight
 from craftai.web.connections import HeadRules, protocol
 from craftai.web.link import announce, forget
 from craftai.web.settings import WebSettings
+from craftai_wire.files import replace_text
 
 log = logging.getLogger("craftai.web")
 # asyncio accepts up to `backlog` waiting connections each time the listening socket is ready, and a
@@ -144,9 +145,7 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
         sock.listen(LISTEN_QUEUE)
         url = url_of(sock)
         if settings.ready_file is not None:  # whole or not at all: whoever waits for it never reads it half written
-            partial = settings.ready_file.with_name(settings.ready_file.name + ".partial")
-            partial.write_text(url)
-            partial.replace(settings.ready_file)
+            replace_text(settings.ready_file, url, mode=0o644)
         written = announce(url, settings.host)
         yield url
     finally:
