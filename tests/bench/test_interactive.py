@@ -1,6 +1,7 @@
 """The interactive-beside-bulk bench, tiny (tools/bench/interactive.py; the full runs are in
 docs/PERFORMANCE.md): it starts its server, measures both phases and the memory, and writes its
-JSON. No timed assertion: every interactive call is answered and the bulk clients get work done."""
+JSON. No timed assertion: every interactive call is answered, the bulk clients get work done, and
+each app reaches the replica it was given."""
 
 from __future__ import annotations
 
@@ -16,12 +17,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -> None:
+    """With two infer replicas standing in for two GPU processes (`--gpus 0,1` on the CPU), the
+    editor on the first and the other apps on the second (`--apart`), as the GPU figures are made."""
     out = tmp_path / "interactive.json"
     arguments = ["--rounds", "2", "--encoders", "1", "--everything", "1", "--points-per-side", "4", "--large", "1"]
-    assert (
-        interactive.main([*arguments, "--large-side", "400", "--ramp", "0.5", "--settle", "0.5", "--json", str(out)])
-        == 0
-    )
+    arguments += ["--gpus", "0,1", "--apart", "--large-side", "400", "--ramp", "0.5", "--settle", "0.5"]
+    assert interactive.main([*arguments, "--json", str(out)]) == 0
     result = json.loads(out.read_text())
     for phase in ("alone_ms", "loaded_ms"):
         assert {call: stats["n"] for call, stats in result[phase].items()} == {"click": 2.0, "matte": 2.0}
@@ -37,6 +38,10 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
     assert decodes["count"] >= 2 * 2 + 3 and decodes["mean_ms"] > 0 and decodes["under_ms"]["5000.0"] == 1.0
     assert any(key.endswith(" encode bulk") for key in calls), sorted(calls)
     assert any(" queue wait interactive " in key for key in calls), sorted(calls)
+    # apart: the editor's calls reached the first replica only, the other apps' ('*') the second only
+    first, second = result["model_calls"]["apps_by_replica"]
+    assert "editor" in first and "*" not in first, first
+    assert "*" in second and "editor" not in second, second
 
 
 def test_the_bulk_threads_are_dealt_to_the_apps_in_turn() -> None:

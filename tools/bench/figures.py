@@ -370,6 +370,43 @@ def shared_fairly(runs: Runs) -> list[str]:
     ]
 
 
+def shared_fairly_gpu(runs: Runs) -> list[str]:
+    """The GPU's runs side by side, one per way of serving (a run's name says which), all of the
+    same lease: the click has a target there, the small matte none."""
+    rows, beside = [], []
+    for name, r in runs.items():
+        for call, words in (("click", "a click (Segment)"), ("matte", "a small matte and cutout (451x300)")):
+            alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
+            ratio = f"{r['p99_loaded_over_alone'][call]:.2f}x"
+            rows.append(
+                [
+                    name,
+                    words,
+                    *(f"{v:,.1f}" for v in (alone["p50"], alone["p99"], loaded["p50"], loaded["p99"])),
+                    f"**{ratio}**" if call == "click" else ratio,
+                    "<= 3x" if call == "click" else "-",
+                ]
+            )
+        seconds = r["loaded_seconds"]
+        rates = ", ".join(f"{count / seconds:.1f} {what}/s" for what, count in sorted(r["bulk_done"].items()))
+        m = r["memory_mib"]
+        beside.append(
+            f"{name}: the bulk apps got done {rates} over the {seconds:.0f} s loaded (refused: "
+            f"{sum(r['bulk_refused'].values())}); the first process's resident memory {m['warm']:,.0f} MiB warm, "
+            f"{m['peak']:,.0f} MiB at its peak, {(r['memory_after_over_warm'] - 1) * 100:+.1f}% "
+            f"{m['settle']:.0f} s after."
+        )
+    a = next(iter(runs.values()))["arguments"]
+    header = ["served as", "interactive call", "alone p50 ms", "alone p99 ms", "loaded p50 ms", "loaded p99 ms"]
+    return [
+        *_table([*header, "p99 loaded / alone", "target"], rows),
+        "",
+        f"Beside: {a['encoders']} threads of other apps opening sessions and {a['everything']} running segment "
+        f"everything ({a['points_per_side']}² points), each app a process of its own, {a['rounds']} calls of each "
+        "kind alone and loaded. " + " ".join(beside),
+    ]
+
+
 def replicas(runs: Runs) -> list[str]:
     r = runs["run"]
     rows = []
@@ -402,7 +439,7 @@ RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "load": load,
     "replicas": replicas,
     "shared_fairly": shared_fairly,
-    "shared_fairly_gpu": shared_fairly,
+    "shared_fairly_gpu": shared_fairly_gpu,
     "rembg_recipes": rembg_recipes,
 }
 

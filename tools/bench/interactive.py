@@ -185,19 +185,25 @@ def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
 
 @dataclass(frozen=True)
 class Target:
-    """Where the apps call: the server's address, and its infer replicas' one target where it
-    runs several (`--gpus`: gRPC's address list; None: infer at the address)."""
+    """Where the apps call: the server's address, and its infer replicas' addresses where it runs
+    several (`--gpus`; none: infer at the address). `apart`: the editor reaches the first replica
+    alone and the other apps the rest, as an operator would point interactive and bulk apps at
+    different replicas' ports; otherwise every app reaches all of them (gRPC's round robin)."""
 
     address: str
-    infer: str | None = None
-    replicas: int = 1
+    replicas: tuple[str, ...] = ()
+    apart: bool = False
 
-    def client(self, app_id: str, **options: Any) -> AiClient:
-        """A client whose channel reaches every replica before it returns: gRPC's round robin deals
-        only over the connections ready, so a new client's first calls would all go to one."""
-        ai = AiClient(app_id, target=self.address, infer=self.infer, **options)
-        if self.replicas > 1:
-            _every_replica_serves(ai, self.replicas)
+    def client(self, app_id: str, *, interactive: bool = False, **options: Any) -> AiClient:
+        """A client whose channel reaches each of its replicas before it returns: gRPC's round robin
+        deals only over the connections ready, so a new client's first calls would all go to one."""
+        reached = self.replicas
+        if self.apart:
+            reached = self.replicas[:1] if interactive else self.replicas[1:]
+        infer = "ipv4:" + ",".join(reached) if reached else None
+        ai = AiClient(app_id, target=self.address, infer=infer, **options)
+        if len(reached) > 1:
+            _every_replica_serves(ai, len(reached))
         return ai
 
 
@@ -337,7 +343,21 @@ def model_calls(metrics_urls: list[str]) -> dict[str, Any]:
         count = entry["count"] or 1.0
         entry["mean_ms"] = entry.pop("sum_ms") / count
         entry["under_ms"] = {bound: round(n / count, 4) for bound, n in entry["under_ms"].items()}
-    return {"calls": calls}
+    return {"calls": calls, "apps_by_replica": [_apps_served(text) for text in texts]}
+
+
+def _apps_served(text: str) -> list[str]:
+    """The tenants whose jobs a replica queued (its queue waits' `app` labels with a count): which
+    apps reached it (with --apart, the editor's replica and the others' are told apart)."""
+    return sorted(
+        {
+            sample.labels["app"]
+            for family in text_string_to_metric_families(text)
+            if family.name == "craftai_infer_queue_wait_seconds"
+            for sample in family.samples
+            if sample.name.endswith("_count") and sample.value > 0
+        }
+    )
 
 
 @contextlib.contextmanager
@@ -362,14 +382,16 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Target, i
         "CRAFTAI_MAX_WILDCARD_REQUESTS": str(max(32, 2 * bulk)),
         "CRAFTAI_METRICS_PORT": str(metrics),
     }
-    infer = None
+    addresses: tuple[str, ...] = ()
     if args.gpus:
         port = free_ports_in_a_row(replicas)
         env["CRAFTAI_PORT"] = str(port)
-        infer = "ipv4:" + ",".join(f"127.0.0.1:{port + rank}" for rank in range(replicas))
+        addresses = tuple(f"127.0.0.1:{port + rank}" for rank in range(replicas))
+    if args.apart and replicas < 2:
+        raise SystemExit("--apart needs two infer replicas or more (--gpus, --replicas-per-gpu)")
     arguments = ("--gpus", args.gpus, "--replicas-per-gpu", str(args.replicas_per_gpu)) if args.gpus else ()
     with serve_fixture(workdir, env, arguments) as served:
-        target = Target(served.address, infer, replicas)
+        target = Target(served.address, addresses, apart=args.apart)
         with target.client("load-setup") as ai:
             if args.engine:  # the default engines are set up; this one too
                 list(ai.setup("image.segment", SAM, args.engine))
@@ -397,7 +419,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     with harness.scratch("craftai-interactive-") as workdir, _server(args, workdir) as (target, pid, key, metrics):
         no_retry = Retries(attempts=0)
         certificate = local_tls.certificate_file() if not args.address else None
-        editor = target.client("editor", app_key=key, root_certificates=certificate, retries=no_retry)
+        editor = target.client("editor", interactive=True, app_key=key, root_certificates=certificate, retries=no_retry)
         setup = target.client("bulk-setup", retries=no_retry)
         try:
             engine = args.engine or None
@@ -509,6 +531,11 @@ def main(argv: list[str] | None = None) -> int:
         "--gpus", default="", help="the started server's `craftai serve --gpus` (default: one infer in its process)"
     )
     parser.add_argument("--replicas-per-gpu", type=int, default=1, help="with --gpus: `craftai serve`'s")
+    parser.add_argument(
+        "--apart",
+        action="store_true",
+        help="with two replicas or more: the editor on the first alone, the other apps on the rest",
+    )
     parser.add_argument(
         "--engine", default="", help="both routes' engine, set up too (default: the catalogue's; on a GPU: torch)"
     )
