@@ -57,7 +57,7 @@ def run(
         replicas = gpu_replicas.plan(gpu_ids, per_gpu=per_gpu) if gpu_ids else []
     except gpu_replicas.GpusError as exc:
         raise SystemExit(f"craftai serve: {exc}") from exc
-    replicas = replicas if len(replicas) > 1 else []
+    replicas = replicas if len(replicas) > 1 else []  # one replica is this process alone: none beside it
     if gpu_ids:  # this process's GPU, set before anything reads it
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu_ids[0]
     try:
