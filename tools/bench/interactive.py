@@ -23,8 +23,12 @@ server's resident memory after the warm-up, at its peak and `--settle` seconds a
 Without --address it starts `craftai serve` on a temporary store with the SAM 2.1 random-weight
 fixture (the published architecture: the same work per picture) and the real u2netp
 (tools/bench/load.py `serve_fixture`); with --gpus, `craftai serve --gpus` (one infer replica a GPU
-named, each a process of its own; every app reaches them through one target, and the model calls
-are added up over the replicas' metrics).
+named, each a process of its own; every app reaches them through one target, or with --apart the
+editor the first replica alone and the other apps the rest, as docs/DEPLOY.md serves interactive and
+bulk apps on one GPU; the model calls are added up over the replicas' metrics).
+
+    .venv/bin/python -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
+        --gpus 0 --replicas-per-gpu 2 --apart                  # two processes on GPU 0, the editor's apart
 """
 
 from __future__ import annotations
