@@ -182,3 +182,6 @@ def test_several_replicas_share_one_gpu(tmp_path: Path) -> None:
         assert seen["CRAFTAI_MEMORY_LIMIT_BYTES"] == str(memory_limit()[0] // 2)
         with AiClient("tests", target=first, infer=f"ipv4:{first},{second}", retries=Retries(attempts=0)) as ai:
             assert _replicas_answering(lambda: ai.runtime().replica) == {f"{REPLICA}-gpu0", f"{REPLICA}-gpu0-2"}
+        # the log says how to keep interactive apps apart from bulk ones on the shared GPU
+        said = f"point the interactive apps at {first} alone and the bulk apps at ipv4:{second}"
+        assert said in serving.logs(), serving.logs()

@@ -113,6 +113,13 @@ def run(
                     ", ".join(f"{r.name}: GPU {r.gpu}" for r in replicas),
                     ",".join(addresses),
                 )
+                if per_gpu > 1:  # where one process's Python would hold clicks behind bulk callers
+                    log.info(
+                        "for clicks that stay interactive beside bulk work, point the interactive apps at %s "
+                        "alone and the bulk apps at ipv4:%s (docs/DEPLOY.md, Interactive and bulk apps on one GPU)",
+                        addresses[0],
+                        ",".join(addresses[1:]),
+                    )
             if web is not None:
                 update = {"target": web.target or address}
                 if len(addresses) > 1 and web.infer is None:  # its calls spread over every replica, as an app's do
