@@ -36,8 +36,8 @@ from craftai_common.auth import KeyRing, KeysFileError
 from craftai_common.interceptors import Gateway, Limits
 from craftai_common.peers import server_credentials
 from craftai_common.settings import ServerSettings
-from craftai_common.store import atomic_write_text
 from craftai_wire.channels import server_options
+from craftai_wire.files import replace_text
 
 log = logging.getLogger("craftai.server")
 
@@ -155,7 +155,7 @@ class Server:
         auth = f"app keys from {self.keys.file or 'the environment'}" if self.keys.enabled else "NO app keys (off)"
         log.info("serving %s on %s (%s, %s)", ", ".join(m.name for m in self.mounts), self.address, tls, auth)
         if self.settings.ready_file is not None:
-            atomic_write_text(self.settings.ready_file, self.address)
+            replace_text(self.settings.ready_file, self.address)
         return self.address
 
     async def _start_probe(self, port: int) -> None:

@@ -123,7 +123,7 @@ class Store:
         record = VerifiedRecord(pin.size, pin.sha256, path.stat().st_mtime_ns, time.time())
         target = self.record_path(pin)
         target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(target, json.dumps(asdict(record)))
+        replace_text(target, json.dumps(asdict(record)))
 
     def read_record(self, pin: FilePin) -> VerifiedRecord | None:
         try:
@@ -173,11 +173,6 @@ def mismatch_message(pin: FilePin, size: int, sha256: str | None) -> str:
     """Plain words naming what was expected and what was found."""
     found = f"{size:,} bytes" + (f", SHA-256 {sha256}" if sha256 else "")
     return f"{pin.name} is not the pinned file: expected {pin.size:,} bytes, SHA-256 {pin.sha256}; found {found}"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write a small file so that readers see the old or the new content, never a part."""
-    replace_text(path, text)
 
 
 def fsync_dir(path: Path) -> None:
