@@ -58,7 +58,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from craftai import AiClient, CraftAiError, Retries
 from craftai_dev.files import sample_photo
-from craftai_dev.servers import ensure_local_key, free_ports_in_a_row
+from craftai_dev.servers import ensure_local_key, free_ports_in_a_row, infer_target
 from craftai_wire import local_tls
 from craftai_wire.keys import key_line, new_key
 from craftai_wire.vocabulary import Reason
@@ -204,7 +204,7 @@ class Target:
         reached = self.replicas
         if self.apart:
             reached = self.replicas[:1] if interactive else self.replicas[1:]
-        infer = "ipv4:" + ",".join(reached) if reached else None
+        infer = infer_target(list(reached)) if reached else None
         ai = AiClient(app_id, target=self.address, infer=infer, **options)
         if len(reached) > 1:
             _every_replica_serves(ai, len(reached))
@@ -319,49 +319,42 @@ class OtherApps:
 def model_calls(metrics_urls: list[str]) -> dict[str, Any]:
     """From the server's /metrics (each replica's, added up): each model call's mean duration and
     its count by route, operation and class, and the interactive jobs' waits for each queue, with
-    the share under each bucket bound."""
+    the share under each bucket bound; and each replica's tenants (which apps reached it)."""
     texts = []
     for url in metrics_urls:
         with urllib.request.urlopen(url, timeout=10) as reply:
             texts.append(reply.read().decode())
     calls: dict[str, dict[str, Any]] = {}
-    for family in (f for text in texts for f in text_string_to_metric_families(text)):
-        for sample in family.samples:
-            labels = sample.labels
-            if family.name == "craftai_infer_model_call_seconds":
-                key = f"{labels['queue']} {labels['operation']} {labels['class']}"
-            elif family.name == "craftai_infer_queue_wait_seconds" and labels.get("class") == "interactive":
-                key = f"{labels['queue']} queue wait interactive {labels['app']}"
-            else:
-                continue
-            # one histogram's samples added up under its key (each label set once a replica)
-            entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
-            if sample.name.endswith("_count"):
-                entry["count"] += sample.value
-            elif sample.name.endswith("_sum"):
-                entry["sum_ms"] += sample.value * 1000
-            elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
-                bound = str(float(labels["le"]) * 1000)
-                entry["under_ms"][bound] = entry["under_ms"].get(bound, 0.0) + sample.value
+    apps_by_replica: list[list[str]] = []
+    for text in texts:
+        apps: set[str] = set()  # the tenants whose jobs this replica queued: which apps reached it
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                waited = family.name == "craftai_infer_queue_wait_seconds" and sample.name.endswith("_count")
+                if waited and sample.value > 0:
+                    apps.add(labels["app"])
+                if family.name == "craftai_infer_model_call_seconds":
+                    key = f"{labels['queue']} {labels['operation']} {labels['class']}"
+                elif family.name == "craftai_infer_queue_wait_seconds" and labels.get("class") == "interactive":
+                    key = f"{labels['queue']} queue wait interactive {labels['app']}"
+                else:
+                    continue
+                # one histogram's samples added up under its key (each label set once a replica)
+                entry = calls.setdefault(key, {"count": 0.0, "sum_ms": 0.0, "under_ms": {}})
+                if sample.name.endswith("_count"):
+                    entry["count"] += sample.value
+                elif sample.name.endswith("_sum"):
+                    entry["sum_ms"] += sample.value * 1000
+                elif sample.name.endswith("_bucket") and labels["le"] != "+Inf":
+                    bound = str(float(labels["le"]) * 1000)
+                    entry["under_ms"][bound] = entry["under_ms"].get(bound, 0.0) + sample.value
+        apps_by_replica.append(sorted(apps))
     for entry in calls.values():
         count = entry["count"] or 1.0
         entry["mean_ms"] = entry.pop("sum_ms") / count
         entry["under_ms"] = {bound: round(n / count, 4) for bound, n in entry["under_ms"].items()}
-    return {"calls": calls, "apps_by_replica": [_apps_served(text) for text in texts]}
-
-
-def _apps_served(text: str) -> list[str]:
-    """The tenants whose jobs a replica queued (its queue waits' `app` labels with a count): which
-    apps reached it (with --apart, the editor's replica and the others' are told apart)."""
-    return sorted(
-        {
-            sample.labels["app"]
-            for family in text_string_to_metric_families(text)
-            if family.name == "craftai_infer_queue_wait_seconds"
-            for sample in family.samples
-            if sample.name.endswith("_count") and sample.value > 0
-        }
-    )
+    return {"calls": calls, "apps_by_replica": apps_by_replica}
 
 
 @contextlib.contextmanager
