@@ -323,25 +323,21 @@ def load(runs: Runs) -> list[str]:
     ]
 
 
+def _alone_and_loaded(r: dict[str, Any], call: str) -> list[str]:
+    """An interactive call's p50 and p99 alone, then loaded (the fairly bench's run `r`), in ms."""
+    alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
+    return [_ms(v) for v in (alone["p50"], alone["p99"], loaded["p50"], loaded["p99"])]
+
+
 def shared_fairly(runs: Runs) -> list[str]:
     r = runs["run"]
     # the issue's targets: on the 2-core machine both calls; on the GPU machine the click only
     targets = {"click": 3.0} if r["device"].startswith("cuda") else {"click": 3.0, "matte": 2.0}
     rows = []
     for call, words in (("click", "a click (Segment)"), ("matte", "a small matte and cutout (451x300)")):
-        alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
         ratio = r["p99_loaded_over_alone"][call]
-        rows.append(
-            [
-                words,
-                f"{alone['p50']:,.1f}",
-                f"{alone['p99']:,.1f}",
-                f"{loaded['p50']:,.1f}",
-                f"{loaded['p99']:,.1f}",
-                f"**{ratio:.2f}x**",
-                f"<= {targets[call]:g}x" if call in targets else "-",
-            ]
-        )
+        target = f"<= {targets[call]:g}x" if call in targets else "-"
+        rows.append([words, *_alone_and_loaded(r, call), f"**{ratio:.2f}x**", target])
     a = r["arguments"]
     m = r["memory_mib"]
     done = ", ".join(f"{count} {name}" for name, count in sorted(r["bulk_done"].items())) or "none"
@@ -376,17 +372,9 @@ def shared_fairly_gpu(runs: Runs) -> list[str]:
     rows, beside = [], []
     for name, r in runs.items():
         for call, words in (("click", "a click (Segment)"), ("matte", "a small matte and cutout (451x300)")):
-            alone, loaded = r["alone_ms"][call], r["loaded_ms"][call]
             ratio = f"{r['p99_loaded_over_alone'][call]:.2f}x"
-            rows.append(
-                [
-                    name,
-                    words,
-                    *(f"{v:,.1f}" for v in (alone["p50"], alone["p99"], loaded["p50"], loaded["p99"])),
-                    f"**{ratio}**" if call == "click" else ratio,
-                    "<= 3x" if call == "click" else "-",
-                ]
-            )
+            ratio, target = (f"**{ratio}**", "<= 3x") if call == "click" else (ratio, "-")
+            rows.append([name, words, *_alone_and_loaded(r, call), ratio, target])
         seconds = r["loaded_seconds"]
         rates = ", ".join(f"{count / seconds:.1f} {what}/s" for what, count in sorted(r["bulk_done"].items()))
         m = r["memory_mib"]
