@@ -144,9 +144,10 @@ async def serving(settings: WebSettings) -> AsyncIterator[str]:
             await asyncio.sleep(0.02)
         sock.listen(LISTEN_QUEUE)
         url = url_of(sock)
-        if settings.ready_file is not None:  # whole or not at all: whoever waits for it never reads it half written
-            replace_text(settings.ready_file, url, mode=0o644)
         written = announce(url, settings.host)
+        # Last, and whole or not at all: whoever waits for it finds the link and the announcement there.
+        if settings.ready_file is not None:
+            replace_text(settings.ready_file, url, mode=0o644)
         yield url
     finally:
         server.should_exit = True
