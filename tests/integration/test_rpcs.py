@@ -34,6 +34,8 @@ ANSWERED_WITH = {
     "Segment": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     "SegmentEverything": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
     "SegmentOnce": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
+    "OpenCutout": (grpc.StatusCode.FAILED_PRECONDITION, "ROUTE_NOT_SET_UP"),
+    "RefineCutout": (grpc.StatusCode.NOT_FOUND, "SESSION_NOT_FOUND"),
 }
 
 
@@ -87,6 +89,16 @@ def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
                 metadata=APP,
                 timeout=10,
             )
+        ),
+        "OpenCutout": lambda: list(
+            i.OpenCutout(
+                infer_pb2.OpenCutoutRequest(matte=infer_pb2.MatteRequest(picture=common_pb2.Picture(data=photo))),
+                metadata=APP,
+                timeout=10,
+            )
+        ),
+        "RefineCutout": lambda: list(
+            i.RefineCutout(infer_pb2.RefineCutoutRequest(session_id="x"), metadata=APP, timeout=10)
         ),
         "CloseSession": lambda: i.CloseSession(infer_pb2.CloseSessionRequest(session_id="x"), metadata=APP, timeout=10),
     }

@@ -101,6 +101,7 @@ def _every_value(enum: EnumTypeWrapper) -> set[int]:
         (Output, OUTPUT_KINDS, infer_pb2.MatteOutputKind),
         (ImageFormat, IMAGE_FORMATS, infer_pb2.MatteFormat),
         (vocabulary.MaskFormat, MASK_FORMATS, infer_pb2.MaskFormat),
+        (vocabulary.CutoutAction, vocabulary.CUTOUT_ACTIONS, infer_pb2.CutoutAction),
         (RouteState, ROUTE_STATES, catalogue_pb2.RouteState),
     ],
 )

@@ -5,6 +5,7 @@ from craftai import AsyncAiClient     # asyncio (grpc.aio)
 """
 
 from craftai.client import AiClient, AsyncAiClient
+from craftai.cutout import AsyncCutoutSession, CutoutSession
 from craftai.errors import CraftAiError
 from craftai.installation import FeatureInfo, Notice, Progress, ResolvedRoute, RouteStatus, Runtime, SetupOutput
 from craftai.outputs import (
@@ -26,8 +27,10 @@ from craftai_wire.vocabulary import RouteState
 __all__ = [
     "AiClient",
     "AsyncAiClient",
+    "AsyncCutoutSession",
     "AsyncSegmentSession",
     "CraftAiError",
+    "CutoutSession",
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",

@@ -14,7 +14,17 @@ from google.protobuf.message import Message
 
 from craftai.outputs import LowResMask, MaskInput, Point, PointLike, Prompt, format_codes
 from craftai_wire.v1 import catalogue_pb2, common_pb2, infer_pb2, prepare_pb2
-from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_KINDS, PARTS_OF, Feature, ImageFormat, Output, Part
+from craftai_wire.vocabulary import (
+    CUTOUT_ACTIONS,
+    IMAGE_FORMATS,
+    OUTPUT_KINDS,
+    PARTS_OF,
+    CutoutAction,
+    Feature,
+    ImageFormat,
+    Output,
+    Part,
+)
 
 ServiceName = Literal["catalogue", "prepare", "infer"]
 RequestT = TypeVar("RequestT", bound=Message)
@@ -69,6 +79,8 @@ SEGMENT_EVERYTHING = Stream(
 # SegmentEverything's parameters: Meta's SAM2AutomaticMaskGenerator's names (docs/API.md).
 EVERYTHING_OPTIONS = frozenset(infer_pb2.EverythingOptions.DESCRIPTOR.fields_by_name)
 CLOSE_SESSION = Unary("infer", "CloseSession", infer_pb2.CloseSessionRequest, infer_pb2.CloseSessionResponse)
+OPEN_CUTOUT = Stream("infer", "OpenCutout", infer_pb2.OpenCutoutRequest, infer_pb2.CutoutResult, "inference")
+REFINE_CUTOUT = Stream("infer", "RefineCutout", infer_pb2.RefineCutoutRequest, infer_pb2.CutoutResult, "inference")
 
 
 def route_ref(feature: str, recipe: str | None = None, engine: str | None = None) -> common_pb2.RouteRef:
@@ -132,6 +144,28 @@ def prompts(
         )
         for p in several
     ]
+
+
+def cutout_prompt(action: str, points: Iterable[PointLike], box: Sequence[float] | None) -> infer_pb2.CutoutPrompt:
+    """A cutout's keep or remove prompt (CutoutAction): points (Point or (x, y[, foreground])) and/or
+    a box (x0, y0, x1, y1), as a segmentation prompt's; one of the two at least."""
+    region = prompt(points, box, None, False)
+    if not region.points and not region.HasField("box"):
+        raise ValueError("a keep or remove prompt needs points or a box")
+    built = infer_pb2.CutoutPrompt(action=CUTOUT_ACTIONS[CutoutAction(action)], points=region.points)
+    if region.HasField("box"):
+        built.box.CopyFrom(region.box)
+    return built
+
+
+def open_cutout_request(
+    matte: infer_pb2.MatteRequest, recipe: str | None = None, engine: str | None = None
+) -> infer_pb2.OpenCutoutRequest:
+    """A cutout session's opening: the Matte request (picture, recipe, outputs) and the image.segment
+    route asked (`recipe`, `engine`; else the catalogue's advice)."""
+    request = infer_pb2.OpenCutoutRequest(segment_route=route_ref(SEGMENT_FEATURE, recipe, engine))
+    request.matte.CopyFrom(matte)
+    return request
 
 
 def mask_output(

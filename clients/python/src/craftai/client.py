@@ -43,13 +43,14 @@ import copy
 import os
 from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
-from typing import Generic, Self, TypeVar
+from typing import Generic, Self, TypeVar, Unpack
 
 import grpc
 
 import craftai.methods as ops
 from craftai.brought import bring, upload
 from craftai.calls import RESOLVE_ROUTE, SETUP, SETUP_FROM, resolve_request, setup_request
+from craftai.cutout import AsyncCutoutSession, CutoutOptions, CutoutSession, opening
 from craftai.installation import (
     FeatureInfo,
     FileOutcome,
@@ -97,7 +98,9 @@ __all__ = [
     "DEFAULT_ADDRESS",
     "AiClient",
     "AsyncAiClient",
+    "AsyncCutoutSession",
     "AsyncSegmentSession",
+    "CutoutSession",
     "Deadlines",
     "EncodedImage",
     "EverythingOutput",
@@ -311,6 +314,23 @@ class AiClient(_Client[Transport]):
         session.open(on_progress, request_id=request_id)
         return session
 
+    def open_cutout(
+        self,
+        picture: Picture,
+        *,
+        on_progress: ProgressCallback | None = None,
+        request_id: str | None = None,
+        **options: Unpack[CutoutOptions],
+    ) -> CutoutSession:
+        """Remove the background of a picture and keep it on the server to fix with clicks:
+        `keep(points=[(x, y)])` for a region the matte missed, `remove(box=(x0, y0, x1, y1))` for
+        one it kept, `undo()`; `result` is the outputs after every prompt so far. The options are
+        `remove_background`'s, and `segment_recipe` / `segment_engine` (craftai.cutout.opening).
+        The matte and the SAM embedding are made now; close the session (or use `with`) when done."""
+        session = CutoutSession(self.transport, opening(picture, **options))
+        session.open(on_progress, request_id=request_id)
+        return session
+
     def resume_session(self, session_id: str) -> SegmentSession:
         """A session opened earlier (by this app, maybe by another process: a web gateway) known by
         its id alone: prompts go to it, but without its picture it is not opened again when the
@@ -382,6 +402,19 @@ class AsyncAiClient(_Client[AsyncTransport]):
     ) -> AsyncSegmentSession:
         """AiClient.open_session, awaited."""
         session = AsyncSegmentSession(self.transport, read_picture(picture), recipe or "", engine or "")
+        await session.open(on_progress, request_id=request_id)
+        return session
+
+    async def open_cutout(
+        self,
+        picture: Picture,
+        *,
+        on_progress: ProgressCallback | None = None,
+        request_id: str | None = None,
+        **options: Unpack[CutoutOptions],
+    ) -> AsyncCutoutSession:
+        """AiClient.open_cutout, awaited."""
+        session = AsyncCutoutSession(self.transport, opening(picture, **options))
         await session.open(on_progress, request_id=request_id)
         return session
 

@@ -7,7 +7,7 @@ only; docs/WEB.md). `NoticeCode` names the notices a stream carries.
 `Feature`, `Recipe` and `Engine` are the names a `RouteRef` carries as strings, `Part` the one a
 MatteRequest's `part` carries (for the recipes in `PARTS_OF`). `Output`, `ImageFormat` and
 `MaskFormat` are the names apps use (the SDK's arguments, the command line, HTTP) for what the
-wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS` and `MASK_FORMATS` are the one mapping
+wire carries as enums; `OUTPUT_KINDS`, `IMAGE_FORMATS`, `MASK_FORMATS` and `CUTOUT_ACTIONS` are the one mapping
 between the two, and `ROUTE_STATES` the same for a route's state. They are Python enums of
 strings rather than proto enums because most of them travel as strings (feature, engine, reason,
 notice) and the rest are what people type; each member is its own string (`Engine.TORCH ==
@@ -133,6 +133,13 @@ class Output(StrEnum):
     MASK = "mask"
 
 
+class CutoutAction(StrEnum):
+    """CutoutPrompt.action, in words: what a prompt's region does to a cutout's matte (docs/MATTE.md)."""
+
+    KEEP = "keep"  # the region is subject
+    REMOVE = "remove"  # the region is background
+
+
 class Part(StrEnum):
     """MatteRequest.part: the part of the subject a recipe with parts mattes alone (`PARTS_OF`);
     without one, such a recipe answers every part's matte, stacked top to bottom in this order."""
@@ -229,6 +236,10 @@ ROUTE_STATES: Mapping[RouteState, catalogue_pb2.RouteState.ValueType] = MappingP
     }
 )
 # The same tables read from the wire's side (an enum value -> its name; UNSPECIFIED is in none).
+CUTOUT_ACTIONS: Mapping[CutoutAction, infer_pb2.CutoutAction.ValueType] = MappingProxyType(
+    {CutoutAction.KEEP: infer_pb2.CUTOUT_ACTION_KEEP, CutoutAction.REMOVE: infer_pb2.CUTOUT_ACTION_REMOVE}
+)
+CUTOUT_ACTION_OF: Mapping[int, CutoutAction] = MappingProxyType({code: name for name, code in CUTOUT_ACTIONS.items()})
 OUTPUT_OF: Mapping[int, Output] = MappingProxyType({code: name for name, code in OUTPUT_KINDS.items()})
 IMAGE_FORMAT_OF: Mapping[int, ImageFormat] = MappingProxyType({code: name for name, code in IMAGE_FORMATS.items()})
 MASK_FORMAT_OF: Mapping[int, MaskFormat] = MappingProxyType({code: name for name, code in MASK_FORMATS.items()})

@@ -57,7 +57,11 @@ class InferCollector(Collector):
         for label, count in sorted(by_label.items()):
             open_sessions.add_metric([label], count)
         yield open_sessions
-        yield GaugeMetricFamily("craftai_infer_session_bytes", "Bytes of kept embeddings", value=s.bytes_used)
+        yield GaugeMetricFamily(
+            "craftai_infer_session_bytes",
+            "Bytes kept by sessions: embeddings, and cutouts' pictures, mattes and colours",
+            value=s.bytes_used,
+        )
         yield GaugeMetricFamily(
             "craftai_infer_session_budget_bytes", "CRAFTAI_SESSION_BUDGET_BYTES", value=s.budget_bytes
         )

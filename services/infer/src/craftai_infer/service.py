@@ -21,6 +21,7 @@ from craftai_infer import device as devices
 from craftai_infer import memory, metrics
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import FeatureContext
+from craftai_infer.features.cutout import CutoutFeature
 from craftai_infer.features.matte import MatteFeature
 from craftai_infer.features.segment import SegmentFeature
 from craftai_infer.loader import Batching, RouteLoader
@@ -72,6 +73,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.context = FeatureContext(settings, self.routes, self.budgets.requests)
         self.matte = MatteFeature(self.context)
         self.segment = SegmentFeature(self.context, self.sessions, self.replica)
+        self.cutout = CutoutFeature(self.context, self.matte, self.segment, self.sessions, self.replica)
 
     @handle_errors
     async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
@@ -163,6 +165,22 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         app = app_id(context)
         work = lambda run: self.segment.everything(request, app, run)  # noqa: E731
         async for event in runs.stream(infer_pb2.SegmentEverythingEvent, work):
+            yield event
+
+    @handle_stream_errors
+    async def OpenCutout(
+        self, request: infer_pb2.OpenCutoutRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.CutoutEvent]:
+        app = app_id(context)
+        async for event in runs.stream(infer_pb2.CutoutEvent, lambda run: self.cutout.open(request, app, run)):
+            yield event
+
+    @handle_stream_errors
+    async def RefineCutout(
+        self, request: infer_pb2.RefineCutoutRequest, context: Context
+    ) -> AsyncIterator[infer_pb2.CutoutEvent]:
+        app = app_id(context)
+        async for event in runs.stream(infer_pb2.CutoutEvent, lambda run: self.cutout.refine(request, app, run)):
             yield event
 
     @handle_errors

@@ -8,7 +8,8 @@ it). Sessions are
 * owned by a tenant (craftai_common.metadata: an app with a key of its own, or every app id a `*`
   key admits, together), which no other tenant's opens can touch;
 * bounded by a memory budget (`CRAFTAI_SESSION_BUDGET_BYTES`), counted as the bytes of the kept
-  embeddings (`embedding.nbytes`, the arrays themselves; the picture is not kept): opening a
+  embeddings (`embedding.nbytes`, the arrays themselves; the picture is not kept), and for a
+  cutout session its picture, matte and colours too (`kept.nbytes`): opening a
   session evicts the least recently used sessions of the same tenant until the new one fits;
   when the rest of the budget is held by other tenants, the open is refused RESOURCE_EXHAUSTED /
   TOO_MANY_SESSIONS with a RetryInfo (when their oldest picture is forgotten), never paid for
@@ -65,6 +66,7 @@ class Session:
     nbytes: int
     created: float
     last_used: float = field(default=0.0)
+    kept: Any = None  # a cutout session's picture, matte and colours (features/cutout.py), counted in nbytes
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class SessionStore:
         route: Any,
         device: str,
         tenant: str = "",
+        kept: Any = None,
     ) -> Opened:
         """Keep a new picture for `tenant` (the app, where ""), evicting that tenant's least
         recently used sessions until it fits the budget.
@@ -184,7 +187,7 @@ class SessionStore:
         other tenants' pictures."""
         tenant = tenant or app_id
         self.check_room(app_id, tenant)
-        nbytes = int(embedding.nbytes)
+        nbytes = int(embedding.nbytes) + (int(kept.nbytes) if kept is not None else 0)
         if nbytes > self.budget_bytes:
             raise BudgetTooSmallError(nbytes, self.budget_bytes)
         own = [sid for sid, s in self._sessions.items() if s.tenant == tenant]  # least recently used first
@@ -202,7 +205,7 @@ class SessionStore:
         session_id = secrets.token_urlsafe(18)  # unguessable: an id alone never reaches another app's picture
         if self.replica:  # the token has no dot: the SDK reads the replica after the first one
             session_id = f"{session_id}.{self.replica}"
-        session = Session(session_id, app_id, tenant, embedding, width, height, route, device, nbytes, now, now)
+        session = Session(session_id, app_id, tenant, embedding, width, height, route, device, nbytes, now, now, kept)
         self._sessions[session_id] = session
         self._bytes += nbytes
         self._per_app[app_id] = self._per_app.get(app_id, 0) + 1

@@ -16,14 +16,14 @@ from typing import Any
 
 from craftai.cli.keys import cmd_keys_add, cmd_keys_hash
 from craftai.cli.models import cmd_models
-from craftai.cli.remove_background import cmd_remove_background
+from craftai.cli.remove_background import FixArgument, cmd_remove_background, region_arg
 from craftai.cli.segment import EVERYTHING_FLAGS, box_arg, cmd_segment, cmd_segment_all, point_arg
 from craftai.cli.serve import cmd_serve, cmd_web
 from craftai.cli.setup import cmd_setup
 from craftai.cli.status import cmd_status
 from craftai_wire import advice, vocabulary
 from craftai_wire.advice import Subject
-from craftai_wire.vocabulary import PARTS_OF, RECIPES_OF, Engine, Feature, ImageFormat, Part
+from craftai_wire.vocabulary import PARTS_OF, RECIPES_OF, CutoutAction, Engine, Feature, ImageFormat, Part
 
 # --engine's choices: the engines the wire knows (a recipe offers some of them, and the services
 # answer UNKNOWN_ENGINE for one it does not).
@@ -260,6 +260,20 @@ def parser() -> argparse.ArgumentParser:
         help=f"a recipe with parts ({', '.join(PARTS_OF)}): that part's matte alone (default: every part's, "
         "stacked top to bottom, as rembg answers)",
     )
+    for flag, action, what in (
+        ("--keep", CutoutAction.KEEP, "keep a region the matte missed"),
+        ("--remove", CutoutAction.REMOVE, "remove a region the matte kept"),
+    ):
+        s.add_argument(
+            flag,
+            action=FixArgument,
+            const=action,
+            type=region_arg,
+            dest="fixes",
+            metavar="X,Y|X0,Y0,X1,Y1",
+            help=f"{what}: SAM's region of a point or a box, in picture pixels (one picture; repeat it; "
+            "--keep and --remove apply in the order given: docs/MATTE.md, 'Fixing a cutout')",
+        )
     s.add_argument("--overwrite", action="store_true", help="redo pictures whose outputs exist")
     s.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"

@@ -22,8 +22,9 @@ from craftai.cli.connection import connect
 from craftai.cli.progress import on_terminal
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
+from craftai.outputs import MatteOutput
 from craftai_wire import advice
-from craftai_wire.vocabulary import ImageFormat, Output, Reason
+from craftai_wire.vocabulary import CutoutAction, ImageFormat, Output, Reason
 
 # The per-app limit and the decode memory budget answer RESOURCE_EXHAUSTED with RetryInfo: wait, try again.
 TOO_MANY_REQUESTS_TRIES = 20
@@ -37,6 +38,40 @@ class Done:
     line: str = ""
     notices: list[str] = field(default_factory=list)
     error: str = ""
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A --keep or --remove: SAM's region of a point (x, y) or of a box (x0, y0, x1, y1), in picture pixels."""
+
+    action: CutoutAction
+    numbers: tuple[float, ...]
+
+    def region(self) -> dict[str, Any]:
+        """keep's or remove's arguments."""
+        return {"points": [self.numbers]} if len(self.numbers) == 2 else {"box": self.numbers}
+
+
+def region_arg(text: str) -> tuple[float, ...]:
+    """`x,y` (a point) or `x0,y0,x1,y1` (a box), in picture pixels."""
+    try:
+        numbers = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        numbers = ()
+    if len(numbers) not in (2, 4):
+        raise argparse.ArgumentTypeError(f"{text!r}: a region is a point x,y or a box x0,y0,x1,y1 (numbers)")
+    return numbers
+
+
+class FixArgument(argparse.Action):
+    """--keep and --remove, kept in the order given (each prompt applies after the ones before)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: str | None = None
+    ) -> None:
+        fixes = list(getattr(namespace, self.dest, None) or [])
+        fixes.append(Fix(self.const, values))
+        setattr(namespace, self.dest, fixes)
 
 
 class RunError(Exception):
@@ -62,6 +97,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
         return done  # skipped: every output is there
     options = dict(asked)
     auto = options.pop("auto", None)
+    fixes: list[Fix] = options.pop("fixes", None) or []
     if Output.COMPOSITE not in missing:
         options.update(bg_color=None, bg_blur=None, bg_image=None)
     if Output.MASK not in missing:
@@ -73,7 +109,11 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
             options["recipe"], chose = _advised(data, *auto)
         for attempt in range(TOO_MANY_REQUESTS_TRIES):
             try:
-                result = ai.remove_background(data, outputs=missing, **options)
+                result = (
+                    _fixed(ai, data, missing, options, fixes)
+                    if fixes
+                    else ai.remove_background(data, outputs=missing, **options)
+                )
                 break
             except CraftAiError as error:
                 if error.reason not in BUSY_REASONS or attempt == TOO_MANY_REQUESTS_TRIES - 1:
@@ -103,6 +143,15 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
         done.line += f" [{advice.AUTO}: {chose}]"
     done.notices = result.notices
     return done
+
+
+def _fixed(ai: AiClient, data: bytes, outputs: list[str], options: dict[str, Any], fixes: list[Fix]) -> MatteOutput:
+    """The outputs of a cutout session after the --keep and --remove prompts, in order."""
+    with ai.open_cutout(data, outputs=outputs, **options) as session:
+        for fix in fixes:
+            (session.keep if fix.action == CutoutAction.KEEP else session.remove)(**fix.region())
+        assert session.result is not None
+        return session.result
 
 
 def _advised(data: bytes, subject: str, gpu: bool) -> tuple[str | None, str]:
@@ -175,6 +224,7 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
             "recipe": options.recipe,
             "engine": options.engine,
         }
+        fixes = options.fixes or []
         checked = matte_options(outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")})
         if options.recipe == advice.AUTO:
             try:
@@ -184,6 +234,12 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
                     f"--recipe {advice.AUTO} reads each picture's size with Pillow: pip install 'craftai[arrays]'"
                 ) from error
         pictures = plan(options.inputs, options.output, names, checked.formats)
+        if fixes and len(pictures) != 1:
+            raise ValueError(
+                f"--keep and --remove fix one picture (their places are its pixels); {len(pictures)} given"
+            )
+        if fixes:
+            asked["fixes"] = fixes
     except (ValueError, OSError) as error:
         print(f"craftai: {error}", file=sys.stderr)
         return 2

@@ -133,6 +133,33 @@ MASK_FORMAT_POLYGONS: MaskFormat.ValueType  # 3
 """Mask.polygons: outer contours with their holes"""
 Global___MaskFormat: _TypeAlias = MaskFormat  # noqa: Y015
 
+class _CutoutAction:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _CutoutActionEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_CutoutAction.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    CUTOUT_ACTION_UNSPECIFIED: _CutoutAction.ValueType  # 0
+    """refused"""
+    CUTOUT_ACTION_KEEP: _CutoutAction.ValueType  # 1
+    """the region is subject: alpha raised towards its mask"""
+    CUTOUT_ACTION_REMOVE: _CutoutAction.ValueType  # 2
+    """the region is background: alpha lowered"""
+
+class CutoutAction(_CutoutAction, metaclass=_CutoutActionEnumTypeWrapper):
+    """---- cutout sessions: a matte fixed with SAM prompts -------------------------------------------
+
+    What a cutout prompt does to the matte inside its region (docs/MATTE.md, "Fixing a cutout").
+    """
+
+CUTOUT_ACTION_UNSPECIFIED: CutoutAction.ValueType  # 0
+"""refused"""
+CUTOUT_ACTION_KEEP: CutoutAction.ValueType  # 1
+"""the region is subject: alpha raised towards its mask"""
+CUTOUT_ACTION_REMOVE: CutoutAction.ValueType  # 2
+"""the region is background: alpha lowered"""
+Global___CutoutAction: _TypeAlias = CutoutAction  # noqa: Y015
+
 @_typing.final
 class GetRuntimeRequest(_message.Message):
     """---- runtime -------------------------------------------------------------------------------"""
@@ -1490,3 +1517,170 @@ class CloseSessionResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CloseSessionResponse: _TypeAlias = CloseSessionResponse  # noqa: Y015
+
+@_typing.final
+class CutoutPrompt(_message.Message):
+    """One region, found by the SAM decoder from its points and/or box as a Segment prompt is: the
+    foreground points pick the region, background points leave parts of it out.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ACTION_FIELD_NUMBER: _builtins.int
+    POINTS_FIELD_NUMBER: _builtins.int
+    BOX_FIELD_NUMBER: _builtins.int
+    action: Global___CutoutAction.ValueType
+    @_builtins.property
+    def points(self) -> _containers.RepeatedCompositeFieldContainer[Global___Point]: ...
+    @_builtins.property
+    def box(self) -> Global___Box:
+        """optional"""
+
+    def __init__(
+        self,
+        *,
+        action: Global___CutoutAction.ValueType = ...,
+        points: _abc.Iterable[Global___Point] | None = ...,
+        box: Global___Box | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["box", b"box"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["action", b"action", "box", b"box", "points", b"points"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CutoutPrompt: _TypeAlias = CutoutPrompt  # noqa: Y015
+
+@_typing.final
+class OpenCutoutRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MATTE_FIELD_NUMBER: _builtins.int
+    SEGMENT_ROUTE_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def matte(self) -> Global___MatteRequest:
+        """The picture and what to answer, as for Matte: recipe, outputs (none: a cutout PNG),
+        background, formats. The answers to RefineCutout use the same.
+        """
+
+    @_builtins.property
+    def segment_route(self) -> _common_pb2.RouteRef:
+        """feature "image.segment"; recipe/engine optional"""
+
+    def __init__(
+        self,
+        *,
+        matte: Global___MatteRequest | None = ...,
+        segment_route: _common_pb2.RouteRef | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte", "segment_route", b"segment_route"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte", "segment_route", b"segment_route"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___OpenCutoutRequest: _TypeAlias = OpenCutoutRequest  # noqa: Y015
+
+@_typing.final
+class RefineCutoutRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    PROMPTS_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    @_builtins.property
+    def prompts(self) -> _containers.RepeatedCompositeFieldContainer[Global___CutoutPrompt]:
+        """Every prompt so far, in order (the answer is a function of this list: undo is the list
+        without its last entry; empty: the matte as opened). At most Limits.max_prompts.
+        """
+
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        prompts: _abc.Iterable[Global___CutoutPrompt] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["prompts", b"prompts", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RefineCutoutRequest: _TypeAlias = RefineCutoutRequest  # noqa: Y015
+
+@_typing.final
+class CutoutResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SESSION_ID_FIELD_NUMBER: _builtins.int
+    MATTE_FIELD_NUMBER: _builtins.int
+    PROMPTS_FIELD_NUMBER: _builtins.int
+    CHANGED_PIXELS_FIELD_NUMBER: _builtins.int
+    SEGMENT_ROUTE_FIELD_NUMBER: _builtins.int
+    IDLE_SECONDS_FIELD_NUMBER: _builtins.int
+    REPLICA_FIELD_NUMBER: _builtins.int
+    session_id: _builtins.str
+    """Opaque to apps; ends with "." and the replica that keeps it, as OpenSessionResult's. The
+    session is also an image.segment session: Segment and SegmentEverything take its id.
+    """
+    prompts: _builtins.int
+    """how many prompts the answer applies"""
+    changed_pixels: _builtins.int
+    """pixels whose alpha the prompts changed (0 at the open)"""
+    idle_seconds: _builtins.float
+    """the session is forgotten after this long without use"""
+    replica: _builtins.str
+    @_builtins.property
+    def matte(self) -> Global___MatteResult:
+        """the outputs asked at the open, of the whole picture"""
+
+    @_builtins.property
+    def segment_route(self) -> _common_pb2.RouteRef: ...
+    def __init__(
+        self,
+        *,
+        session_id: _builtins.str = ...,
+        matte: Global___MatteResult | None = ...,
+        prompts: _builtins.int = ...,
+        changed_pixels: _builtins.int = ...,
+        segment_route: _common_pb2.RouteRef | None = ...,
+        idle_seconds: _builtins.float = ...,
+        replica: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte", "segment_route", b"segment_route"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changed_pixels", b"changed_pixels", "idle_seconds", b"idle_seconds", "matte", b"matte", "prompts", b"prompts", "replica", b"replica", "segment_route", b"segment_route", "session_id", b"session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CutoutResult: _TypeAlias = CutoutResult  # noqa: Y015
+
+@_typing.final
+class CutoutEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> _common_pb2.Progress: ...
+    @_builtins.property
+    def notice(self) -> _common_pb2.Notice: ...
+    @_builtins.property
+    def result(self) -> Global___CutoutResult: ...
+    def __init__(
+        self,
+        *,
+        progress: _common_pb2.Progress | None = ...,
+        notice: _common_pb2.Notice | None = ...,
+        result: Global___CutoutResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "notice", b"notice", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["event", b"event", "notice", b"notice", "progress", b"progress", "result", b"result"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["progress", "notice", "result"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___CutoutEvent: _TypeAlias = CutoutEvent  # noqa: Y015

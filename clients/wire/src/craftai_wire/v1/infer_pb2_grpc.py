@@ -69,6 +69,16 @@ class InferServiceStub:
                 request_serializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.SerializeToString,
                 response_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.FromString,
                 _registered_method=True)
+        self.OpenCutout = channel.unary_stream(
+                '/craftai.v1.InferService/OpenCutout',
+                request_serializer=craftai_dot_v1_dot_infer__pb2.OpenCutoutRequest.SerializeToString,
+                response_deserializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
+                _registered_method=True)
+        self.RefineCutout = channel.unary_stream(
+                '/craftai.v1.InferService/RefineCutout',
+                request_serializer=craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.SerializeToString,
+                response_deserializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/craftai.v1.InferService/CloseSession',
                 request_serializer=craftai_dot_v1_dot_infer__pb2.CloseSessionRequest.SerializeToString,
@@ -129,8 +139,23 @@ class InferServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def OpenCutout(self, request, context):
+        """image.matte with image.segment: remove a picture's background and keep the picture, its matte
+        and its SAM embedding under a session id (a cutout session), for RefineCutout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RefineCutout(self, request, context):
+        """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSession(self, request, context):
-        """Forget a session before its idle time runs out.
+        """Forget a session (of image.segment or a cutout) before its idle time runs out.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -173,6 +198,16 @@ def add_InferServiceServicer_to_server(servicer, server):
                     servicer.SegmentEverything,
                     request_deserializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.FromString,
                     response_serializer=craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.SerializeToString,
+            ),
+            'OpenCutout': grpc.unary_stream_rpc_method_handler(
+                    servicer.OpenCutout,
+                    request_deserializer=craftai_dot_v1_dot_infer__pb2.OpenCutoutRequest.FromString,
+                    response_serializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.SerializeToString,
+            ),
+            'RefineCutout': grpc.unary_stream_rpc_method_handler(
+                    servicer.RefineCutout,
+                    request_deserializer=craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.FromString,
+                    response_serializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -369,6 +404,60 @@ class InferService:
             '/craftai.v1.InferService/SegmentEverything',
             craftai_dot_v1_dot_infer__pb2.SegmentEverythingRequest.SerializeToString,
             craftai_dot_v1_dot_infer__pb2.SegmentEverythingEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def OpenCutout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/craftai.v1.InferService/OpenCutout',
+            craftai_dot_v1_dot_infer__pb2.OpenCutoutRequest.SerializeToString,
+            craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RefineCutout(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/craftai.v1.InferService/RefineCutout',
+            craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.SerializeToString,
+            craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
             options,
             channel_credentials,
             insecure,

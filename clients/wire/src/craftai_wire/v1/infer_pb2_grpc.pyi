@@ -50,8 +50,14 @@ class InferServiceStub:
     """image.segment: every object of a kept picture (the automatic mask generator: a grid of
     single-point prompts, filtered and de-duplicated), streamed with progress.
     """
+    OpenCutout: _grpc.UnaryStreamMultiCallable[_infer_pb2.OpenCutoutRequest, _infer_pb2.CutoutEvent]
+    """image.matte with image.segment: remove a picture's background and keep the picture, its matte
+    and its SAM embedding under a session id (a cutout session), for RefineCutout.
+    """
+    RefineCutout: _grpc.UnaryStreamMultiCallable[_infer_pb2.RefineCutoutRequest, _infer_pb2.CutoutEvent]
+    """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
     CloseSession: _grpc.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]
-    """Forget a session before its idle time runs out."""
+    """Forget a session (of image.segment or a cutout) before its idle time runs out."""
 
 @_typing.type_check_only
 class InferServiceAsyncStub(InferServiceStub):
@@ -72,8 +78,14 @@ class InferServiceAsyncStub(InferServiceStub):
     """image.segment: every object of a kept picture (the automatic mask generator: a grid of
     single-point prompts, filtered and de-duplicated), streamed with progress.
     """
+    OpenCutout: _aio.UnaryStreamMultiCallable[_infer_pb2.OpenCutoutRequest, _infer_pb2.CutoutEvent]  # type: ignore[assignment]
+    """image.matte with image.segment: remove a picture's background and keep the picture, its matte
+    and its SAM embedding under a session id (a cutout session), for RefineCutout.
+    """
+    RefineCutout: _aio.UnaryStreamMultiCallable[_infer_pb2.RefineCutoutRequest, _infer_pb2.CutoutEvent]  # type: ignore[assignment]
+    """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
     CloseSession: _aio.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]  # type: ignore[assignment]
-    """Forget a session before its idle time runs out."""
+    """Forget a session (of image.segment or a cutout) before its idle time runs out."""
 
 class InferServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -135,11 +147,29 @@ class InferServiceServicer(metaclass=_abc_1.ABCMeta):
         """
 
     @_abc_1.abstractmethod
+    def OpenCutout(
+        self,
+        request: _infer_pb2.OpenCutoutRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_infer_pb2.CutoutEvent], _abc.AsyncIterator[_infer_pb2.CutoutEvent]]:
+        """image.matte with image.segment: remove a picture's background and keep the picture, its matte
+        and its SAM embedding under a session id (a cutout session), for RefineCutout.
+        """
+
+    @_abc_1.abstractmethod
+    def RefineCutout(
+        self,
+        request: _infer_pb2.RefineCutoutRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_infer_pb2.CutoutEvent], _abc.AsyncIterator[_infer_pb2.CutoutEvent]]:
+        """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
+
+    @_abc_1.abstractmethod
     def CloseSession(
         self,
         request: _infer_pb2.CloseSessionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_infer_pb2.CloseSessionResponse, _abc.Awaitable[_infer_pb2.CloseSessionResponse]]:
-        """Forget a session before its idle time runs out."""
+        """Forget a session (of image.segment or a cutout) before its idle time runs out."""
 
 def add_InferServiceServicer_to_server(servicer: InferServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -16,16 +16,18 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
-from craftai_common.errors import ServiceError
+from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import matte_options, memory
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import MATTE_BYTES_PER_PIXEL, FeatureContext
-from craftai_infer.pipelines.matte_spec import Kind, Rendered
+from craftai_infer.loader import LoadedRoute
+from craftai_infer.pipelines.matte_spec import Kind, OutputsSpec, Rendered
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
 from craftai_infer.scheduling import WorkClass, work_class_var
-from craftai_wire.v1 import infer_pb2
+from craftai_wire.v1 import common_pb2, infer_pb2
+from craftai_wire.vocabulary import PARTS_OF, Reason, Recipe
 
 FEATURE = "image.matte"
 STAGES = ("decode", "model", "encode")
@@ -108,23 +110,62 @@ class Estimate:
         return "it would fit with " + ", or ".join(options) if options else "ask for less"
 
 
+@dataclass(frozen=True)
+class Made:
+    """A Matte request's work up to its encodes: what was asked, the route, the picture and the
+    outputs made (a cutout session keeps these)."""
+
+    asked: matte_options.Checked
+    loaded: LoadedRoute[MatteRoute]
+    picture: Picture
+    spec: OutputsSpec
+    rendered: Rendered
+
+    @property
+    def size(self) -> tuple[int, int]:
+        height, width = self.picture.shape[:2]
+        return width, height
+
+
 class MatteFeature:
     def __init__(self, context: FeatureContext) -> None:
         self.context = context
 
     async def matte(self, request: infer_pb2.MatteRequest, run: runs.Run) -> infer_pb2.MatteResult:
+        run.stages = STAGES
+        made = await self.made(request, run)
+        result = run.result(infer_pb2.MatteResult)
+        await self.answered(
+            made.asked, made.loaded.ref, made.rendered, run, size=made.size, device=made.loaded.device, into=result
+        )
+        return result
+
+    async def made(
+        self, request: infer_pb2.MatteRequest, run: runs.Run, *, also: Collection[Kind] = (), one_matte: bool = False
+    ) -> Made:
+        """Options checked, the route loaded, the picture decoded within the decode budget, the matte
+        and the outputs made (stages "decode" and "model"); `also`: outputs made beyond those asked
+        (counted in the budget too), which the answer leaves out; `one_matte`: a recipe with parts
+        must be asked one part (a matte as large as the picture)."""
         c = self.context
         asked = matte_options.check(request, c.settings.png_compress_level)
-        run.stages = STAGES
         resolved = await runs.resolve(c.routes, request.route, FEATURE)
         asked.for_recipe(resolved.route.recipe)
+        recipe = resolved.route.recipe
+        if one_matte and asked.part is None and recipe in PARTS_OF:
+            parts = ", ".join(PARTS_OF[Recipe(recipe)])
+            raise invalid_argument(
+                Reason.BAD_OPTIONS, f"{recipe} mattes {parts} apart; name the part to fix (part)", field="part"
+            )
         loaded = await runs.load(c.routes, resolved, run)
         route: MatteRoute = loaded.route
-
+        kinds = tuple(dict.fromkeys((*asked.kinds, *also)))
         with run.stage("decode", "decoding the picture"):
-            picture, background = await self._decoded(request.picture.data, asked, route, c.picture_device(loaded))
+            picture, background = await self._decoded(
+                request.picture.data, asked, kinds, route, c.picture_device(loaded)
+            )
         height, width = picture.shape[:2]
-        spec = asked.within(width, height, background)
+        spec = dataclasses.replace(asked.within(width, height, background), kinds=frozenset(kinds))
         made = [kind for kind in asked.kinds if kind != "matte"]
         doing = "removing the background" + (f" and making the {', '.join(made)}" if made else "")
         with run.stage("model", f"{doing} ({loaded.device})"):
@@ -133,14 +174,32 @@ class MatteFeature:
         run.stages_ms.update(rendered.stages_ms)  # within "model": the network, then each output made
         if "network" in rendered.stages_ms:
             c.routes.measure(loaded.ref, loaded.device, rendered.stages_ms["network"])
+        return Made(asked, loaded, picture, spec, rendered)
+
+    async def answered(
+        self,
+        asked: matte_options.Checked,
+        route: common_pb2.RouteRef,
+        rendered: Rendered,
+        run: runs.Run,
+        *,
+        size: tuple[int, int],
+        device: str,
+        into: infer_pb2.MatteResult,
+    ) -> None:
+        """The outputs asked, encoded on the CPU pool at the same time (stage "encode"), written
+        in `into` (a message inside the run's answer, or the answer itself) with the picture's
+        `size` (width, height); the whole answer's size checked against the message limit."""
+        c = self.context
         with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
             encoded = await asyncio.gather(
                 *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)
             )
         images = dict(zip(asked.kinds, encoded, strict=True))
-        result = run.result(infer_pb2.MatteResult)
-        result.route.CopyFrom(loaded.ref)
-        result.width, result.height, result.device = width, height, loaded.device
+        result = into
+        result.route.CopyFrom(route)
+        result.width, result.height = size
+        result.device = device
         if asked.legacy:
             result.matte_png = images["matte"]
             result.cutout_png = images.get("cutout", b"")
@@ -149,15 +208,19 @@ class MatteFeature:
                 _image(getattr(result, kind), kind, data, asked.encodings[kind].format, rendered)
         result.timing.CopyFrom(run.timing())
         runs.check_size(
-            result,
+            run.answer if run.answer is not None else result,
             c.settings.max_message_bytes,
             f"the {', '.join(asked.kinds)}",
             "ask for fewer outputs, WebP or JPEG rather than PNG, or send a smaller picture",
         )
-        return result
 
     async def _decoded(
-        self, data: bytes, asked: matte_options.Checked, route: MatteRoute, device: str | None
+        self,
+        data: bytes,
+        asked: matte_options.Checked,
+        kinds: tuple[Kind, ...],
+        route: MatteRoute,
+        device: str | None,
     ) -> tuple[Picture, Picture | None]:
         """The picture and the background picture (when one came), decoded once the request's cost
         fits the decode budget (`cost`: the headers read first, no pixel decoded before; a request
@@ -175,7 +238,7 @@ class MatteFeature:
             back_pixels = back_head.width * back_head.height
         # every part's matte stacked: each output as tall as the picture once a part
         stacked = len(route.parts) if route.parts and asked.part is None else 1
-        estimate = Estimate(width, height * stacked, tuple(asked.kinds), asked.naive, back_pixels)
+        estimate = Estimate(width, height * stacked, kinds, asked.naive, back_pixels)
         what = f"a {estimate.words} of a {width}x{height} picture"
         if back is not None:
             what += f" over a {back_head.width}x{back_head.height} background"

@@ -102,7 +102,7 @@ class SegmentFeature:
         run.stages = OPEN_STAGES
         tenant = tenant_var.get() or app
         self.sessions.check_room(app, tenant)  # TOO_MANY_SESSIONS before any work
-        loaded = await self._load(request.route, run)
+        loaded = await self.load(request.route, run)
         rgb = await self._decode(request.picture.data, loaded, run)
         embedding = await self._encode(loaded, rgb, run)
         height, width = rgb.shape[:2]
@@ -131,7 +131,7 @@ class SegmentFeature:
         work_class_var.set(WorkClass.INTERACTIVE)  # a click: before any bulk work (the rest is bulk)
         checked, output = self._check(request)
         run.stages = ("model", output.stage)
-        session = self._session(app, request.session_id)
+        session = self.session(app, request.session_id)
         loaded = run.hold(session.route)
         _answerable(loaded, checked)
         asked = [(c.within(session.width, session.height), c.all_masks) for c in checked]
@@ -141,7 +141,7 @@ class SegmentFeature:
     async def once(self, request: infer_pb2.SegmentOnceRequest, run: runs.Run) -> infer_pb2.SegmentResult:
         checked, output = self._check(request)
         run.stages = ("decode", "encode", "model", output.stage)
-        loaded = await self._load(request.route, run)
+        loaded = await self.load(request.route, run)
         _answerable(loaded, checked)
         rgb = await self._decode(request.picture.data, loaded, run)
         height, width = rgb.shape[:2]
@@ -157,7 +157,7 @@ class SegmentFeature:
         settings = answers.check_everything(request.options, s.max_points_per_side, s.max_points_per_batch)
         output = answers.check_output(request.output, answers.RLE, cleanup_allowed=False)
         run.stages = EVERYTHING_STAGES
-        session = self._session(app, request.session_id)
+        session = self.session(app, request.session_id)
         height, width = session.height, session.width
         points = mask_generator.grid_points(settings.points_per_side, height, width)
         loaded = run.hold(session.route)
@@ -234,7 +234,7 @@ class SegmentFeature:
 
     # -- the steps ---------------------------------------------------------------------------
 
-    async def _load(self, route: Any, run: runs.Run) -> LoadedRoute[SegmentRoute]:
+    async def load(self, route: Any, run: runs.Run) -> LoadedRoute[SegmentRoute]:
         resolved = await runs.resolve(self.context.routes, route, FEATURE)
         return await runs.load(self.context.routes, resolved, run)
 
@@ -346,7 +346,7 @@ class SegmentFeature:
             point.x, point.y = (float(v) for v in kept.points[k])
             point.label = infer_pb2.POINT_LABEL_FOREGROUND
 
-    def _session(self, app: str, session_id: str) -> Session:
+    def session(self, app: str, session_id: str) -> Session:
         if not session_id:
             raise not_found(
                 Reason.SESSION_NOT_FOUND, "the request names no session (session_id is empty); open one first"

@@ -192,14 +192,20 @@ def background_layer(background: Background, picture: Tensor) -> Tensor:
     return cover(_tensor(background.picture, picture.device), h, w)
 
 
-def render(picture: U8, matte: U8 | Tensor, spec: OutputsSpec, device: str) -> Rendered:
+def render(
+    picture: U8, matte: U8 | Tensor, spec: OutputsSpec, device: str, colours: U8 | Tensor | None = None
+) -> Rendered:
     """Every output of `spec` for a picture (host array, the one picture type) and its (H, W) uint8 matte
-    (a host array, or a tensor on `device`), computed on `device`, answered as host arrays."""
+    (a host array, or a tensor on `device`), computed on `device`, answered as host arrays.
+    `colours`: the cutout's (H, W, 3) foreground colours when they are known already (a cutout
+    session's: pipelines/cutout_merge.py), rather than estimated here."""
     with torch.inference_mode():
-        return _render(picture, matte, spec, torch.device(device))
+        return _render(picture, matte, spec, torch.device(device), colours)
 
 
-def _render(picture: U8, matte: U8 | Tensor, spec: OutputsSpec, on: torch.device) -> Rendered:
+def _render(
+    picture: U8, matte: U8 | Tensor, spec: OutputsSpec, on: torch.device, colours: U8 | Tensor | None = None
+) -> Rendered:
     m = matte.to(on) if isinstance(matte, Tensor) else _tensor(matte, on)
     if m.shape != picture.shape[:2]:
         raise ValueError(f"matte {tuple(m.shape)} and picture {picture.shape} do not fit")
@@ -214,7 +220,11 @@ def _render(picture: U8, matte: U8 | Tensor, spec: OutputsSpec, on: torch.device
     if "mask" in kinds:
         made["mask"] = clock.timed("mask", hard_mask(alpha, spec.threshold))
     if pixels is not None and kinds & {"cutout", "composite"}:
-        layer = clock.timed("cutout", cutout(pixels[:, :, :3], alpha, spec.naive))
+        if colours is not None and not spec.naive:
+            known = colours.to(on) if isinstance(colours, Tensor) else _tensor(colours, on)
+            layer = clock.timed("cutout", torch.cat([known, alpha[:, :, None]], dim=2))
+        else:
+            layer = clock.timed("cutout", cutout(pixels[:, :, :3], alpha, spec.naive))
         if "cutout" in kinds:
             made["cutout"] = layer
         if "composite" in kinds:

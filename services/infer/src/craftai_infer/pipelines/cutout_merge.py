@@ -1,0 +1,145 @@
+"""A matte fixed with regions SAM found from keep and remove prompts (docs/MATTE.md, "Fixing a
+cutout"): pure functions, torch tensors in and out on one device.
+
+With a the matte in [0, 1] (its 8-bit value / 255) and the prompts taken in order, prompt k's
+region mask M_k (SAM's, at the picture's size) is first feathered along the picture's edges:
+
+    R_k = clip(guided_filter(picture, M_k, r, eps), 0, 1), and 0 farther than 2r from M_k
+
+(the guided filter of He et al.: the region's edge follows the picture's edges within r pixels),
+then
+    keep:    a = max(a, R_k)        remove:    a = min(a, 1 - R_k)
+
+and the answer is round(255 a), half up. So outside every region's reach (its mask grown by 2r)
+the matte keeps its byte exactly; a keep never lowers alpha, a remove never raises it; the answer
+is a function of the prompt list (undo is the list without its last prompt).
+
+The foreground colours of a cutout change only where alpha did: they are estimated again
+(pipelines/foreground.py) on the changed pixels' bounding box grown by COLOUR_MARGIN, and written
+at those pixels only; elsewhere the colours estimated at the open are kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from craftai_infer.pipelines.guided_filter import guided_filter
+from craftai_infer.pipelines.matte_outputs import combined_alpha, cutout, render
+from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
+
+__all__ = [
+    "COLOUR_MARGIN",
+    "EPS",
+    "Region",
+    "feather_radius",
+    "feathered",
+    "merged",
+    "refined",
+    "refreshed_colours",
+]
+U8 = npt.NDArray[np.uint8]
+
+EPS = 1e-3  # the guided filter's regulariser, for a guide in [0, 1]: edges of contrast above ~0.03 are kept
+COLOUR_MARGIN = 32  # pixels of context around the changed pixels for the colours' estimation
+
+
+@dataclass(frozen=True)
+class Region:
+    """One prompt's region: whether it is kept (else removed), and SAM's mask of it, (H, W) bool."""
+
+    keep: bool
+    mask: Tensor
+
+
+def feather_radius(height: int, width: int) -> int:
+    """The guided filter's radius r: 1/256 of the picture's longer side, at least 2 pixels."""
+    return max(2, round(max(height, width) / 256))
+
+
+def _grown_box(mask: Tensor, grow: int) -> tuple[int, int, int, int] | None:
+    """(top, bottom, left, right) of the mask's pixels grown by `grow`, within the picture; None if empty."""
+    rows = torch.nonzero(mask.any(dim=1)).flatten()
+    if rows.numel() == 0:
+        return None
+    cols = torch.nonzero(mask.any(dim=0)).flatten()
+    height, width = mask.shape
+    top, bottom = max(0, int(rows[0]) - grow), min(height, int(rows[-1]) + 1 + grow)
+    left, right = max(0, int(cols[0]) - grow), min(width, int(cols[-1]) + 1 + grow)
+    return top, bottom, left, right
+
+
+def feathered(rgb: Tensor, mask: Tensor, radius: int, eps: float = EPS) -> Tensor:
+    """(H, W) float32 in [0, 1]: the (H, W) bool mask's edge moved onto the (H, W, 3) uint8 picture's
+    edges by the guided filter, 0 farther than 2 * radius from the mask."""
+    guide = rgb.permute(2, 0, 1)[None].to(torch.float32) / 255.0
+    soft = guided_filter(guide, mask[None, None].to(torch.float32), radius, eps)[0, 0].clamp(0.0, 1.0)
+    reach = F.max_pool2d(mask[None, None].to(torch.float32), 4 * radius + 1, stride=1, padding=2 * radius)[0, 0] > 0
+    return torch.where(reach, soft, torch.zeros_like(soft))
+
+
+def merged(matte: Tensor, rgb: Tensor, regions: Sequence[Region], radius: int, eps: float = EPS) -> Tensor:
+    """(H, W) uint8: the (H, W) uint8 matte with each region applied in order (the module's rule).
+    Each region is filtered on its mask's box grown by 4 * radius (the filter's reach from the
+    mask's reach), which answers what the whole picture would, at the cost of the region's size."""
+    alpha = matte.to(torch.float32) / 255.0
+    for region in regions:
+        box = _grown_box(region.mask, 4 * radius)
+        if box is None:
+            continue
+        top, bottom, left, right = box
+        soft = feathered(rgb[top:bottom, left:right], region.mask[top:bottom, left:right], radius, eps)
+        inside = alpha[top:bottom, left:right]
+        if region.keep:
+            alpha[top:bottom, left:right] = torch.maximum(inside, soft)
+        else:
+            alpha[top:bottom, left:right] = torch.minimum(inside, 1.0 - soft)
+    return torch.floor(alpha * 255.0 + 0.5).clamp(0, 255).to(torch.uint8)
+
+
+def refreshed_colours(rgb: Tensor, alpha: Tensor, colours: Tensor, changed: Tensor) -> Tensor:
+    """(H, W, 3) uint8: `colours` (the foreground estimated for the old alpha) with the pixels of
+    `changed` (H, W) bool estimated again for `alpha` (H, W) uint8, on their box grown by COLOUR_MARGIN."""
+    box = _grown_box(changed, COLOUR_MARGIN)
+    if box is None:
+        return colours
+    top, bottom, left, right = box
+    estimated = cutout(rgb[top:bottom, left:right], alpha[top:bottom, left:right])[:, :, :3]
+    band = changed[top:bottom, left:right, None]
+    fresh = colours.clone()
+    fresh[top:bottom, left:right] = torch.where(band, estimated, colours[top:bottom, left:right])
+    return fresh
+
+
+def refined(
+    picture: U8,
+    matte: U8,
+    colours: U8 | None,
+    spec: OutputsSpec,
+    regions: Sequence[tuple[bool, npt.NDArray[np.bool_]]],
+    *,
+    device: str,
+) -> tuple[Rendered, int]:
+    """A cutout session's answer: the outputs of `spec` (pipelines/matte_outputs.py) for the host
+    picture and its matte with the regions (keep?, (H, W) bool mask) merged in order, the cutout's
+    `colours` estimated again where alpha changed (None: estimated whole, or none needed); and how
+    many pixels' alpha changed. Computed on `device`."""
+    on = torch.device(device)
+    with torch.inference_mode():
+        pixels = torch.from_numpy(picture).to(on)
+        rgb = pixels[:, :, :3]
+        before = torch.from_numpy(matte).to(on)
+        asked = [Region(keep, torch.from_numpy(mask).to(on)) for keep, mask in regions]
+        after = merged(before, rgb, asked, feather_radius(*before.shape))
+        changed = after != before
+        fresh = None
+        if colours is not None:
+            fresh = refreshed_colours(rgb, combined_alpha(after, pixels), torch.from_numpy(colours).to(on), changed)
+        count = int(changed.sum())
+    return render(picture, after, spec, device, colours=fresh), count
