@@ -9,6 +9,7 @@ from craftai.cutout import AsyncCutoutSession, CutoutSession
 from craftai.errors import CraftAiError
 from craftai.installation import FeatureInfo, Notice, Progress, ResolvedRoute, RouteStatus, Runtime, SetupOutput
 from craftai.outputs import (
+    CutoutPrompt,
     EncodedImage,
     EverythingOutput,
     LowResMask,
@@ -30,6 +31,7 @@ __all__ = [
     "AsyncCutoutSession",
     "AsyncSegmentSession",
     "CraftAiError",
+    "CutoutPrompt",
     "CutoutSession",
     "Deadlines",
     "EncodedImage",

@@ -72,6 +72,7 @@ from craftai.installation import (
     setup_event,
 )
 from craftai.outputs import (
+    CutoutPrompt,
     EncodedImage,
     EverythingOutput,
     LowResMask,
@@ -100,6 +101,7 @@ __all__ = [
     "AsyncAiClient",
     "AsyncCutoutSession",
     "AsyncSegmentSession",
+    "CutoutPrompt",
     "CutoutSession",
     "Deadlines",
     "EncodedImage",
@@ -331,6 +333,12 @@ class AiClient(_Client[Transport]):
         session.open(on_progress, request_id=request_id)
         return session
 
+    def resume_cutout(self, session_id: str) -> CutoutSession:
+        """A cutout session opened earlier (by this app, maybe by another process: a web gateway)
+        known by its id alone: `refine` goes to it, but without its picture it is not opened again
+        when the server has forgotten it (NOT_FOUND / SESSION_NOT_FOUND is raised)."""
+        return CutoutSession(self.transport, None, session_id)
+
     def resume_session(self, session_id: str) -> SegmentSession:
         """A session opened earlier (by this app, maybe by another process: a web gateway) known by
         its id alone: prompts go to it, but without its picture it is not opened again when the
@@ -417,6 +425,10 @@ class AsyncAiClient(_Client[AsyncTransport]):
         session = AsyncCutoutSession(self.transport, opening(picture, **options))
         await session.open(on_progress, request_id=request_id)
         return session
+
+    def resume_cutout(self, session_id: str) -> AsyncCutoutSession:
+        """AiClient.resume_cutout: a cutout session known by its id alone (never opened again)."""
+        return AsyncCutoutSession(self.transport, None, session_id)
 
     def resume_session(self, session_id: str) -> AsyncSegmentSession:
         """AiClient.resume_session: a session known by its id alone (never opened again)."""

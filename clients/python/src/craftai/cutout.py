@@ -27,7 +27,7 @@ from craftai.calls import (
 )
 from craftai.errors import CraftAiError
 from craftai.methods import Op, awaiting_on, blocking_on, result, unary
-from craftai.outputs import MatteOutput, PointLike, matte_output
+from craftai.outputs import CutoutPrompt, MatteOutput, PointLike, matte_output
 from craftai.pictures import Picture, read_picture
 from craftai.replicas import ReplicaLostError, replica_of
 from craftai.session import forgotten
@@ -43,9 +43,9 @@ class CutoutState:
     """What a cutout session knows of itself: its opening request (the picture's bytes in it), the
     prompts so far and the last answer. Transport-free, shared by both clients' sessions."""
 
-    def __init__(self, request: infer_pb2.OpenCutoutRequest) -> None:
-        self._request = request
-        self.session_id = ""
+    def __init__(self, request: infer_pb2.OpenCutoutRequest | None, session_id: str = "") -> None:
+        self._request = request  # None: resumed by its id alone (`resume_cutout`), not opened again
+        self.session_id = session_id
         self.prompts: list[infer_pb2.CutoutPrompt] = []
         self.result: MatteOutput | None = None  # the outputs after every prompt so far
         self.changed_pixels = 0  # pixels whose alpha the prompts changed
@@ -73,6 +73,8 @@ def open_op(
 ) -> Op[MatteOutput]:
     """(Re)open on the server with the kept picture: the matte and the embedding made again; the
     answer is the cutout without any prompt."""
+    if state._request is None:
+        raise ValueError("this cutout was resumed by its id without its picture: it cannot be opened again")
     notices: list[str] = []
     request_id = request_id or new_request_id()
     answer = yield from result(OPEN_CUTOUT, state._request, on_progress, notices, request_id)
@@ -88,7 +90,9 @@ def _refined(state: CutoutState, on_progress: ProgressCallback | None, request_i
         try:
             answer = yield from result(REFINE_CUTOUT, request, on_progress, notices, request_id, replica=state.replica)
         except CraftAiError as exc:
-            if reopened or not forgotten(exc):
+            if isinstance(exc, ReplicaLostError) and state._request is None:
+                raise exc.as_forgotten() from None
+            if reopened or not forgotten(exc) or state._request is None:
                 raise
             yield from open_op(state, on_progress, request_id=request_id)  # evicted, expired, restarted, gone
             state.reopened += 1
@@ -145,6 +149,25 @@ def remove_op(
     )
 
 
+def refine_op(
+    state: CutoutState,
+    /,
+    prompts: Sequence[CutoutPrompt],
+    *,
+    on_progress: ProgressCallback | None = None,
+    request_id: str | None = None,
+) -> Op[MatteOutput]:
+    """The outputs after exactly these prompts, in order (replacing the ones so far; [] is the
+    cutout as opened): what a caller that keeps the list itself (a web page) sends each time."""
+    built = [cutout_prompt(p.action, p.points, p.box) for p in prompts]
+    before, state.prompts = state.prompts, built
+    try:
+        return (yield from _refined(state, on_progress, request_id or new_request_id()))
+    except BaseException:
+        state.prompts = before
+        raise
+
+
 def undo_op(
     state: CutoutState, /, *, on_progress: ProgressCallback | None = None, request_id: str | None = None
 ) -> Op[MatteOutput]:
@@ -173,13 +196,14 @@ class CutoutSession(CutoutState):
     """A cutout kept on the server to fix with `keep`, `remove` and `undo`; close it (or use
     `with`) when done. Not thread-safe: one app thread refines one session at a time."""
 
-    def __init__(self, transport: Transport, request: infer_pb2.OpenCutoutRequest) -> None:
-        super().__init__(request)
+    def __init__(self, transport: Transport, request: infer_pb2.OpenCutoutRequest | None, session_id: str = "") -> None:
+        super().__init__(request, session_id)
         self.transport = transport
 
     open = blocking_on(open_op)
     keep = blocking_on(keep_op)
     remove = blocking_on(remove_op)
+    refine = blocking_on(refine_op)
     undo = blocking_on(undo_op)
     close = blocking_on(close_op)
 
@@ -193,13 +217,16 @@ class CutoutSession(CutoutState):
 class AsyncCutoutSession(CutoutState):
     """CutoutSession for asyncio: the same methods, awaited; close it (or use `async with`)."""
 
-    def __init__(self, transport: AsyncTransport, request: infer_pb2.OpenCutoutRequest) -> None:
-        super().__init__(request)
+    def __init__(
+        self, transport: AsyncTransport, request: infer_pb2.OpenCutoutRequest | None, session_id: str = ""
+    ) -> None:
+        super().__init__(request, session_id)
         self.transport = transport
 
     open = awaiting_on(open_op)
     keep = awaiting_on(keep_op)
     remove = awaiting_on(remove_op)
+    refine = awaiting_on(refine_op)
     undo = awaiting_on(undo_op)
     close = awaiting_on(close_op)
 

@@ -222,6 +222,16 @@ class Prompt:
 
 
 @dataclass(frozen=True)
+class CutoutPrompt:
+    """A cutout session's prompt: "keep" (the region is subject) or "remove" (it is background),
+    the region SAM finds from clicks (Point or (x, y[, foreground])) and/or a box (x0, y0, x1, y1)."""
+
+    action: str
+    points: Sequence[PointLike] = ()
+    box: Sequence[float] | None = None
+
+
+@dataclass(frozen=True)
 class SegmentOutput:
     """The answer to a call: masks per prompt in the call's order, each prompt's best first
     (three per prompt when all were asked, else one); `objects` groups them by prompt."""

@@ -22,7 +22,7 @@ from craftai.cli.connection import connect
 from craftai.cli.progress import on_terminal
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import MatteOutput
+from craftai.outputs import CutoutPrompt, MatteOutput
 from craftai_wire import advice
 from craftai_wire.vocabulary import CutoutAction, ImageFormat, Output, Reason
 
@@ -148,10 +148,7 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
 def _fixed(ai: AiClient, data: bytes, outputs: list[str], options: dict[str, Any], fixes: list[Fix]) -> MatteOutput:
     """The outputs of a cutout session after the --keep and --remove prompts, in order."""
     with ai.open_cutout(data, outputs=outputs, **options) as session:
-        for fix in fixes:
-            (session.keep if fix.action == CutoutAction.KEEP else session.remove)(**fix.region())
-        assert session.result is not None
-        return session.result
+        return session.refine([CutoutPrompt(fix.action, **fix.region()) for fix in fixes])
 
 
 def _advised(data: bytes, subject: str, gpu: bool) -> tuple[str | None, str]:

@@ -12,7 +12,7 @@ from starlette.requests import Request
 
 from craftai.outputs import EverythingOutput, LowResMask, MaskOutput, MatteOutput, Point, SegmentOutput
 from craftai.web.errors import bad_request
-from craftai.web.models import PromptIn
+from craftai.web.models import CutoutPromptIn, PromptIn
 from craftai_wire.v1 import common_pb2
 
 
@@ -41,7 +41,7 @@ def logits(text: str | None, field: str) -> LowResMask | None:
         raise bad_request("mask_input is the base64 of a previous answer's low_res", field=field) from None
 
 
-def points(given: PromptIn) -> list[Point]:
+def points(given: PromptIn | CutoutPromptIn) -> list[Point]:
     return [Point(*p) if isinstance(p, tuple) else Point(p.x, p.y, p.foreground) for p in given.points]
 
 

@@ -36,7 +36,7 @@ from craftai.web.errors import bad_request, error_response
 from craftai.web.hosts import HostCheck
 from craftai.web.keycheck import KeyCheck, Verifier
 from craftai.web.parameters import unknown
-from craftai.web.routes import API, docs, matte, page, sessions, setup, status
+from craftai.web.routes import API, cutouts, docs, matte, page, sessions, setup, status
 from craftai.web.schema import install
 from craftai.web.settings import WebSettings
 from craftai.web.uploads import BodyLimit, BodyRules
@@ -96,7 +96,7 @@ def build(settings: WebSettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.in_flight = InFlight()
     _answer_errors(app)
-    for family in (status, setup, matte, sessions, page, docs):
+    for family in (status, setup, matte, cutouts, sessions, page, docs):
         app.include_router(family.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")
     app.mount(docs.ASSETS, docs.assets(), name="docs-assets")

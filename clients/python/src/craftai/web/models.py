@@ -134,6 +134,22 @@ class SegmentIn(PromptIn):
     low_res: bool = Field(False, description="answer each mask's low-res logits (base64) to send back as mask_input")
 
 
+class CutoutPromptIn(Strict):
+    """A keep or remove prompt: the region SAM finds from clicks and/or a box."""
+
+    action: Literal["keep", "remove"] = Field(description="keep: the region is subject; remove: it is background")
+    points: list[PointIn | tuple[float, float] | tuple[float, float, bool]] = Field(
+        default_factory=list, description="[{x, y, foreground}] or [[x, y(, foreground)]]"
+    )
+    box: tuple[float, float, float, float] | None = Field(None, description="[x0, y0, x1, y1]: top-left, bottom-right")
+
+
+class CutoutIn(Strict):
+    """Every prompt so far, in order (the answer is a function of this list)."""
+
+    prompts: list[CutoutPromptIn] = Field(default_factory=list)
+
+
 class EverythingIn(Strict):
     """Meta's automatic mask generator's parameters (unset: its defaults) and the answer's formats."""
 

@@ -1,28 +1,31 @@
-"""POST /api/v1/remove-background: the SDK's remove_background over HTTP."""
+"""POST /api/v1/remove-background: the SDK's remove_background over HTTP. Its options
+(`matte_query`), how they become the SDK's arguments (`matte_arguments`) and how the outputs are
+answered (`outputs_answer`) are the cutouts' too (craftai.web.routes.cutouts)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse, Response
 
+from craftai.outputs import MatteOutput
 from craftai.web.answers import answered, b64, formats, number, route_headers, text, wants
 from craftai.web.callers import Caller
 from craftai.web.models import MATTE_BODY, errors
 from craftai.web.parameters import known_query, query_names, refuse_unknown
 from craftai.web.routes import API
-from craftai.web.uploads import PICTURE_FIELDS, read_upload
+from craftai.web.uploads import PICTURE_FIELDS, Upload, read_upload
 
 router = APIRouter(prefix=API, dependencies=[Depends(known_query)])
 FILE_FIELDS = frozenset({"background", *PICTURE_FIELDS})
 TRUE = ("true", "1", "yes", "on")
+Answer = Annotated[
+    Literal["image", "json"] | None, Query(description="image bytes (one output) or JSON (default: Accept)")
+]
 
 
-@router.post("/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=errors(404, 409, 412, 413))
-async def remove_background(
-    request: Request,
-    ai: Caller,
+def matte_query(
     *,
     outputs: Annotated[
         str | None,
@@ -50,22 +53,9 @@ async def remove_background(
     ] = None,
     recipe: str | None = None,
     engine: str | None = None,
-    answer: Annotated[
-        Literal["image", "json"] | None, Query(description="image bytes (one output) or JSON (default: Accept)")
-    ] = None,
-) -> Response:
-    """Remove the background of a picture (multipart field `picture`, or the raw body; the
-    composite's background picture as the multipart field `background`). The options are the
-    SDK's remove_background's (a form's text fields may give them too), with its default outputs:
-    the cutout; the composite instead when a background is given, the mask when a threshold is.
-    A parameter it does not take is refused (400 UNKNOWN_PARAMETER), not ignored. One output: its image
-    bytes with their content type; several, or `answer=json` / Accept: application/json: JSON
-    with each output base64."""
-    upload = await read_upload(request)
-    route = request.scope["route"]
-    refuse_unknown(upload.fields, query_names(route), "form field")
-    refuse_unknown(upload.files, FILE_FIELDS, "file field")
-    given = {
+) -> dict[str, object]:
+    """The matte's options as query parameters (a form's text fields may give them too)."""
+    return {
         "outputs": outputs,
         "naive": str(naive).lower(),
         "bg_color": bg_color,
@@ -77,30 +67,58 @@ async def remove_background(
         "part": part,
         "recipe": recipe,
         "engine": engine,
-        "answer": answer,
-    } | upload.fields
+    }
+
+
+MatteQuery = Annotated[dict[str, object], Depends(matte_query)]
+
+
+async def matte_upload(request: Request, query: dict[str, object]) -> tuple[Upload, dict[str, object]]:
+    """The picture (and background) uploaded, and the options: the query's, then the form's text
+    fields; a field or file the endpoint does not take is refused."""
+    upload = await read_upload(request)
+    refuse_unknown(upload.fields, query_names(request.scope["route"]), "form field")
+    refuse_unknown(upload.files, FILE_FIELDS, "file field")
+    return upload, query | upload.fields
+
+
+def matte_arguments(given: dict[str, object], upload: Upload) -> dict[str, Any]:
+    """remove_background's keyword arguments (and open_cutout's) from the options given."""
     asked = text(given["outputs"])
-    result = await ai.remove_background(
-        upload.picture,
-        outputs=None if asked is None else [n.strip() for n in asked.split(",") if n.strip()],
-        naive=str(given["naive"]).lower() in TRUE,
-        bg_color=text(given["bg_color"]),
-        bg_blur=number(given["bg_blur"], "bg_blur", float),
-        bg_image=upload.files.get("background"),
-        threshold=number(given["threshold"], "threshold", float),
-        format=formats(text(given["format"])),
-        png_level=number(given["png_level"], "png_level", int),
-        jpeg_quality=number(given["jpeg_quality"], "jpeg_quality", int),
-        part=text(given["part"]),
-        recipe=text(given["recipe"]),
-        engine=text(given["engine"]),
-    )
+    return {
+        "outputs": None if asked is None else [n.strip() for n in asked.split(",") if n.strip()],
+        "naive": str(given["naive"]).lower() in TRUE,
+        "bg_color": text(given["bg_color"]),
+        "bg_blur": number(given["bg_blur"], "bg_blur", float),
+        "bg_image": upload.files.get("background"),
+        "threshold": number(given["threshold"], "threshold", float),
+        "format": formats(text(given["format"])),
+        "png_level": number(given["png_level"], "png_level", int),
+        "jpeg_quality": number(given["jpeg_quality"], "jpeg_quality", int),
+        "part": text(given["part"]),
+        "recipe": text(given["recipe"]),
+        "engine": text(given["engine"]),
+    }
+
+
+def outputs_answer(
+    request: Request,
+    result: MatteOutput,
+    answer: str | None,
+    *,
+    more: dict[str, Any] | None = None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
+    """One output: its image bytes with their content type (unless JSON is asked); several, or
+    `answer=json` / Accept: application/json: JSON with each output base64 (and `more`)."""
     images = result.images
-    headers = route_headers(result) | {"X-Craftai-Width": str(result.width), "X-Craftai-Height": str(result.height)}
-    if len(images) == 1 and not wants(request, text(given["answer"]), "json", "application/json"):
+    sent = (headers or {}) | route_headers(result)
+    sent |= {"X-Craftai-Width": str(result.width), "X-Craftai-Height": str(result.height)}
+    if len(images) == 1 and not wants(request, answer, "json", "application/json"):
         ((name, image),) = images.items()
-        headers["Content-Disposition"] = f'inline; filename="{name}{image.suffix}"'
-        return Response(image.data, media_type=image.media_type, headers=headers)
+        sent["Content-Disposition"] = f'inline; filename="{name}{image.suffix}"'
+        return Response(image.data, status_code=status_code, media_type=image.media_type, headers=sent)
     outputs_json = {
         name: {
             "format": image.format,
@@ -110,4 +128,19 @@ async def remove_background(
         }
         for name, image in images.items()
     }
-    return JSONResponse({**answered(result), "outputs": outputs_json}, headers=headers)
+    body = {**(more or {}), **answered(result), "outputs": outputs_json}
+    return JSONResponse(body, status_code=status_code, headers=sent)
+
+
+@router.post("/remove-background", openapi_extra={"requestBody": MATTE_BODY}, responses=errors(404, 409, 412, 413))
+async def remove_background(request: Request, ai: Caller, query: MatteQuery, answer: Answer = None) -> Response:
+    """Remove the background of a picture (multipart field `picture`, or the raw body; the
+    composite's background picture as the multipart field `background`). The options are the
+    SDK's remove_background's (a form's text fields may give them too), with its default outputs:
+    the cutout; the composite instead when a background is given, the mask when a threshold is.
+    A parameter it does not take is refused (400 UNKNOWN_PARAMETER), not ignored. One output: its image
+    bytes with their content type; several, or `answer=json` / Accept: application/json: JSON
+    with each output base64."""
+    upload, given = await matte_upload(request, {**query, "answer": answer})
+    result = await ai.remove_background(upload.picture, **matte_arguments(given, upload))
+    return outputs_answer(request, result, text(given["answer"]))
