@@ -131,15 +131,19 @@ def refined(
     `colours` estimated again where alpha changed (None: estimated whole, or none needed); and how
     many pixels' alpha changed. Computed on `device`."""
     on = torch.device(device)
+
+    def tensor(array: npt.NDArray[np.generic]) -> Tensor:  # a read-only array is copied first: torch writes through
+        return torch.from_numpy(np.require(array, requirements="W")).to(on)
+
     with torch.inference_mode():
-        pixels = torch.from_numpy(picture).to(on)
+        pixels = tensor(picture)
         rgb = pixels[:, :, :3]
-        before = torch.from_numpy(matte).to(on)
-        asked = [Region(keep, torch.from_numpy(mask).to(on)) for keep, mask in regions]
+        before = tensor(matte)
+        asked = [Region(keep, tensor(mask)) for keep, mask in regions]
         after = merged(before, rgb, asked, feather_radius(*before.shape))
         changed = after != before
         fresh = None
         if colours is not None:
-            fresh = refreshed_colours(rgb, combined_alpha(after, pixels), torch.from_numpy(colours).to(on), changed)
+            fresh = refreshed_colours(rgb, combined_alpha(after, pixels), tensor(colours), changed)
         count = int(changed.sum())
     return render(picture, after, spec, device, colours=fresh), count
