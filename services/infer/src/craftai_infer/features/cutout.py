@@ -16,6 +16,7 @@ take its id.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -131,7 +132,7 @@ class CutoutFeature:
             colours=np.ascontiguousarray(rendered.cutout[:, :, :3])
             if colours and rendered.cutout is not None
             else None,
-            asked=made.asked,
+            asked=dataclasses.replace(made.asked, background_picture=None),  # its pixels are in spec
             spec=made.spec,
             matte_route=made.loaded.ref,
         )
