@@ -298,7 +298,20 @@ def _image(result: infer_pb2.MatteResult, name: Output, legacy: bytes, alpha: bo
 
 # The order of a matte's stages on the server (a protobuf map keeps none): the picture decoded, the
 # model's stage, within it the network and each output made, then the encodings.
-MATTE_STAGES = ("load", "decode", "model", "network", "mask", "cutout", "composite", "host", "encode")
+# a cutout session's too: "segment" (the open's SAM encoder), "merge" (a refinement's regions merged)
+MATTE_STAGES = (
+    "load",
+    "decode",
+    "model",
+    "network",
+    "segment",
+    "merge",
+    "mask",
+    "cutout",
+    "composite",
+    "host",
+    "encode",
+)
 
 
 def in_order(stages: Mapping[str, float], order: Sequence[str]) -> dict[str, float]:

@@ -193,6 +193,7 @@ class CutoutFeature:
                     lambda: refined(kept.picture, kept.matte, kept.colours, kept.spec, regions, device=device)
                 )
             regions.clear()  # the masks given back before the encodes
+            run.stages_ms.update(rendered.stages_ms)  # within "merge": each output made
             result = run.result(infer_pb2.CutoutResult)
             await self.matte.answered(
                 kept.asked,
