@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from PIL import Image
-from scipy import ndimage
+from scipy import ndimage  # type: ignore[import-untyped]
 
 from craftai import AiClient, AsyncAiClient, CraftAiError, MatteOutput
 from craftai_dev import servers, web

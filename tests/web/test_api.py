@@ -28,7 +28,7 @@ from craftai.web.settings import WebSettings
 from craftai_dev import servers, web
 from craftai_dev.segment import mask_of
 from craftai_wire import advice
-from craftai_wire.vocabulary import PARTS_OF, GatewayReason, Reason
+from craftai_wire.vocabulary import PARTS_OF, CutoutAction, GatewayReason, Reason
 
 CLICK = {"x": 200, "y": 150, "foreground": True}
 MiB = 1 << 20
@@ -556,7 +556,8 @@ def test_the_page_gets_the_error_reasons_and_the_advice_from_the_gateway(gateway
     ]
     assert exported["PartsOf"] == {r.value: [p.value for p in parts] for r, parts in PARTS_OF.items()}
     script = httpx.get(f"{gateway.address}/static/app.js").text
-    assert 'import { AdviceRules, PartsOf, Reason, Subjects } from "/vocabulary.js";' in script
+    assert exported["CutoutAction"] == {a.name: a.value for a in CutoutAction}
+    assert 'import { AdviceRules, CutoutAction, PartsOf, Reason, Subjects } from "/vocabulary.js";' in script
 
 
 def test_a_router_serves_alone(services: servers.Process, key: str) -> None:

@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from craftai_wire.vocabulary import CutoutAction
+
 PICTURE_BODY: dict[str, Any] = {
     "required": True,
     "content": {
@@ -137,7 +139,7 @@ class SegmentIn(PromptIn):
 class CutoutPromptIn(Strict):
     """A keep or remove prompt: the region SAM finds from clicks and/or a box."""
 
-    action: Literal["keep", "remove"] = Field(description="keep: the region is subject; remove: it is background")
+    action: CutoutAction = Field(description="keep: the region is subject; remove: it is background")
     points: list[PointIn | tuple[float, float] | tuple[float, float, bool]] = Field(
         default_factory=list, description="[{x, y, foreground}] or [[x, y(, foreground)]]"
     )

@@ -1,16 +1,18 @@
-// The page: try "remove background" and "select" on a picture, through the gateway's HTTP API.
+// The page: try "remove background" (and fix its cutout with clicks) and "select" on a picture,
+// through the gateway's HTTP API.
 // Plain ES module, no dependency, no build step. Every call goes to /api/v1 with the app key the
 // page was given (the link `craftai serve --web` gives carries the local key in its fragment). The
 // key is kept in this page's memory only, never in the browser's storage: a program that takes the
 // gateway's port after it stopped serves a page that finds nothing there.
 
-import { AdviceRules, PartsOf, Reason, Subjects } from "/vocabulary.js"; // served by the gateway from the wire's own
+import { AdviceRules, CutoutAction, PartsOf, Reason, Subjects } from "/vocabulary.js"; // served by the gateway from the wire's own
 
 const API = "/api/v1";
 const $ = (id) => document.getElementById(id);
 const FEATURES = ["image.matte", "image.segment"];
 const READY = new Set(["ROUTE_STATE_PREPARED", "ROUTE_STATE_READY"]);
 const MASK_RGBA = [30, 144, 255, 150];
+const MARK_COLOURS = { [CutoutAction.KEEP]: "#38a169", [CutoutAction.REMOVE]: "#e53e3e" }; // fix mode's marks
 const PALETTE = [[230, 25, 75], [60, 180, 75], [255, 225, 25], [0, 130, 200], [245, 130, 48], [145, 30, 180],
   [70, 240, 240], [240, 50, 230], [210, 245, 60], [0, 128, 128], [170, 110, 40], [128, 0, 0]];
 
@@ -28,7 +30,14 @@ const state = {
   sequence: 0,
   masks: 0, // overlay updates so far (tests wait on body[data-masks])
   urls: {}, // slot -> the blob URL shown there (revoked when the slot gets another, or the picture changes)
-  made: null, // the last cutout made: {file, cutout (Blob), format} (the composite is re-made from it)
+  // The last cutout made: {file, cutout (Blob), format} (the composite is re-made from it), the
+  // removal's options (query string) and background picture (fix mode opens its session with them),
+  // recomposed (the composite shown is the page's own: a background chosen after the run), and
+  // fix mode's prompts as sent with the lists before each change (undo).
+  made: null,
+  fixing: null, // fix mode: {made, path (the cutout session's opening), id ("" until open), opening (a Promise)}
+  fixSequence: 0,
+  fixed: 0, // cutouts shown in fix mode (tests wait on body[data-fixed])
   composed: 0, // composites made in the page (tests wait on body[data-composed])
   composing: 0, // the latest background change: only its composite is drawn and linked
 };
@@ -368,8 +377,10 @@ async function setUp(feature, card, button) {
 async function choose(file) {
   if (!file) return;
   forgetSession();
+  leaveFix();
   forget();
   state.made = null;
+  $("fix").disabled = true; // until its background is removed
   state.file = file;
   state.prompt = { points: [], box: null };
   state.history = [];
@@ -441,6 +452,35 @@ function link(name, blob, format) {
   found.textContent = `${name[0].toUpperCase()}${name.slice(1)} (${format.toUpperCase()})`;
 }
 
+function matteBody(file, backdrop) {
+  // The picture as the raw body; with a background picture, both in one form (the fetch sets its boundary).
+  if (!backdrop) return { body: file, type: file.type || "application/octet-stream" };
+  const body = new FormData();
+  body.append("picture", file, file.name || "picture");
+  body.append("background", backdrop, backdrop.name || "background");
+  return { body, type: undefined };
+}
+
+async function showOutputs(result, pageComposite = false) {
+  // The service's outputs: the cutout (and the composite) drawn, each linked for download; with
+  // pageComposite, the composite shown is the page's own (recompose makes it again) and not replaced.
+  const blobs = {};
+  for (const [name, image] of Object.entries(result.outputs)) {
+    blobs[name] = new Blob([bytes(image.data)], { type: image.media_type });
+  }
+  await draw($("cutout"), blobs.cutout);
+  if (!pageComposite) {
+    $("composite").hidden = !blobs.composite;
+    if (blobs.composite) await draw($("composite"), blobs.composite);
+  }
+  forget(...Object.keys(state.urls).filter((slot) => slot.startsWith("download-")));
+  $("downloads").replaceChildren();
+  for (const [name, image] of Object.entries(result.outputs)) {
+    if (!pageComposite || name !== "composite") link(name, blobs[name], image.format);
+  }
+  return blobs;
+}
+
 async function draw(canvas, blob) {
   const picture = await createImageBitmap(blob, { premultiplyAlpha: "none", colorSpaceConversion: "none" });
   canvas.width = picture.width;
@@ -451,34 +491,23 @@ async function draw(canvas, blob) {
 }
 
 async function removeBackground() {
+  leaveFix(); // a new cutout: the one fixed so far is forgotten on the server
   await busy(async () => {
     const backdrop = backgroundPicture();
     if ($("background").value === "picture" && !backdrop) throw new Error("choose the background picture first");
-    let body = state.file;
-    let type = state.file.type || "application/octet-stream";
-    if (backdrop) { // the picture and its background in one form (the fetch sets its boundary)
-      body = new FormData();
-      body.append("picture", state.file, state.file.name || "picture");
-      body.append("background", backdrop, backdrop.name || "background");
-      type = undefined;
-    }
-    const response = await api(`/remove-background?${query("image.matte", matteOptions())}`, {
-      method: "POST", body, type,
+    const options = query("image.matte", matteOptions());
+    const response = await api(`/remove-background?${options}`, {
+      method: "POST", ...matteBody(state.file, backdrop),
     });
     const result = await response.json();
-    const blobs = {};
-    for (const [name, image] of Object.entries(result.outputs)) {
-      blobs[name] = new Blob([bytes(image.data)], { type: image.media_type });
-    }
-    await draw($("cutout"), blobs.cutout);
-    $("composite").hidden = !blobs.composite;
-    if (blobs.composite) await draw($("composite"), blobs.composite);
-    forget(...Object.keys(state.urls).filter((slot) => slot.startsWith("download-")));
-    $("downloads").replaceChildren();
-    for (const [name, image] of Object.entries(result.outputs)) link(name, blobs[name], image.format);
-    state.made = { file: state.file, cutout: blobs.cutout, format: result.outputs.cutout.format };
+    const blobs = await showOutputs(result);
+    state.made = {
+      file: state.file, cutout: blobs.cutout, format: result.outputs.cutout.format, options, backdrop,
+      recomposed: false, prompts: [], history: [],
+    };
     $("cutout-caption").textContent = `${result.recipe} / ${result.engine} on ${result.device}, ${ms(result.timing_ms)}`;
     $("cutout-view").hidden = false;
+    $("fix").disabled = false;
     document.body.dataset.cutout = "shown";
   });
   await refreshStatus(); // the route answered: loaded now
@@ -513,12 +542,14 @@ async function recompose() {
   const kind = $("background").value;
   if (!state.made || state.made.file !== state.file || $("cutout-view").hidden) return;
   if (kind === "none") {
+    state.made.recomposed = true;
     $("composite").hidden = true;
     forget("download-composite");
     $("download-composite")?.remove();
     return;
   }
   if (kind === "picture" && !backgroundPicture()) return; // the next choice of a file composes
+  state.made.recomposed = true; // fix mode's cutouts are laid over this background too
   await busy(async () => {
     const cutout = await createImageBitmap(state.made.cutout);
     const backdrop = await backdropOf(kind, cutout.width, cutout.height);
@@ -540,14 +571,219 @@ async function recompose() {
   });
 }
 
+// -- fix: the cutout fixed with clicks ------------------------------------------------------------
+// A cutout session: the server keeps the removal's picture, its matte and its SAM embedding (opened
+// with the removal's picture and options); each change sends the whole list of prompts so far and
+// gets the outputs of the whole picture after all of them, so undo is the list before the change.
+// The list stays with the removal (state.made): leaving fix mode forgets the session on the server,
+// coming back opens it again and sends the list.
+
+function setFixing(on) {
+  $("fix").setAttribute("aria-pressed", on ? "true" : "false");
+  $("fix-help").hidden = !on;
+  renderTools();
+}
+
+function cutoutPath(made) {
+  // The removal's options, with the select route chosen (it finds the regions the prompts name).
+  const params = new URLSearchParams(made.options);
+  const segment = state.chosen["image.segment"];
+  if (segment) {
+    params.set("segment_recipe", segment.recipe);
+    params.set("segment_engine", segment.engine);
+  }
+  return `/cutouts?${params}`;
+}
+
+function openCutout(fixing) {
+  // The removal's picture and options, sent again: the server makes the matte and the SAM embedding
+  // and keeps them. One opening at a time (changes that find the session forgotten wait for the same
+  // one); a session opened for a fix mode left meanwhile is closed at once (null).
+  if (!fixing.opening) {
+    fixing.opening = (async () => {
+      const response = await api(fixing.path, { method: "POST", ...matteBody(fixing.made.file, fixing.made.backdrop) });
+      const result = await response.json();
+      if (state.fixing !== fixing) {
+        closeCutout(result.session_id);
+        return null;
+      }
+      fixing.id = result.session_id;
+      document.body.dataset.cutoutSession = fixing.id;
+      return result;
+    })().finally(() => { fixing.opening = null; });
+  }
+  return fixing.opening;
+}
+
+function closeCutout(id) {
+  // keepalive: the request goes even while the page is left (pagehide).
+  return fetch(`${API}/cutouts/${id}`, { method: "DELETE", headers: headers(), keepalive: true })
+    .catch(() => {})
+    .finally(() => {
+      if (document.body.dataset.cutoutSession === id) delete document.body.dataset.cutoutSession;
+    });
+}
+
+async function fixCall(fixing, ask) {
+  // A call on the cutout session (ask(id)), opened again when the server forgot it (idle, memory,
+  // restart): the picture goes again, then the call. null: fix mode was left meanwhile.
+  if (!fixing.id && !(await openCutout(fixing))) return null;
+  const id = fixing.id;
+  try {
+    return await ask(id);
+  } catch (error) {
+    if (error.status !== 404 || error.reason !== Reason.SESSION_NOT_FOUND) throw error;
+    if (fixing.id === id) fixing.id = ""; // else another change has opened it again already
+    if (!fixing.id && !(await openCutout(fixing))) return null;
+    return ask(fixing.id);
+  }
+}
+
+async function showFixed(fixing, result) {
+  const made = fixing.made;
+  const blobs = await showOutputs(result, made.recomposed);
+  made.cutout = blobs.cutout; // a background chosen now is laid under the cutout as fixed
+  const prompts = result.prompts === 1 ? "1 prompt" : `${result.prompts} prompts`;
+  $("cutout-caption").textContent = `fixed with ${prompts} (${result.changed_pixels.toLocaleString()} pixels ` +
+    `changed): ${result.recipe} / ${result.engine} on ${result.device}, ${ms(result.timing_ms)}`;
+  if (made.recomposed) await recompose();
+  state.fixed += 1;
+  document.body.dataset.fixed = String(state.fixed);
+}
+
+async function sendFix(fixing) {
+  // The outputs after the whole list, shown unless a later change's are on their way.
+  const asked = ++state.fixSequence;
+  const prompts = fixing.made.prompts;
+  const response = await fixCall(fixing, (id) => api(`/cutouts/${id}/refine`, { method: "POST", json: { prompts } }));
+  if (!response) return;
+  const result = await response.json();
+  if (asked !== state.fixSequence || state.fixing !== fixing) return;
+  await showFixed(fixing, result);
+}
+
+async function toggleFix() {
+  if (state.fixing) {
+    leaveFix();
+    return;
+  }
+  const made = state.made;
+  if (!made || made.file !== state.file) return;
+  await busy(async () => {
+    // exclusive with select: its selection is cleared and its picture let go first (an app may keep as few as one)
+    setSelecting(false);
+    state.prompt = { points: [], box: null };
+    state.history = [];
+    clearMask();
+    await forgetSession();
+    const fixing = { made, path: cutoutPath(made), id: "", opening: null };
+    state.fixing = fixing;
+    setFixing(true);
+    drawMarks();
+    const asked = ++state.fixSequence;
+    let opened;
+    try {
+      opened = await openCutout(fixing);
+    } catch (error) {
+      if (state.fixing === fixing) leaveFix();
+      throw error;
+    }
+    if (!opened) return;
+    $("info").textContent = `fix: ${opened.recipe} / ${opened.engine} on ${opened.device}`;
+    if (made.prompts.length) await sendFix(fixing); // the list of an earlier visit, on the new session
+    else if (asked === state.fixSequence) await showFixed(fixing, opened);
+  });
+  await refreshStatus(); // the routes answered: loaded now
+}
+
+async function fixChange(prompts, history) {
+  // A new list sent; when it is refused or fails, the list is the one before (as if never asked).
+  const fixing = state.fixing;
+  const made = fixing.made;
+  const before = { prompts: made.prompts, history: made.history };
+  made.prompts = prompts;
+  made.history = history;
+  renderTools();
+  drawMarks();
+  await busy(async () => {
+    try {
+      await sendFix(fixing);
+    } catch (error) {
+      if (made.prompts === prompts) {
+        Object.assign(made, before);
+        if (state.fixing === fixing) {
+          renderTools();
+          drawMarks();
+        }
+      }
+      throw error;
+    }
+  });
+}
+
+function fixPrompt(prompt) {
+  const { prompts, history } = state.fixing.made;
+  return fixChange([...prompts, prompt], [...history, prompts]);
+}
+
+function fixUndo() {
+  const { history } = state.fixing.made;
+  if (history.length) fixChange(history[history.length - 1], history.slice(0, -1));
+}
+
+function fixClear() {
+  const { prompts, history } = state.fixing.made;
+  if (prompts.length) fixChange([], [...history, prompts]);
+}
+
+function leaveFix() {
+  // Fix mode off: the cutout session is forgotten on the server (the Promise is answered once it is);
+  // the cutout shown stays as fixed, and its list with the removal.
+  const fixing = state.fixing;
+  if (!fixing) return Promise.resolve();
+  state.fixing = null;
+  state.fixSequence += 1; // an answer on its way is not shown
+  setFixing(false);
+  drawMarks();
+  $("info").textContent = "";
+  return fixing.id ? closeCutout(fixing.id) : Promise.resolve(); // an opening on its way closes its own
+}
+
+function drawFixMarks(context, r) {
+  // Each prompt of the list: keep's in green, remove's in red; a box dashed, a click a dot.
+  for (const prompt of state.fixing.made.prompts) {
+    const colour = MARK_COLOURS[prompt.action];
+    if (prompt.box) {
+      const [x0, y0, x1, y1] = prompt.box;
+      context.setLineDash([6, 4]);
+      context.lineWidth = Math.max(2, r / 2);
+      context.strokeStyle = colour;
+      context.strokeRect(x0, y0, x1 - x0, y1 - y0);
+      context.setLineDash([]);
+    }
+    for (const [x, y] of prompt.points || []) {
+      context.beginPath();
+      context.arc(x, y, r, 0, 2 * Math.PI);
+      context.fillStyle = colour;
+      context.fill();
+      context.lineWidth = 2;
+      context.strokeStyle = "#fff";
+      context.stroke();
+    }
+  }
+}
+
 // -- select -----------------------------------------------------------------------------------
 
 function forgetSession() {
+  // The picture forgotten on the server; the Promise is answered once it is (fix mode waits for it).
+  let forgotten = Promise.resolve();
   if (state.session) {
-    fetch(`${API}/sessions/${state.session.session_id}`, { method: "DELETE", headers: headers(), keepalive: true })
+    forgotten = fetch(`${API}/sessions/${state.session.session_id}`, { method: "DELETE", headers: headers(), keepalive: true })
       .catch(() => {});
   }
   state.session = null;
+  return forgotten;
 }
 
 async function openSession() {
@@ -562,8 +798,18 @@ function setSelecting(on) {
   state.selecting = on;
   $("select").setAttribute("aria-pressed", on ? "true" : "false");
   $("help").hidden = !on;
-  $("undo").disabled = !on || state.history.length === 0;
-  $("clear").disabled = !on;
+  renderTools();
+}
+
+function renderTools() {
+  // Undo and Clear act on the mode that is on: select's prompt, or fix mode's list.
+  if (state.fixing) {
+    $("undo").disabled = state.fixing.made.history.length === 0;
+    $("clear").disabled = state.fixing.made.prompts.length === 0;
+  } else {
+    $("undo").disabled = !state.selecting || state.history.length === 0;
+    $("clear").disabled = !state.selecting;
+  }
 }
 
 async function toggleSelect() {
@@ -572,6 +818,7 @@ async function toggleSelect() {
     return;
   }
   await busy(async () => {
+    await leaveFix(); // exclusive: the cutout's picture is let go first (an app may keep as few as one)
     if (!state.session) await openSession();
     setSelecting(true);
     $("info").textContent = `select: ${state.session.recipe} / ${state.session.engine} on ${state.session.device}`;
@@ -592,6 +839,10 @@ function drawMarks() {
   const context = canvas.getContext("2d");
   context.clearRect(0, 0, canvas.width, canvas.height);
   const r = Math.max(4, Math.round(Math.min(canvas.width, canvas.height) / 120));
+  if (state.fixing) {
+    drawFixMarks(context, r);
+    return;
+  }
   if (state.prompt.box) {
     const [x0, y0, x1, y1] = state.prompt.box;
     context.setLineDash([6, 4]);
@@ -700,6 +951,7 @@ async function paintEverything(masks) {
 
 async function everything() {
   await busy(async () => {
+    await leaveFix(); // select's: the cutout's picture is let go first (an app may keep as few as one)
     setSelecting(false);
     state.prompt = { points: [], box: null };
     state.history = [];
@@ -755,8 +1007,11 @@ function listen() {
   let start = null;
   marks.addEventListener("contextmenu", (event) => event.preventDefault());
   marks.addEventListener("pointerdown", (event) => {
-    if (!state.selecting) return;
-    start = { ...pictureXY(event), button: event.button, background: event.shiftKey || event.altKey || event.ctrlKey };
+    if (!state.selecting && !state.fixing) return;
+    start = {
+      ...pictureXY(event), button: event.button, background: event.shiftKey || event.altKey || event.ctrlKey,
+      fixing: state.fixing,
+    };
     marks.setPointerCapture(event.pointerId);
   });
   marks.addEventListener("pointerup", (event) => {
@@ -764,10 +1019,14 @@ function listen() {
     const end = pictureXY(event);
     const began = start;
     start = null;
+    if (began.fixing !== state.fixing || (!began.fixing && !state.selecting)) return; // the mode changed meanwhile
     const moved = Math.hypot(end.x - began.x, end.y - began.y);
     const small = Math.max(4, marks.width / 100);
-    if (moved > small) {
-      const box = [Math.min(began.x, end.x), Math.min(began.y, end.y), Math.max(began.x, end.x), Math.max(began.y, end.y)];
+    const box = [Math.min(began.x, end.x), Math.min(began.y, end.y), Math.max(began.x, end.x), Math.max(began.y, end.y)];
+    if (state.fixing) { // left: keep; right (or Shift): remove; a click's region or a box's
+      const action = began.button === 0 && !began.background ? CutoutAction.KEEP : CutoutAction.REMOVE;
+      fixPrompt(moved > small ? { action, box } : { action, points: [[began.x, began.y]] });
+    } else if (moved > small) {
       change({ points: state.prompt.points, box });
     } else {
       const foreground = began.button === 0 && !began.background;
@@ -790,16 +1049,21 @@ function listen() {
   for (const [id, event] of [["background", "change"], ["bg-color", "input"], ["bg-blur", "change"], ["bg-file", "change"]]) {
     $(id).addEventListener(event, recompose);
   }
+  $("fix").addEventListener("click", toggleFix);
   $("select").addEventListener("click", toggleSelect);
   $("everything").addEventListener("click", everything);
   $("undo").addEventListener("click", () => {
+    if (state.fixing) {
+      fixUndo();
+      return;
+    }
     if (!state.history.length) return;
     state.prompt = state.history.pop();
     setSelecting(true);
     drawMarks();
     segment();
   });
-  $("clear").addEventListener("click", () => change({ points: [], box: null }));
+  $("clear").addEventListener("click", () => (state.fixing ? fixClear() : change({ points: [], box: null })));
   $("key-form").addEventListener("submit", (event) => {
     event.preventDefault();
     state.key = $("key-input").value.trim();
@@ -809,6 +1073,7 @@ function listen() {
   });
   window.addEventListener("pagehide", () => {
     forgetSession();
+    leaveFix();
     forget();
   });
 }
