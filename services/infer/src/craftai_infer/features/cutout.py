@@ -48,9 +48,10 @@ U8 = npt.NDArray[np.uint8]
 OPEN_STAGES = ("decode", "model", "segment", "encode")
 REFINE_STAGES = ("model", "merge", "encode")
 # What a refinement holds per pixel of its picture beyond its outputs' (features/matte.py's
-# bytes_per_pixel) and its masks' (MASK_BYTES_PER_PIXEL each): the matte in float (4), the region
-# filtered (the guided filter's nine planes in float64 and their box means: up to ~150 on a region
-# as large as the picture), the merged matte, the alpha changed and the colours estimated again (8).
+# bytes_per_pixel) and its masks' (MASK_BYTES_PER_PIXEL each): the matte in float, a region's guided
+# filter (float32 planes of the guide, its moments and coefficients, on the region's box) and the
+# colours estimated again; tests/unit/test_cutout_memory.py measures it with a region as large as the
+# picture (the worst case).
 MERGE_BYTES_PER_PIXEL = 170
 
 

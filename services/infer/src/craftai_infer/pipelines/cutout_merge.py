@@ -30,7 +30,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from craftai_infer.pipelines.guided_filter import guided_filter
 from craftai_infer.pipelines.matte_outputs import combined_alpha, cutout, render
 from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
 
@@ -75,19 +74,71 @@ def _grown_box(mask: Tensor, grow: int) -> tuple[int, int, int, int] | None:
     return top, bottom, left, right
 
 
+def _box(x: Tensor, r: int) -> Tensor:
+    """The mean of each (2r + 1)² window clipped to the picture, over (N, C, H, W): two 1-D average
+    pools counting only the pixels inside. Each window is summed on its own (no running sums), so a
+    crop answers exactly what the whole picture does wherever its windows lie inside the crop."""
+    k = 2 * r + 1
+    x = F.avg_pool2d(x, (1, k), stride=1, padding=(0, r), count_include_pad=False)
+    return F.avg_pool2d(x, (k, 1), stride=1, padding=(r, 0), count_include_pad=False)
+
+
+def _guided(guide: Tensor, p: Tensor, r: int, eps: float) -> Tensor:
+    """He et al.'s guided filter of p (1, 1, H, W) with a colour guide (1, 3, H, W) in [0, 1], in
+    float32 (pipelines/guided_filter.py is the float64 one of the InSPyReNet pipeline, whose running
+    sums make a crop answer other bits than the whole picture). The guide is centred on 0.5, a
+    constant: the E[I Iᵀ] − μ μᵀ cancellation stays small, and the centre does not depend on the crop."""
+    guide = guide - 0.5
+    mu = _box(guide, r)
+    p_mean = _box(p, r)
+    cov = _box(guide * p, r) - mu * p_mean
+    red, green, blue = guide[:, 0:1], guide[:, 1:2], guide[:, 2:3]
+    mr, mg, mb = mu[:, 0:1], mu[:, 1:2], mu[:, 2:3]
+    second = _box(torch.cat([red * red, red * green, red * blue, green * green, green * blue, blue * blue], 1), r)
+    rr = second[:, 0:1] - mr * mr + eps
+    rg = second[:, 1:2] - mr * mg
+    rb = second[:, 2:3] - mr * mb
+    gg = second[:, 3:4] - mg * mg + eps
+    gb = second[:, 4:5] - mg * mb
+    bb = second[:, 5:6] - mb * mb + eps
+    del second
+    # (Σ + εU)⁻¹ by cofactors (symmetric positive definite: det >= eps³ > 0)
+    c_rr, c_rg, c_rb = gg * bb - gb * gb, rb * gb - rg * bb, rg * gb - rb * gg
+    c_gg, c_gb, c_bb = rr * bb - rb * rb, rb * rg - rr * gb, rr * gg - rg * rg
+    det = rr * c_rr + rg * c_rg + rb * c_rb
+    del rr, rg, rb, gg, gb, bb
+    cr, cg, cb = cov[:, 0:1], cov[:, 1:2], cov[:, 2:3]
+    a = torch.cat(
+        [c_rr * cr + c_rg * cg + c_rb * cb, c_rg * cr + c_gg * cg + c_gb * cb, c_rb * cr + c_gb * cg + c_bb * cb], 1
+    )
+    a /= det
+    del c_rr, c_rg, c_rb, c_gg, c_gb, c_bb, det, cov
+    b = p_mean - (a * mu).sum(dim=1, keepdim=True)
+    ab = _box(torch.cat([a, b], dim=1), r)
+    return (ab[:, 0:3] * guide).sum(dim=1, keepdim=True) + ab[:, 3:4]
+
+
+def _reach(mask: Tensor, grow: int) -> Tensor:
+    """(H, W) bool: the (H, W) bool mask grown by `grow` pixels in each direction (a square), as two 1-D pools."""
+    k = 2 * grow + 1
+    m = mask[None, None].to(torch.float32)
+    m = F.max_pool2d(m, (1, k), stride=1, padding=(0, grow))
+    return F.max_pool2d(m, (k, 1), stride=1, padding=(grow, 0))[0, 0] > 0
+
+
 def feathered(rgb: Tensor, mask: Tensor, radius: int, eps: float = EPS) -> Tensor:
     """(H, W) float32 in [0, 1]: the (H, W) bool mask's edge moved onto the (H, W, 3) uint8 picture's
     edges by the guided filter, 0 farther than 2 * radius from the mask."""
     guide = rgb.permute(2, 0, 1)[None].to(torch.float32) / 255.0
-    soft = guided_filter(guide, mask[None, None].to(torch.float32), radius, eps)[0, 0].clamp(0.0, 1.0)
-    reach = F.max_pool2d(mask[None, None].to(torch.float32), 4 * radius + 1, stride=1, padding=2 * radius)[0, 0] > 0
-    return torch.where(reach, soft, torch.zeros_like(soft))
+    soft = _guided(guide, mask[None, None].to(torch.float32), radius, eps)[0, 0].clamp(0.0, 1.0)
+    return torch.where(_reach(mask, 2 * radius), soft, torch.zeros_like(soft))
 
 
 def merged(matte: Tensor, rgb: Tensor, regions: Sequence[Region], radius: int, eps: float = EPS) -> Tensor:
     """(H, W) uint8: the (H, W) uint8 matte with each region applied in order (the module's rule).
     Each region is filtered on its mask's box grown by 4 * radius (the filter's reach from the
-    mask's reach), which answers what the whole picture would, at the cost of the region's size."""
+    mask's reach), which answers what the whole picture would to the bit (`_box`, `_guided`), at
+    the cost of the region's size."""
     alpha = matte.to(torch.float32) / 255.0
     for region in regions:
         box = _grown_box(region.mask, 4 * radius)

@@ -1,0 +1,42 @@
+"""The cutout sessions bench, tiny (tools/bench/cutout.py): it starts its server, opens a session on
+a small picture, times two refinements and writes its JSON. No timed assertion: every refinement is
+answered and reported with the server's total and each of its stages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.bench import cutout
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_tiny_run_reports_each_refinement_and_their_percentiles(tmp_path: Path) -> None:
+    out = tmp_path / "cutout.json"
+    assert cutout.main(["--size", "320x240", "--refinements", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "cutout" and report["server"]["device"] == "cpu"
+    assert report["settings"] == {
+        "size": "320x240",
+        "refinements": 2,
+        "outputs": "cutout",
+        "picture": "astronaut.png with coffee.png pasted",
+    }
+    assert report["open_ms"] > 0
+    summary = report["summary"]
+    timed = [summary["round_trip_ms"], summary["server_ms"], *summary["stages_ms"].values()]
+    assert set(summary["stages_ms"]) == {"model", "merge", "encode"}
+    for stats in timed:
+        assert stats["n"] == 2 and 0 < stats["p50"] <= stats["p90"], summary
+    assert len(report["refinements"]) == 2
+    for refinement in report["refinements"]:
+        assert set(refinement) == {"round_trip_ms", "server_ms", "stages_ms", "changed_pixels"}
+        assert set(refinement["stages_ms"]) == {"model", "merge", "encode"}
+        assert all(ms > 0 for ms in refinement["stages_ms"].values()), refinement
+        # the server's stages are within its total, which is within the app's round trip
+        assert sum(refinement["stages_ms"].values()) <= refinement["server_ms"] <= refinement["round_trip_ms"]
+        assert 0 < refinement["changed_pixels"] <= 320 * 240  # the keep click on the left-out subject
+    assert summary["changed_pixels"]["min"] <= summary["changed_pixels"]["p50"] <= summary["changed_pixels"]["max"]
