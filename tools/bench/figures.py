@@ -416,6 +416,19 @@ def rembg_recipes(runs: Runs) -> list[str]:
     return _table([*header, f"ours faster (median of {r['rounds']} rounds)"], rows)
 
 
+def cutout(runs: Runs) -> list[str]:
+    r = runs["run"]
+    summary = r["summary"]
+    merge = summary["stages_ms"]["merge"]
+    click = summary["round_trip_ms"]
+    rows = [
+        [f"open a {r['settings']['size']} cutout session (matte, SAM's encoder, outputs)", _ms(r["open_ms"]), ""],
+        [f"one keep click, round trip ({click['n']:.0f} clicks)", _ms(click["p50"]), _ms(click["p90"])],
+        ["… of which the merge (regions, colours, outputs made)", _ms(merge["p50"]), _ms(merge["p90"])],
+    ]
+    return _table(["through `craftai serve`, 2 CPU cores", "p50 ms", "p90 ms"], rows)
+
+
 RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "u2netp_cpu": u2netp_cpu,
     "inspyrenet": inspyrenet,
@@ -429,6 +442,7 @@ RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "shared_fairly": shared_fairly,
     "shared_fairly_gpu": shared_fairly_gpu,
     "rembg_recipes": rembg_recipes,
+    "cutout": cutout,
 }
 
 
