@@ -1,5 +1,5 @@
 """Cutout sessions on a real `craftai serve` (u2netp's real weights for the matte, the SAM fixture for
-the regions, both on the CPU): the merge rule of docs/MATTE.md checked against SAM's own mask of
+the regions on both engines, all on the CPU): the merge rule of docs/MATTE.md checked against SAM's own mask of
 each prompt (asked of the same session with Segment), undo equal to never having clicked, the
 session budget counting the picture, matte and colours beside the embedding, a forgotten session
 opened again with the same prompts, and refusals in plain words.
@@ -120,6 +120,32 @@ def test_keep_and_remove_follow_the_rule_and_undo_is_never_having_clicked(
         assert first.matte == opened.matte and first.cutout == opened.cutout and c.changed_pixels == 0
         with pytest.raises(ValueError, match="no prompt to undo"):
             c.undo()
+
+
+def test_the_torch_engine_of_sam_finds_the_regions_too(
+    sam_torch_store: SetUpStore,
+    model_files: servers.FileServer,
+    tmp_path_factory: pytest.TempPathFactory,
+    photos: dict[str, Path],
+) -> None:
+    """The same rule with SAM's torch route (the prepared conversion) finding the region."""
+    root = tmp_path_factory.mktemp("cutout-torch")
+    u2netp = f"{model_files.url}/good/u2netp.onnx"
+    store, recipes = web.both_features_store(sam_torch_store.store, sam_torch_store.recipes, u2netp, root)
+    picture = _composed(photos, "chelsea.png")
+    click = (380.0, 240.0)
+    served = servers.embedded(store, root, {"CRAFTAI_RECIPES": str(recipes)})
+    with servers.running(served) as process, AiClient(app_id="tests", target=process.address) as ai:
+        list(ai.setup("image.matte", "u2netp"))
+        with ai.open_cutout(picture, outputs="matte", segment_engine="torch") as c:
+            assert c.segment_engine == "torch" and c.result is not None
+            before = _alpha(c.result)
+            region = _region(ai, c.session_id, click)
+            assert 0.001 < region.mean() < 0.9, f"SAM's region is trivial ({region.mean():.4f} of the picture)"
+            grown = ndimage.binary_dilation(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
+            inner = ndimage.binary_erosion(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
+            alpha = _alpha(c.keep(points=[click]))
+    assert (alpha[~grown] == before[~grown]).all() and (alpha[inner] == 255).all() and (alpha >= before).all()
 
 
 def test_the_session_budget_counts_the_picture_the_matte_and_the_colours(
