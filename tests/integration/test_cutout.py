@@ -34,15 +34,22 @@ pytestmark = pytest.mark.slow
 RADIUS = 2  # cutout_merge.feather_radius of a picture of at most 640 pixels a side
 
 
+BUDGET = 64 << 20  # the session budget: a 512x512 cutout and its 16 MiB embedding fit, a 3000x3000 picture does not
+
+
 @pytest.fixture(scope="module")
 def server(
-    sam_store: SetUpStore, model_files: servers.FileServer, tmp_path_factory: pytest.TempPathFactory
+    sam_torch_store: SetUpStore, model_files: servers.FileServer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[servers.Process]:
+    """`craftai serve` with u2netp and SAM on both engines (onnxruntime unless torch is asked)."""
     root = tmp_path_factory.mktemp("cutout")
-    store, recipes = web.both_features_store(
-        sam_store.store, sam_store.recipes, f"{model_files.url}/good/u2netp.onnx", root
-    )
-    env = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_METRICS_PORT": str(servers.free_port())}
+    u2netp = f"{model_files.url}/good/u2netp.onnx"
+    store, recipes = web.both_features_store(sam_torch_store.store, sam_torch_store.recipes, u2netp, root)
+    env = {
+        "CRAFTAI_RECIPES": str(recipes),
+        "CRAFTAI_METRICS_PORT": str(servers.free_port()),
+        "CRAFTAI_SESSION_BUDGET_BYTES": str(BUDGET),
+    }
     with servers.running(servers.embedded(store, root, env)) as process:
         with AiClient(app_id="tests", target=process.address) as ai:
             list(ai.setup("image.matte", "u2netp"))
@@ -122,29 +129,21 @@ def test_keep_and_remove_follow_the_rule_and_undo_is_never_having_clicked(
             c.undo()
 
 
-def test_the_torch_engine_of_sam_finds_the_regions_too(
-    sam_torch_store: SetUpStore,
-    model_files: servers.FileServer,
-    tmp_path_factory: pytest.TempPathFactory,
-    photos: dict[str, Path],
-) -> None:
+def test_the_torch_engine_of_sam_finds_the_regions_too(server: servers.Process, photos: dict[str, Path]) -> None:
     """The same rule with SAM's torch route (the prepared conversion) finding the region."""
-    root = tmp_path_factory.mktemp("cutout-torch")
-    u2netp = f"{model_files.url}/good/u2netp.onnx"
-    store, recipes = web.both_features_store(sam_torch_store.store, sam_torch_store.recipes, u2netp, root)
     picture = _composed(photos, "chelsea.png")
     click = (380.0, 240.0)
-    served = servers.embedded(store, root, {"CRAFTAI_RECIPES": str(recipes)})
-    with servers.running(served) as process, AiClient(app_id="tests", target=process.address) as ai:
-        list(ai.setup("image.matte", "u2netp"))
-        with ai.open_cutout(picture, outputs="matte", segment_engine="torch") as c:
-            assert c.segment_engine == "torch" and c.result is not None
-            before = _alpha(c.result)
-            region = _region(ai, c.session_id, click)
-            assert 0.001 < region.mean() < 0.9, f"SAM's region is trivial ({region.mean():.4f} of the picture)"
-            grown = ndimage.binary_dilation(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
-            inner = ndimage.binary_erosion(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
-            alpha = _alpha(c.keep(points=[click]))
+    with (
+        AiClient(app_id="tests", target=server.address) as ai,
+        ai.open_cutout(picture, outputs="matte", segment_engine="torch") as c,
+    ):
+        assert c.segment_engine == "torch" and c.result is not None
+        before = _alpha(c.result)
+        region = _region(ai, c.session_id, click)
+        assert 0.001 < region.mean() < 0.9, f"SAM's region is trivial ({region.mean():.4f} of the picture)"
+        grown = ndimage.binary_dilation(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
+        inner = ndimage.binary_erosion(region, iterations=2 * RADIUS, structure=np.ones((3, 3)))
+        alpha = _alpha(c.keep(points=[click]))
     assert (alpha[~grown] == before[~grown]).all() and (alpha[inner] == 255).all() and (alpha >= before).all()
 
 
@@ -211,6 +210,13 @@ def test_refusals_say_what_to_do(server: servers.Process, photos: dict[str, Path
             with pytest.raises(CraftAiError) as wrong:
                 stranger.keep(points=[(10, 10)])
         assert wrong.value.reason == Reason.BAD_OPTIONS and "open a cutout session" in str(wrong.value)
+        large = io.BytesIO()
+        Image.new("RGB", (3000, 3000), (90, 140, 60)).save(large, format="PNG")
+        with pytest.raises(CraftAiError) as too_large:
+            ai.open_cutout(large.getvalue(), outputs="cutout")
+        assert too_large.value.reason == Reason.LIMIT_REACHED and "more than the whole session budget" in str(
+            too_large.value
+        )
 
 
 def _craftai(address: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -113,6 +113,7 @@ class CutoutFeature:
         run.stages = OPEN_STAGES
         _merging()  # torch: refused before any work where it cannot be imported
         colours = _needs_colours(asked)
+        await self._fits(asked.picture.data, colours)
         also: tuple[Kind, ...] = ("matte", "cutout") if colours else ("matte",)
         sam = await self.segment.load(request.segment_route, run)  # one not set up: refused before any work
         made = await self.matte.made(asked, run, also=also, one_matte=True)
@@ -150,6 +151,21 @@ class CutoutFeature:
             ) from exc
         self._describe(result, opened.session.id, sam, prompts=0, changed=0)
         return result
+
+    async def _fits(self, data: bytes, colours: bool) -> None:
+        """LIMIT_REACHED before any work where what the session would keep beside its embedding (the
+        picture, the matte, the colours: its size from the header) is more than the whole budget."""
+        head = await self.context.header_of(data)
+        kept = head.width * head.height * (4 + 1 + (3 if colours else 0))  # RGBA at most
+        budget = self.sessions.budget_bytes
+        if kept > budget:
+            raise resource_exhausted(
+                Reason.LIMIT_REACHED,
+                f"a cutout session of a {head.width}x{head.height} picture keeps about {kept / 2**20:,.0f} MiB beside "
+                f"its embedding, more than the whole session budget ({budget / 2**20:,.0f} MiB, "
+                "CRAFTAI_SESSION_BUDGET_BYTES): send a smaller picture, raise the budget, or use Matte, "
+                "which keeps nothing",
+            )
 
     async def refine(self, request: infer_pb2.RefineCutoutRequest, app: str, run: runs.Run) -> infer_pb2.CutoutResult:
         work_class_var.set(WorkClass.INTERACTIVE)  # a click: before any bulk work
