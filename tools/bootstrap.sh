@@ -20,7 +20,7 @@ source tools/installer.sh
 infer_extras=onnx-cpu,torch
 [ "$dev" = 1 ] && infer_extras=$infer_extras,openvino
 echo "== installing the craft-ai packages"
-install -e clients/wire -e "clients/python[web]" -e services/common -e services/models -e services/catalogue \
+install -e clients/wire -e "clients/python[web,video]" -e services/common -e services/models -e services/catalogue \
     -e "services/prepare[convert]" -e "services/infer[$infer_extras]"
 if [ "$dev" = 1 ]; then
     # The page's tests drive Debian's chromium (tests/web) with Playwright for Python; Playwright's own

@@ -7,6 +7,8 @@ source tools/installer.sh  # `install`: uv or pip, with constraints.txt (compile
 
 # rembg: the peer users would otherwise pick for u2netp (tests/parity, tools/bench).
 install rembg==2.0.86
+# What rembg's command line imports beside its library (`rembg b`: the peer of tools/bench/frames.py).
+install filetype watchdog aiohttp asyncer
 
 # InSPyReNet reference: transparent-background's network, imported without its package __init__
 # (craftai_dev.inspyrenet_reference). --no-deps: its Remover/GUI dependencies and timm's

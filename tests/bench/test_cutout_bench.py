@@ -1,6 +1,7 @@
 """The cutout sessions bench, tiny (tools/bench/cutout.py): it starts its server, opens a session on
-a small picture, times two refinements and writes its JSON. No timed assertion: every refinement is
-answered and reported with the server's total and each of its stages."""
+a small picture, times two refinements through gRPC and two through `craftai web` (as the page sends
+them) and writes its JSON. No timed assertion: every refinement is answered and reported with the
+server's total and each of its stages."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_tiny_run_reports_each_refinement_and_their_percentiles(tmp_path: Path) -> None:
     out = tmp_path / "cutout.json"
-    assert cutout.main(["--size", "320x240", "--refinements", "2", "--out", str(out)]) == 0
+    assert cutout.main(["--size", "320x240", "--refinements", "2", "--web", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["benchmark"] == "cutout" and report["server"]["device"] == "cpu"
     assert report["settings"] == {
@@ -40,3 +41,6 @@ def test_a_tiny_run_reports_each_refinement_and_their_percentiles(tmp_path: Path
         assert sum(refinement["stages_ms"].values()) <= refinement["server_ms"] <= refinement["round_trip_ms"]
         assert 0 < refinement["changed_pixels"] <= 320 * 240  # the keep click on the left-out subject
     assert summary["changed_pixels"]["min"] <= summary["changed_pixels"]["p50"] <= summary["changed_pixels"]["max"]
+    web = report["web"]["summary"]
+    assert web["round_trip_ms"]["n"] == 2 and web["server_ms"]["p50"] <= web["round_trip_ms"]["p50"]
+    assert web["changed_pixels"]["min"] > 0

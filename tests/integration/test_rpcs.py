@@ -55,6 +55,15 @@ def _brought_u2netp() -> Iterator[prepare_pb2.SetupUpload]:
         yield prepare_pb2.SetupUpload(chunk=data[start : start + (1 << 20)])
 
 
+def _frames(photo: bytes) -> Iterator[infer_pb2.MatteFramesRequest]:
+    """MatteFrames' stream: the options, then one frame (the photo, encoded)."""
+    start = infer_pb2.MatteFramesRequest(start=infer_pb2.MatteFramesStart())
+    start.start.matte.route.CopyFrom(MATTE)
+    start.start.matte.outputs.add(kind=infer_pb2.MATTE_OUTPUT_KIND_MATTE)
+    yield start
+    yield infer_pb2.MatteFramesRequest(frame=infer_pb2.Frame(data=photo))
+
+
 def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
     c = catalogue_pb2_grpc.CatalogueServiceStub(channel)
     p = prepare_pb2_grpc.PrepareServiceStub(channel)
@@ -72,6 +81,7 @@ def _calls(channel: grpc.Channel, photo: bytes) -> dict[str, object]:
         "Matte": lambda: list(
             i.Matte(infer_pb2.MatteRequest(picture=common_pb2.Picture(data=photo)), metadata=APP, timeout=60)
         ),
+        "MatteFrames": lambda: list(i.MatteFrames(_frames(photo), metadata=APP, timeout=60)),
         "OpenSession": lambda: list(
             i.OpenSession(
                 infer_pb2.OpenSessionRequest(picture=common_pb2.Picture(data=photo)), metadata=APP, timeout=10

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -56,6 +56,11 @@ run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
 # FAIRLY_ROUNDS: the click loop's rounds alone and loaded (a p99 of 30 is the slowest round or two).
 run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \
     --rounds "${FAIRLY_ROUNDS:-30}" --settle 15 --json "$out/interactive-gpu.json" ${FAIRLY_ARGS:-}
+# Fixing a cutout: keep clicks on a 2048x1536 cutout session, through gRPC and through the web gateway.
+run cutout 420 python3 -m tools.bench.cutout --device cuda --web --out "$out/cutout.json"
+# A video's frames through one MatteFrames stream: u2netp on torch, 1080p raw frames (rembg: CPU only, not here).
+run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 240 --in-flight 16 --no-rembg \
+    --out "$out/frames.json"
 # Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
 run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.

@@ -7,6 +7,7 @@ from craftai import AsyncAiClient     # asyncio (grpc.aio)
 from craftai.client import AiClient, AsyncAiClient
 from craftai.cutout import AsyncCutoutSession, CutoutSession
 from craftai.errors import CraftAiError
+from craftai.frames import FrameOutput
 from craftai.installation import FeatureInfo, Notice, Progress, ResolvedRoute, RouteStatus, Runtime, SetupOutput
 from craftai.outputs import (
     CutoutPrompt,
@@ -37,6 +38,7 @@ __all__ = [
     "EncodedImage",
     "EverythingOutput",
     "FeatureInfo",
+    "FrameOutput",
     "LowResMask",
     "MaskOutput",
     "MatteOutput",

@@ -53,7 +53,7 @@ class Stream(Generic[RequestT, AnswerT]):
     name: str
     request: type[RequestT]
     answer: type[AnswerT]
-    deadline: Literal["inference", "setup"]
+    deadline: Literal["inference", "setup", "frames"]
 
 
 LIST_FEATURES = Unary(
@@ -76,6 +76,8 @@ SEGMENT_ONCE = Stream("infer", "SegmentOnce", infer_pb2.SegmentOnceRequest, infe
 SEGMENT_EVERYTHING = Stream(
     "infer", "SegmentEverything", infer_pb2.SegmentEverythingRequest, infer_pb2.SegmentEverythingResult, "inference"
 )
+# A stream both ways: the start, then frames; answered frame by frame (craftai.frames).
+MATTE_FRAMES = Stream("infer", "MatteFrames", infer_pb2.MatteFramesRequest, infer_pb2.FrameResult, "frames")
 # SegmentEverything's parameters: Meta's SAM2AutomaticMaskGenerator's names (docs/API.md).
 EVERYTHING_OPTIONS = frozenset(infer_pb2.EverythingOptions.DESCRIPTOR.fields_by_name)
 CLOSE_SESSION = Unary("infer", "CloseSession", infer_pb2.CloseSessionRequest, infer_pb2.CloseSessionResponse)

@@ -41,7 +41,7 @@ import asyncio
 import contextlib
 import copy
 import os
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import Generic, Self, TypeVar, Unpack
 
@@ -49,8 +49,20 @@ import grpc
 
 import craftai.methods as ops
 from craftai.brought import bring, upload
-from craftai.calls import RESOLVE_ROUTE, SETUP, SETUP_FROM, resolve_request, setup_request
+from craftai.calls import MATTE_FRAMES, RESOLVE_ROUTE, SETUP, SETUP_FROM, resolve_request, setup_request
 from craftai.cutout import AsyncCutoutSession, CutoutOptions, CutoutSession, opening
+from craftai.frames import (
+    AsyncWindow,
+    FrameLike,
+    FrameOutput,
+    FramesOptions,
+    FramesStarted,
+    Window,
+    answer,
+    requests,
+    requests_off_the_loop,
+    starting,
+)
 from craftai.installation import (
     FeatureInfo,
     FileOutcome,
@@ -333,6 +345,38 @@ class AiClient(_Client[Transport]):
         session.open(on_progress, request_id=request_id)
         return session
 
+    def remove_background_frames(
+        self,
+        frames: Iterable[FrameLike],
+        *,
+        on_progress: ProgressCallback | None = None,
+        request_id: str | None = None,
+        **options: Unpack[FramesOptions],
+    ) -> Iterator[FrameOutput]:
+        """Remove the background of a stream of frames (a video's, a camera's) over one call:
+        `frames` gives numpy arrays (H, W, 3) RGB or (H, W, 4) RGBA, sent as raw pixels, or encoded
+        pictures (bytes or paths), all of the first one's size; the options are remove_background's
+        (sent once) and `in_flight` (frames at work at once on the server: batched there). Yields
+        a FrameOutput (index, output) per frame, in order, as each is answered; the frames are
+        read only as fast as answers come. Iterate it to run it; stopping early cancels the rest.
+        Options are checked (ValueError) when the first answer is asked for."""
+        start = starting(**options)
+        request_id = request_id or new_request_id()
+        notices: list[str] = []
+        window = Window()
+        try:
+            for event in self.transport.frames(MATTE_FRAMES, requests(start, frames, window), request_id):
+                item = answer(event, request_id, notices)
+                if isinstance(item, FramesStarted):
+                    window.open(item.in_flight)
+                elif isinstance(item, FrameOutput):
+                    window.answered()
+                    yield item
+                elif isinstance(item, Progress) and on_progress is not None:
+                    on_progress(item)
+        finally:
+            window.close()  # the sender (gRPC's thread) may wait for room: the stream is over
+
     def resume_cutout(self, session_id: str) -> CutoutSession:
         """A cutout session opened earlier (by this app, maybe by another process: a web gateway)
         known by its id alone: `refine` goes to it, but without its picture it is not opened again
@@ -425,6 +469,34 @@ class AsyncAiClient(_Client[AsyncTransport]):
         session = AsyncCutoutSession(self.transport, opening(picture, **options))
         await session.open(on_progress, request_id=request_id)
         return session
+
+    async def remove_background_frames(
+        self,
+        frames: Iterable[FrameLike] | AsyncIterable[FrameLike],
+        *,
+        on_progress: ProgressCallback | None = None,
+        request_id: str | None = None,
+        **options: Unpack[FramesOptions],
+    ) -> AsyncIterator[FrameOutput]:
+        """AiClient.remove_background_frames, as an async iterator: `frames` async or not (a
+        blocking iterable is read on a worker thread)."""
+        start = starting(**options)
+        request_id = request_id or new_request_id()
+        notices: list[str] = []
+        window = AsyncWindow()
+        events = self.transport.frames(MATTE_FRAMES, requests_off_the_loop(start, frames, window), request_id)
+        try:
+            async for event in events:
+                item = answer(event, request_id, notices)
+                if isinstance(item, FramesStarted):
+                    window.open(item.in_flight)
+                elif isinstance(item, FrameOutput):
+                    window.answered()
+                    yield item
+                elif isinstance(item, Progress) and on_progress is not None:
+                    on_progress(item)
+        finally:
+            await events.aclose()
 
     def resume_cutout(self, session_id: str) -> AsyncCutoutSession:
         """AiClient.resume_cutout: a cutout session known by its id alone (never opened again)."""

@@ -19,6 +19,7 @@ class Deadlines:
     unary: float = 30.0
     inference: float = 600.0
     setup: float = 6 * 3600.0
+    frames: float = 24 * 3600.0  # a frame stream (a video, a camera) lasts as long as it sends
 
 
 @dataclass(frozen=True)

@@ -337,6 +337,34 @@ def open_channel(address: str, security: Security, options: Sequence[tuple[str, 
     return grpc.secure_channel(address, security.credentials, options=list(options))
 
 
+class Replay(Generic[RequestT]):
+    """Requests that come once (an app's iterator), kept until the server answers so that a try
+    that found no server sends them again; and the app's own error, told apart from the call's."""
+
+    def __init__(self, requests: Iterator[RequestT]) -> None:
+        self._requests = requests
+        self._kept: list[RequestT] = []
+        self.answered = False
+        self.failed: BaseException | None = None
+
+    def again(self) -> Iterator[RequestT]:
+        """The requests from the first: those kept, then the rest as they come."""
+        yield from list(self._kept)
+        while True:
+            try:
+                request = next(self._requests)
+            except StopIteration:
+                return
+            except Exception as error:  # ends the call; raised to the app as itself
+                self.failed = error
+                raise
+            if not self.answered:
+                self._kept.append(request)
+            else:
+                self._kept.clear()
+            yield request
+
+
 class Transport:
     """Blocking calls to the three services: one channel per address (shared when services share
     one; spread over the replicas behind it; made again when how to reach it changed, e.g. the
@@ -502,6 +530,34 @@ class Transport:
                 plan = self.retries.plan()
             self._wait_again(address, attempt.error, plan)
             yield Retrying(attempt.error)
+
+    def frames(
+        self, rpc: Stream[RequestT, AnswerT], requests: Iterator[RequestT], request_id: str
+    ) -> Generator[Any, None, None]:
+        """A stream both ways whose requests come once (an app's frames): every event as it comes.
+        Tried again under `retries` only while the server has answered nothing (it was not there
+        yet: the messages taken so far are sent again first); after an answer a failure is raised."""
+        address = self.connection.addresses[rpc.service]
+        plan = self.retries.plan()
+        replay = Replay(requests)
+        while True:
+            call, security, _pinned = self._call(rpc.service, rpc.name)
+            metadata = self.connection.metadata(request_id, security.app_key)
+            events = call(replay.again(), timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            try:
+                for event in events:
+                    replay.answered = True
+                    yield event
+                return
+            except grpc.RpcError as exc:
+                error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
+            finally:
+                events.cancel()
+            if replay.failed is not None:
+                raise replay.failed  # the app's own iterable raised: not the server's doing
+            if replay.answered:
+                raise error
+            self._wait_again(address, error, plan)
 
     def result(
         self,

@@ -40,6 +40,7 @@ class Reason(StrEnum):
     MEMORY_BUDGET = "MEMORY_BUDGET"
     OVER_BUDGET = "OVER_BUDGET"  # one request alone needs more than the whole budget: ask for less
     CALL_TIME_LIMIT = "CALL_TIME_LIMIT"
+    STREAM_IDLE = "STREAM_IDLE"  # a frame stream's caller sent nothing for CRAFTAI_FRAMES_IDLE_SECONDS
     FIELD_TOO_LONG = "FIELD_TOO_LONG"
     SHUTTING_DOWN = "SHUTTING_DOWN"
     UNKNOWN_FEATURE = "UNKNOWN_FEATURE"

@@ -36,8 +36,11 @@ def http_answer(sock: socket.socket) -> bytes:
     return head + b"\r\n\r\n" + body
 
 
-def gateway(services: str, workdir: Path, env: dict[str, str] | None = None) -> servers.Process:
-    """`craftai web` on a free port in front of the services at `services`; its address is its URL."""
+def gateway(
+    services: str, workdir: Path, env: dict[str, str] | None = None, command: list[str] | None = None
+) -> servers.Process:
+    """`craftai web` on a free port in front of the services at `services`; its address is its URL.
+    `command` runs it otherwise (a benchmark: `python -m craftai.cli`, where no console script is)."""
     workdir.mkdir(parents=True, exist_ok=True)
     ready = workdir / "craftai-web.address"
     variables = {
@@ -46,7 +49,7 @@ def gateway(services: str, workdir: Path, env: dict[str, str] | None = None) -> 
         "CRAFTAI_WEB_READY_FILE": str(ready),
         **(env or {}),
     }
-    return servers.start("craftai-web", [str(servers.BIN / "craftai"), "web"], variables, workdir)
+    return servers.start("craftai-web", [*(command or [str(servers.BIN / "craftai")]), "web"], variables, workdir)
 
 
 def both_features_store(sam_store: Path, sam_recipes: Path, u2netp_url: str, root: Path) -> tuple[Path, Path]:

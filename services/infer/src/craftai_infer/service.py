@@ -22,6 +22,7 @@ from craftai_infer import memory, metrics
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import FeatureContext
 from craftai_infer.features.cutout import CutoutFeature
+from craftai_infer.features.frames import FramesFeature
 from craftai_infer.features.matte import MatteFeature
 from craftai_infer.features.segment import SegmentFeature
 from craftai_infer.loader import Batching, RouteLoader
@@ -74,6 +75,7 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         self.matte = MatteFeature(self.context)
         self.segment = SegmentFeature(self.context, self.sessions, self.replica)
         self.cutout = CutoutFeature(self.context, self.matte, self.segment, self.sessions, self.replica)
+        self.frames = FramesFeature(self.context, self.matte)
 
     @handle_errors
     async def GetRuntime(self, request: infer_pb2.GetRuntimeRequest, context: Context) -> infer_pb2.Runtime:
@@ -183,6 +185,13 @@ class InferServicer(infer_pb2_grpc.InferServiceServicer):
         async for event in runs.stream(infer_pb2.CutoutEvent, lambda run: self.cutout.refine(request, app, run)):
             yield event
 
+    @handle_stream_errors
+    async def MatteFrames(
+        self, requests: AsyncIterator[infer_pb2.MatteFramesRequest], context: Context
+    ) -> AsyncIterator[infer_pb2.MatteFramesEvent]:
+        async for event in self.frames.frames(aiter(requests)):
+            yield event
+
     @handle_errors
     async def CloseSession(
         self, request: infer_pb2.CloseSessionRequest, context: Context
@@ -237,4 +246,5 @@ def build(settings: InferSettings, *, embedded: bool = False) -> Mount:
         register=lambda server: infer_pb2_grpc.add_InferServiceServicer_to_server(servicer, server),
         start=start,
         stop=stop,
+        long_calls={f"/{SERVICE_NAME}/MatteFrames": settings.max_frames_seconds},
     )

@@ -92,6 +92,16 @@ class InferSettings(ServerSettings):
     )
     max_batch: int = Field(8, ge=1, le=64, description="largest batch; 1 turns batching off")
     max_sessions_per_app: int = Field(16, ge=0, description="kept pictures per app id; 0: no limit")
+    frames_in_flight: int = Field(
+        8, ge=1, description="MatteFrames: frames of one stream worked on at once (batched), unless the stream asks"
+    )
+    max_frames_in_flight: int = Field(32, ge=1, description="MatteFrames: the most frames in flight a stream may ask")
+    frames_idle_seconds: float = Field(
+        60.0, gt=0, description="MatteFrames: a stream whose caller sends nothing for this long is ended (STREAM_IDLE)"
+    )
+    max_frames_seconds: float = Field(
+        86400.0, gt=0, description="MatteFrames: the longest a frame stream may last (its call's time limit)"
+    )
     fault_injection: Literal["", "gpu-oom-once", "slow-model"] = Field(
         "", description="test hook for machines without a GPU (craftai_infer/faults.py); never in production"
     )

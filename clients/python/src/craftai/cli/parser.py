@@ -198,13 +198,18 @@ def parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser(
         "remove-background",
-        help="write the matte, cutout, composite and/or mask of pictures (files, folders, -)",
+        help="write the matte, cutout, composite and/or mask of pictures (files, folders, -) or of a video",
         description="Remove the background of pictures: files, folders (recursively, the same tree under OUT) "
         "and - (standard input). Pictures whose outputs exist are skipped unless --overwrite; a failed picture "
-        "never stops the others, and the exit code is 1 when any failed.",
+        "never stops the others, and the exit code is 1 when any failed. One video (.mp4, .mov, .webm, .mkv, "
+        ".avi, .m4v) becomes a video of one output: .webm (VP9) or .mov (ProRes 4444) keep transparency, .mp4 "
+        "(H.264) holds a composite, a folder gets PNG frames; the sound is kept (docs/VIDEO.md).",
     )
     s.add_argument(
-        "inputs", nargs="+", metavar="IN", help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -"
+        "inputs",
+        nargs="+",
+        metavar="IN",
+        help="PNG, JPEG, WebP or binary PPM pictures, folders of them, or -; or one video file",
     )
     s.add_argument(
         "-o",
@@ -212,7 +217,7 @@ def parser() -> argparse.ArgumentParser:
         required=True,
         metavar="OUT",
         help="a folder; or a file (.png, .webp, .jpg) for one picture: the first output there, the others beside it; "
-        "or - (standard output) for one picture and one output",
+        "or - (standard output) for one picture and one output; for a video: .webm, .mov, .mp4 or a folder",
     )
     s.add_argument(
         "--outputs",
@@ -277,6 +282,13 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--overwrite", action="store_true", help="redo pictures whose outputs exist")
     s.add_argument(
         "--jobs", type=int, default=None, metavar="N", help="pictures at once (default: 8 on a GPU server, 3 on a CPU)"
+    )
+    s.add_argument(
+        "--in-flight",
+        type=int,
+        default=None,
+        metavar="N",
+        help="a video: frames the server works on at once (default: the server's, CRAFTAI_FRAMES_IN_FLIGHT)",
     )
     _recipe_flags(s, Feature.MATTE)
     s.set_defaults(func=cmd_remove_background)

@@ -20,6 +20,7 @@ from craftai.calls import default_outputs, matte_options
 from craftai.cli.batch import FORMAT_OF_SUFFIX, STDIO, Picture, plan, write_output
 from craftai.cli.connection import connect
 from craftai.cli.progress import on_terminal
+from craftai.cli.video import cmd_video, is_video_run, planned
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
 from craftai.outputs import CutoutPrompt, MatteOutput
@@ -192,6 +193,28 @@ def _server_has_gpu(ai: AiClient) -> bool:
         return False  # the advice for a CPU: the pictures' own requests will say what is wrong
 
 
+def _video(options: argparse.Namespace, asked: dict[str, Any], fixes: list[Fix]) -> int:
+    """A video input: checked here (what pictures allow and a video does not), run by cli.video."""
+    if fixes:
+        raise ValueError("--keep and --remove fix one picture, not a video")
+    if options.recipe == advice.AUTO:
+        raise ValueError(f"--recipe {advice.AUTO} chooses by picture; for a video, name the recipe (or leave it out)")
+    if options.output == STDIO:
+        raise ValueError("a video is written to a file or a folder: -o out.webm, out.mov, out.mp4 or a folder")
+    try:
+        import PIL  # noqa: F401
+
+        import craftai.video  # noqa: F401
+    except ImportError as error:
+        raise ValueError(
+            f"videos need PyAV and Pillow ({error.name} is missing): pip install 'craftai[video]'"
+        ) from error
+    del asked["format"]  # each frame comes back as a PNG, the video's codec is the file's
+    name, alpha = planned(options, asked)
+    with connect(options) as ai:
+        return cmd_video(ai, options, asked, name, alpha)
+
+
 def cmd_remove_background(options: argparse.Namespace) -> int:
     started = time.perf_counter()
     to_stdout = options.output == STDIO
@@ -222,6 +245,8 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
             "engine": options.engine,
         }
         fixes = options.fixes or []
+        if is_video_run(options):
+            return _video(options, asked, fixes)
         checked = matte_options(outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")})
         if options.recipe == advice.AUTO:
             try:

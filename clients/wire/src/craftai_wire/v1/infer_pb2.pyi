@@ -85,6 +85,30 @@ MATTE_FORMAT_JPEG: MatteFormat.ValueType  # 3
 """composites over an opaque background only; `jpeg_quality`"""
 Global___MatteFormat: _TypeAlias = MatteFormat  # noqa: Y015
 
+class _FrameEncoding:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _FrameEncodingEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FrameEncoding.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    FRAME_ENCODING_UNSPECIFIED: _FrameEncoding.ValueType  # 0
+    """an encoded picture (JPEG, PNG, WebP, ... as Picture.data)"""
+    FRAME_ENCODING_RGB: _FrameEncoding.ValueType  # 1
+    """raw pixels, row by row, 3 bytes each (width and height given)"""
+    FRAME_ENCODING_RGBA: _FrameEncoding.ValueType  # 2
+    """raw pixels, row by row, 4 bytes each, straight alpha"""
+
+class FrameEncoding(_FrameEncoding, metaclass=_FrameEncodingEnumTypeWrapper):
+    """---- image.matte on frames -----------------------------------------------------------------"""
+
+FRAME_ENCODING_UNSPECIFIED: FrameEncoding.ValueType  # 0
+"""an encoded picture (JPEG, PNG, WebP, ... as Picture.data)"""
+FRAME_ENCODING_RGB: FrameEncoding.ValueType  # 1
+"""raw pixels, row by row, 3 bytes each (width and height given)"""
+FRAME_ENCODING_RGBA: FrameEncoding.ValueType  # 2
+"""raw pixels, row by row, 4 bytes each, straight alpha"""
+Global___FrameEncoding: _TypeAlias = FrameEncoding  # noqa: Y015
+
 class _PointLabel:
     ValueType = _typing.NewType("ValueType", _builtins.int)
     V: _TypeAlias = ValueType  # noqa: Y015
@@ -709,6 +733,216 @@ class MatteEvent(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
 Global___MatteEvent: _TypeAlias = MatteEvent  # noqa: Y015
+
+@_typing.final
+class Frame(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DATA_FIELD_NUMBER: _builtins.int
+    ENCODING_FIELD_NUMBER: _builtins.int
+    WIDTH_FIELD_NUMBER: _builtins.int
+    HEIGHT_FIELD_NUMBER: _builtins.int
+    data: _builtins.bytes
+    encoding: Global___FrameEncoding.ValueType
+    width: _builtins.int
+    """raw frames only"""
+    height: _builtins.int
+    def __init__(
+        self,
+        *,
+        data: _builtins.bytes = ...,
+        encoding: Global___FrameEncoding.ValueType = ...,
+        width: _builtins.int = ...,
+        height: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "encoding", b"encoding", "height", b"height", "width", b"width"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Frame: _TypeAlias = Frame  # noqa: Y015
+
+@_typing.final
+class MatteFramesStart(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MATTE_FIELD_NUMBER: _builtins.int
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    in_flight: _builtins.int
+    """Frames worked on at once (read ahead of the answers); 0: the server's default
+    (CRAFTAI_FRAMES_IN_FLIGHT); more than CRAFTAI_MAX_FRAMES_IN_FLIGHT is refused.
+    """
+    @_builtins.property
+    def matte(self) -> Global___MatteRequest:
+        """The options of every frame: route, outputs, formats, background, ... as for Matte; its
+        picture stays empty (the frames are the pictures).
+        """
+
+    def __init__(
+        self,
+        *,
+        matte: Global___MatteRequest | None = ...,
+        in_flight: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_flight", b"in_flight", "matte", b"matte"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MatteFramesStart: _TypeAlias = MatteFramesStart  # noqa: Y015
+
+@_typing.final
+class MatteFramesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_FIELD_NUMBER: _builtins.int
+    FRAME_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def start(self) -> Global___MatteFramesStart:
+        """the first message, and only the first"""
+
+    @_builtins.property
+    def frame(self) -> Global___Frame: ...
+    def __init__(
+        self,
+        *,
+        start: Global___MatteFramesStart | None = ...,
+        frame: Global___Frame | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "message", b"message", "start", b"start"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frame", b"frame", "message", b"message", "start", b"start"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_message: _TypeAlias = _typing.Literal["start", "frame"]  # noqa: Y015
+    _WhichOneofArgType_message: _TypeAlias = _typing.Literal["message", b"message"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_message) -> _WhichOneofReturnType_message | None: ...
+
+Global___MatteFramesRequest: _TypeAlias = MatteFramesRequest  # noqa: Y015
+
+@_typing.final
+class FrameResult(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    MATTE_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the frame's place in the stream, from 0"""
+    @_builtins.property
+    def matte(self) -> Global___MatteResult:
+        """its outputs, and its timing (queued time included)"""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        matte: Global___MatteResult | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "matte", b"matte"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FrameResult: _TypeAlias = FrameResult  # noqa: Y015
+
+@_typing.final
+class FramesStarted(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    ROUTE_FIELD_NUMBER: _builtins.int
+    DEVICE_FIELD_NUMBER: _builtins.int
+    in_flight: _builtins.int
+    """frames the server works on at once: send at most a few more ahead of the answers"""
+    device: _builtins.str
+    @_builtins.property
+    def route(self) -> _common_pb2.RouteRef:
+        """the route that answers every frame"""
+
+    def __init__(
+        self,
+        *,
+        in_flight: _builtins.int = ...,
+        route: _common_pb2.RouteRef | None = ...,
+        device: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["route", b"route"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["device", b"device", "in_flight", b"in_flight", "route", b"route"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FramesStarted: _TypeAlias = FramesStarted  # noqa: Y015
+
+@_typing.final
+class FramesDone(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FRAMES_FIELD_NUMBER: _builtins.int
+    TOTAL_MS_FIELD_NUMBER: _builtins.int
+    frames: _builtins.int
+    """frames answered"""
+    total_ms: _builtins.float
+    """from the start message to the last answer"""
+    def __init__(
+        self,
+        *,
+        frames: _builtins.int = ...,
+        total_ms: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["frames", b"frames", "total_ms", b"total_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___FramesDone: _TypeAlias = FramesDone  # noqa: Y015
+
+@_typing.final
+class MatteFramesEvent(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PROGRESS_FIELD_NUMBER: _builtins.int
+    NOTICE_FIELD_NUMBER: _builtins.int
+    FRAME_FIELD_NUMBER: _builtins.int
+    DONE_FIELD_NUMBER: _builtins.int
+    STARTED_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def progress(self) -> _common_pb2.Progress:
+        """the route's load, before the first frame's answer"""
+
+    @_builtins.property
+    def notice(self) -> _common_pb2.Notice: ...
+    @_builtins.property
+    def frame(self) -> Global___FrameResult: ...
+    @_builtins.property
+    def done(self) -> Global___FramesDone:
+        """last"""
+
+    @_builtins.property
+    def started(self) -> Global___FramesStarted:
+        """once the route is loaded, before any frame is read"""
+
+    def __init__(
+        self,
+        *,
+        progress: _common_pb2.Progress | None = ...,
+        notice: _common_pb2.Notice | None = ...,
+        frame: Global___FrameResult | None = ...,
+        done: Global___FramesDone | None = ...,
+        started: Global___FramesStarted | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "event", b"event", "frame", b"frame", "notice", b"notice", "progress", b"progress", "started", b"started"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["done", b"done", "event", b"event", "frame", b"frame", "notice", b"notice", "progress", b"progress", "started", b"started"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["progress", "notice", "frame", "done", "started"]  # noqa: Y015
+    _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
+
+Global___MatteFramesEvent: _TypeAlias = MatteFramesEvent  # noqa: Y015
 
 @_typing.final
 class Point(_message.Message):

@@ -79,6 +79,11 @@ class InferServiceStub:
                 request_serializer=craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.SerializeToString,
                 response_deserializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
                 _registered_method=True)
+        self.MatteFrames = channel.stream_stream(
+                '/craftai.v1.InferService/MatteFrames',
+                request_serializer=craftai_dot_v1_dot_infer__pb2.MatteFramesRequest.SerializeToString,
+                response_deserializer=craftai_dot_v1_dot_infer__pb2.MatteFramesEvent.FromString,
+                _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/craftai.v1.InferService/CloseSession',
                 request_serializer=craftai_dot_v1_dot_infer__pb2.CloseSessionRequest.SerializeToString,
@@ -154,6 +159,19 @@ class InferServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MatteFrames(self, request_iterator, context):
+        """image.matte on a stream of frames (a video, a camera): the options once (MatteFramesStart),
+        then frames, each answered in order with its outputs (FrameResult), then FramesDone once the
+        caller has sent its last frame. FramesStarted says, before any frame is read, how many frames
+        the server works on at once: it reads no further meanwhile, and a caller sends a few more at
+        most ahead of the answers (gRPC's windows would hold megabytes of frames otherwise). Frames are
+        batched on the route with each other and with other streams' frames. Every frame has the
+        first one's size.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CloseSession(self, request, context):
         """Forget a session (of image.segment or a cutout) before its idle time runs out.
         """
@@ -208,6 +226,11 @@ def add_InferServiceServicer_to_server(servicer, server):
                     servicer.RefineCutout,
                     request_deserializer=craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.FromString,
                     response_serializer=craftai_dot_v1_dot_infer__pb2.CutoutEvent.SerializeToString,
+            ),
+            'MatteFrames': grpc.stream_stream_rpc_method_handler(
+                    servicer.MatteFrames,
+                    request_deserializer=craftai_dot_v1_dot_infer__pb2.MatteFramesRequest.FromString,
+                    response_serializer=craftai_dot_v1_dot_infer__pb2.MatteFramesEvent.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
@@ -458,6 +481,33 @@ class InferService:
             '/craftai.v1.InferService/RefineCutout',
             craftai_dot_v1_dot_infer__pb2.RefineCutoutRequest.SerializeToString,
             craftai_dot_v1_dot_infer__pb2.CutoutEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MatteFrames(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/craftai.v1.InferService/MatteFrames',
+            craftai_dot_v1_dot_infer__pb2.MatteFramesRequest.SerializeToString,
+            craftai_dot_v1_dot_infer__pb2.MatteFramesEvent.FromString,
             options,
             channel_credentials,
             insecure,

@@ -56,6 +56,15 @@ class InferServiceStub:
     """
     RefineCutout: _grpc.UnaryStreamMultiCallable[_infer_pb2.RefineCutoutRequest, _infer_pb2.CutoutEvent]
     """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
+    MatteFrames: _grpc.StreamStreamMultiCallable[_infer_pb2.MatteFramesRequest, _infer_pb2.MatteFramesEvent]
+    """image.matte on a stream of frames (a video, a camera): the options once (MatteFramesStart),
+    then frames, each answered in order with its outputs (FrameResult), then FramesDone once the
+    caller has sent its last frame. FramesStarted says, before any frame is read, how many frames
+    the server works on at once: it reads no further meanwhile, and a caller sends a few more at
+    most ahead of the answers (gRPC's windows would hold megabytes of frames otherwise). Frames are
+    batched on the route with each other and with other streams' frames. Every frame has the
+    first one's size.
+    """
     CloseSession: _grpc.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]
     """Forget a session (of image.segment or a cutout) before its idle time runs out."""
 
@@ -84,6 +93,15 @@ class InferServiceAsyncStub(InferServiceStub):
     """
     RefineCutout: _aio.UnaryStreamMultiCallable[_infer_pb2.RefineCutoutRequest, _infer_pb2.CutoutEvent]  # type: ignore[assignment]
     """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
+    MatteFrames: _aio.StreamStreamMultiCallable[_infer_pb2.MatteFramesRequest, _infer_pb2.MatteFramesEvent]  # type: ignore[assignment]
+    """image.matte on a stream of frames (a video, a camera): the options once (MatteFramesStart),
+    then frames, each answered in order with its outputs (FrameResult), then FramesDone once the
+    caller has sent its last frame. FramesStarted says, before any frame is read, how many frames
+    the server works on at once: it reads no further meanwhile, and a caller sends a few more at
+    most ahead of the answers (gRPC's windows would hold megabytes of frames otherwise). Frames are
+    batched on the route with each other and with other streams' frames. Every frame has the
+    first one's size.
+    """
     CloseSession: _aio.UnaryUnaryMultiCallable[_infer_pb2.CloseSessionRequest, _infer_pb2.CloseSessionResponse]  # type: ignore[assignment]
     """Forget a session (of image.segment or a cutout) before its idle time runs out."""
 
@@ -163,6 +181,21 @@ class InferServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_infer_pb2.CutoutEvent], _abc.AsyncIterator[_infer_pb2.CutoutEvent]]:
         """Keep and remove prompts on a cutout session: the outputs of the whole picture after all of them."""
+
+    @_abc_1.abstractmethod
+    def MatteFrames(
+        self,
+        request_iterator: _MaybeAsyncIterator[_infer_pb2.MatteFramesRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_infer_pb2.MatteFramesEvent], _abc.AsyncIterator[_infer_pb2.MatteFramesEvent]]:
+        """image.matte on a stream of frames (a video, a camera): the options once (MatteFramesStart),
+        then frames, each answered in order with its outputs (FrameResult), then FramesDone once the
+        caller has sent its last frame. FramesStarted says, before any frame is read, how many frames
+        the server works on at once: it reads no further meanwhile, and a caller sends a few more at
+        most ahead of the answers (gRPC's windows would hold megabytes of frames otherwise). Frames are
+        batched on the route with each other and with other streams' frames. Every frame has the
+        first one's size.
+        """
 
     @_abc_1.abstractmethod
     def CloseSession(

@@ -95,15 +95,21 @@ class Run:
         return common_pb2.Timing(stages_ms=self.stages_ms, total_ms=(time.perf_counter() - self.started) * 1000)
 
 
+async def items(run: Run, task: asyncio.Future[Any]) -> AsyncIterator[Item]:
+    """The progress and notices of `run` as they come, until `task` (its work) is done."""
+    task.add_done_callback(lambda _task: run._items.put_nowait(_DONE))
+    while (item := await run._items.get()) is not _DONE:
+        yield item  # type: ignore[misc]
+
+
 async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]]) -> AsyncIterator[E]:
     """The feature's run as the RPC's events: progress and notices as they come, then the result."""
     run = Run()
     final: Any = event()
     run.answer = final.result
     task = asyncio.ensure_future(work(run))
-    task.add_done_callback(lambda _task: run._items.put_nowait(_DONE))
     try:
-        while (item := await run._items.get()) is not _DONE:
+        async for item in items(run, task):
             if isinstance(item, common_pb2.Notice):
                 yield event(notice=item)
             else:
@@ -111,8 +117,8 @@ async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]])
         result = task.result()
         run.publish_notices()
         while not run._items.empty():
-            item = run._items.get_nowait()
-            yield event(notice=item) if isinstance(item, common_pb2.Notice) else event(progress=item)
+            left = run._items.get_nowait()
+            yield event(notice=left) if isinstance(left, common_pb2.Notice) else event(progress=left)
         if result is run.answer:
             final.result.SetInParent()  # set, even where every field of the result is its default
             yield final

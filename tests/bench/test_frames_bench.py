@@ -1,0 +1,26 @@
+"""The frames bench, tiny (tools/bench/frames.py): the same raw frames through `rembg b` and through one
+MatteFrames stream, each frame's cutout written as a file. No timed assertion: both sides answer
+every frame, their rates are reported, and their alpha planes agree (the same u2netp file)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tools.bench import frames
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_tiny_run_answers_every_frame_on_both_sides_with_the_same_alpha(tmp_path: Path) -> None:
+    out = tmp_path / "frames.json"
+    assert frames.main(["--size", "96x64", "--frames", "4", "--in-flight", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "frames" and report["settings"]["frames"] == 4
+    assert report["ours"]["device"] == "cpu" and report["ours"]["server_ms_p50"] > 0
+    for side in (report["ours"], report["rembg"]):
+        assert side["wall_s"] > 0 and side["frames_per_s"] > 0 and side["steady_frames_per_s"] > 0, side
+    assert report["alpha_most_apart"] == 0  # u2netp's mattes are rembg's byte for byte
+    assert report["ratio_frames_per_s"] > 0
