@@ -16,7 +16,10 @@ pytestmark = pytest.mark.slow
 
 def test_a_tiny_run_answers_every_frame_on_both_sides_with_the_same_alpha(tmp_path: Path) -> None:
     out = tmp_path / "frames.json"
-    assert frames.main(["--size", "96x64", "--frames", "4", "--in-flight", "2", "--out", str(out)]) == 0
+    assert (
+        frames.main(["--size", "96x64", "--frames", "4", "--in-flight", "2", "--stabilize", "0.8", "--out", str(out)])
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["benchmark"] == "frames" and report["settings"]["frames"] == 4
     assert report["ours"]["device"] == "cpu" and report["ours"]["server_ms_p50"] > 0
@@ -24,3 +27,6 @@ def test_a_tiny_run_answers_every_frame_on_both_sides_with_the_same_alpha(tmp_pa
         assert side["wall_s"] > 0 and side["frames_per_s"] > 0 and side["steady_frames_per_s"] > 0, side
     assert report["alpha_most_apart"] == 0  # u2netp's mattes are rembg's byte for byte
     assert report["ratio_frames_per_s"] > 0
+    stability = report["stability"]
+    assert stability["weight"] == 0.8 and stability["plain"]["frames_per_s"] > 0
+    assert stability["stabilized"]["flicker_levels"] <= stability["plain"]["flicker_levels"]

@@ -25,6 +25,7 @@ from PIL import Image
 from craftai import AiClient, AsyncAiClient, CraftAiError, FrameOutput
 from craftai.video import VideoReader
 from craftai_dev import clips, servers
+from craftai_infer.pipelines import matte_temporal
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 from craftai_wire.vocabulary import Reason
@@ -206,6 +207,32 @@ def test_asyncio_frames_are_the_blocking_clients(server: servers.Process, frames
     with AiClient(app_id="frames-tests", target=server.address) as ai:
         blocking = list(ai.remove_background_frames(frames[:3], outputs="matte"))
     assert mattes(from_async) == mattes(from_list) == mattes(blocking) and len(mattes(blocking)) == 3
+
+
+def test_stabilize_steadies_what_is_still_and_leaves_what_moves(ai: AiClient, clip: clips.Clip) -> None:
+    with VideoReader(clip.path) as reader:
+        pictures = list(reader.frames())  # H.264's noise on a still background: the network's matte flickers
+
+    def grey(data: bytes) -> npt.NDArray[np.uint8]:
+        return np.asarray(Image.open(io.BytesIO(data)))
+
+    plain = [
+        grey(f.output.matte.data) for f in ai.remove_background_frames(pictures, outputs="matte") if f.output.matte
+    ]
+    answers = list(ai.remove_background_frames(pictures, outputs="matte,cutout", stabilize=0.8))
+    steady = [grey(f.output.matte.data) for f in answers if f.output.matte]
+    cutouts = [grey(f.output.cutout.data) for f in answers if f.output.cutout]
+    assert len(plain) == len(steady) == len(cutouts) == clip.frames
+    assert all(np.array_equal(c[:, :, 3], m) for c, m in zip(cutouts, steady, strict=True))  # made from it
+    assert np.array_equal(steady[0], plain[0]) and "stabilize" in answers[1].output.timing_ms
+    for index in range(1, clip.frames):
+        moved = ~matte_temporal.still(pictures[index], pictures[index - 1])
+        assert moved.any() and np.array_equal(steady[index][moved], plain[index][moved])
+    before, after = matte_temporal.flicker(plain, pictures), matte_temporal.flicker(steady, pictures)
+    print(f"flicker on still pixels: {before:.3f} levels a frame, stabilized {after:.3f}")
+    assert before > 0 and after < before * 0.6
+    with pytest.raises(ValueError, match="stabilize is 1"):
+        list(ai.remove_background_frames(pictures[:1], stabilize=1.0))
 
 
 # ------------------------------------------------------------------------------------------------

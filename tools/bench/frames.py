@@ -15,6 +15,10 @@ naive cutout of each frame (the picture's colours under u2netp's matte) written 
   each answer's PNG written to a file, against a `craftai serve` started here (u2netp set up; on
   --device cuda on --engine, torch by default) or --address.
 
+With --stabilize W, ours also runs the frames twice for the matte alone, without and with
+stabilize W: the flicker on still pixels (pipelines/matte_temporal.py `flicker`) and the frames/s
+of each.
+
 Reported for each: frames/s over the whole run (the command's start, the model's load, the frames)
 and in the steady state (over the second half of the files written), and the alpha planes compared
 (u2netp is the same network on both sides: the mattes must agree).
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import json
 import os
 import shutil
@@ -126,6 +131,29 @@ def run_ours(
     }
 
 
+def stability(ai: AiClient, frames: list[npt.NDArray[np.uint8]], weight: float, engine: str | None) -> dict[str, Any]:
+    """The mattes' flicker on still pixels (pipelines/matte_temporal.py `flicker`) and the frames/s,
+    without and with stabilize (outputs: the matte)."""
+    from craftai_infer.pipelines import matte_temporal
+
+    found: dict[str, Any] = {"weight": weight}
+    for name, stabilize in (("plain", None), ("stabilized", weight)):
+        started = time.time()
+        mattes = [
+            np.asarray(Image.open(io.BytesIO(f.output.matte.data)))
+            for f in ai.remove_background_frames(
+                frames, outputs="matte", recipe="u2netp", engine=engine, stabilize=stabilize
+            )
+            if f.output.matte is not None
+        ]
+        elapsed = time.time() - started
+        found[name] = {
+            "flicker_levels": round(matte_temporal.flicker(mattes, frames), 3),
+            "frames_per_s": round(len(frames) / elapsed, 2),
+        }
+    return found
+
+
 def alpha_apart(ours: list[Path], theirs: list[Path]) -> int:
     """The most two alpha planes differ, over every frame."""
     worst = 0
@@ -150,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="the started server's CRAFTAI_DEVICE (cpu, cuda)")
     parser.add_argument("--engine", default="", help="u2netp's engine (default: the catalogue's; on a GPU: torch)")
     parser.add_argument("--no-rembg", action="store_true", help="ours only (rembg runs on the CPU only)")
+    parser.add_argument(
+        "--stabilize", type=float, default=None, metavar="W", help="also: the flicker and frames/s with stabilize W"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "out" / "bench" / "frames.json", help="the JSON file")
     args = parser.parse_args(argv)
     if args.frames < 2:
@@ -174,9 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join(["tools/bench/frames.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine,
         "settings": {"size": f"{args.size[0]}x{args.size[1]}", "frames": args.frames, "in_flight": args.in_flight},
-        "ours": {k: v for k, v in ours.items() if k != "files"},
+        "ours": {k: v for k, v in ours.items() if k not in ("files", "stability")},
         "rembg": None if theirs is None else {k: v for k, v in theirs.items() if k != "files"},
         "alpha_most_apart": apart,
+        "stability": ours.get("stability"),
     }
     if theirs is not None:
         for key in ("frames_per_s", "steady_frames_per_s"):
@@ -194,13 +226,20 @@ def main(argv: list[str] | None = None) -> int:
 def _ours(args: argparse.Namespace, frames: list[npt.NDArray[np.uint8]], work: Path) -> dict[str, Any]:
     if args.address:
         with AiClient(app_id="bench-frames", target=args.address) as ai:
-            return run_ours(ai, frames, work, args.in_flight, args.engine or None)
+            found = run_ours(ai, frames, work, args.in_flight, args.engine or None)
+            if args.stabilize is not None:
+                found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
+            return found
     from craftai_dev.files import u2netp_onnx
 
     served = harness.serve_u2netp_cpu(work / "server", u2netp_onnx(), {"CRAFTAI_DEVICE": args.device})
     with served as address, AiClient(app_id="bench-frames", target=address) as ai:
         list(ai.setup("image.matte", "u2netp", args.engine or None))
-        return run_ours(ai, frames, work, args.in_flight, args.engine or None)
+        found = run_ours(ai, frames, work, args.in_flight, args.engine or None)
+        if args.stabilize is not None:
+            found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
+            print(f"   stability: {found['stability']}")
+        return found
 
 
 if __name__ == "__main__":

@@ -130,6 +130,7 @@ class FramesOptions(TypedDict, total=False):
     recipe: str | None
     engine: str | None
     in_flight: int | None
+    stabilize: float | None
 
 
 def starting(
@@ -148,12 +149,19 @@ def starting(
     recipe: str | None = None,
     engine: str | None = None,
     in_flight: int | None = None,
+    stabilize: float | None = None,
 ) -> infer_pb2.MatteFramesRequest:
     """The first message: the options of every frame, remove_background's (checked here: ValueError
     in plain words), as a Matte request without its picture; `in_flight`: frames at work at once on
-    the server (None: its default, CRAFTAI_FRAMES_IN_FLIGHT)."""
+    the server (None: its default, CRAFTAI_FRAMES_IN_FLIGHT); `stabilize`: the previous matte's
+    weight where the picture is still, in [0, 1) (a still background stops flickering; None or 0:
+    each frame's matte is remove_background's)."""
     if in_flight is not None and in_flight < 1:
         raise ValueError(f"in_flight is {in_flight}; it is the number of frames at work at once, at least 1")
+    if stabilize is not None and not 0.0 <= stabilize < 1.0:
+        raise ValueError(
+            f"stabilize is {stabilize}; it is the previous matte's weight where the picture is still, in [0, 1)"
+        )
     options = matte_options(
         outputs=outputs,
         cutout=cutout,
@@ -167,7 +175,7 @@ def starting(
         jpeg_quality=jpeg_quality,
         part=part,
     )
-    start = infer_pb2.MatteFramesStart(in_flight=in_flight or 0)
+    start = infer_pb2.MatteFramesStart(in_flight=in_flight or 0, stabilize=stabilize or 0.0)
     start.matte.CopyFrom(matte_request(b"", options, recipe, engine))
     return infer_pb2.MatteFramesRequest(start=start)
 

@@ -290,6 +290,14 @@ def parser() -> argparse.ArgumentParser:
         metavar="N",
         help="a video: frames the server works on at once (default: the server's, CRAFTAI_FRAMES_IN_FLIGHT)",
     )
+    s.add_argument(
+        "--stabilize",
+        type=float,
+        default=None,
+        metavar="W",
+        help="a video: keep the matte steady where the picture is still, the previous matte weighing W in [0, 1) "
+        "(e.g. 0.8: a still background stops flickering; default: off, each frame's own matte)",
+    )
     _recipe_flags(s, Feature.MATTE)
     s.set_defaults(func=cmd_remove_background)
 

@@ -247,6 +247,8 @@ def cmd_remove_background(options: argparse.Namespace) -> int:
         fixes = options.fixes or []
         if is_video_run(options):
             return _video(options, asked, fixes)
+        if options.in_flight is not None or options.stabilize is not None:
+            raise ValueError("--in-flight and --stabilize are for a video (one .mp4, .mov, .webm, .mkv, .avi or .m4v)")
         checked = matte_options(outputs=names, **{k: v for k, v in asked.items() if k not in ("recipe", "engine")})
         if options.recipe == advice.AUTO:
             try:

@@ -95,7 +95,12 @@ def cmd_video(ai: AiClient, options: argparse.Namespace, asked: dict[str, Any], 
             try:
                 with VideoWriter(target, info, alpha=alpha, audio_from=source if info.has_audio else None) as writer:
                     answers = ai.remove_background_frames(
-                        reader.frames(), outputs=[name], format="png", in_flight=options.in_flight, **asked
+                        reader.frames(),
+                        outputs=[name],
+                        format="png",
+                        in_flight=options.in_flight,
+                        stabilize=options.stabilize,
+                        **asked,
                     )
                     for frame in answers:
                         first = first or frame

@@ -769,9 +769,14 @@ class MatteFramesStart(_message.Message):
 
     MATTE_FIELD_NUMBER: _builtins.int
     IN_FLIGHT_FIELD_NUMBER: _builtins.int
+    STABILIZE_FIELD_NUMBER: _builtins.int
     in_flight: _builtins.int
     """Frames worked on at once (read ahead of the answers); 0: the server's default
     (CRAFTAI_FRAMES_IN_FLIGHT); more than CRAFTAI_MAX_FRAMES_IN_FLIGHT is refused.
+    """
+    stabilize: _builtins.float
+    """The matte kept steady where the picture is still: the previous frame's matte's weight there
+    (an exponential average gated by the frames' difference: docs/VIDEO.md); 0: off, below 1.
     """
     @_builtins.property
     def matte(self) -> Global___MatteRequest:
@@ -784,10 +789,11 @@ class MatteFramesStart(_message.Message):
         *,
         matte: Global___MatteRequest | None = ...,
         in_flight: _builtins.int = ...,
+        stabilize: _builtins.float = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["matte", b"matte"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_flight", b"in_flight", "matte", b"matte"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["in_flight", b"in_flight", "matte", b"matte", "stabilize", b"stabilize"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,15 +30,20 @@ from craftai_infer.features.context import FeatureContext
 from craftai_infer.features.matte import FEATURE, MatteFeature
 from craftai_infer.features.matte import Estimate as MatteEstimate
 from craftai_infer.loader import LoadedRoute
-from craftai_infer.pipelines.matte_spec import Rendered
+from craftai_infer.pipelines import matte_temporal
+from craftai_infer.pipelines.matte_render import render_device
+from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
+from craftai_infer.pipelines.matte_temporal import Previous
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
 from craftai_infer.scheduling import WorkClass, work_class_var
 from craftai_wire.v1 import common_pb2, infer_pb2
 from craftai_wire.vocabulary import Reason
 
-STAGES = ("decode", "model", "encode")
+STAGES = ("decode", "model", "stabilize", "encode")
 CHANNELS = {infer_pb2.FRAME_ENCODING_RGB: 3, infer_pb2.FRAME_ENCODING_RGBA: 4}
+# The previous frame's steadied matte (None before the first frame), and where this frame's goes.
+Chain = tuple["asyncio.Future[Previous | None]", "asyncio.Future[Previous | None]"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Stream:
     loaded: LoadedRoute[MatteRoute]
     background: Picture | None
     stacked: int  # a recipe with parts, every part asked: each output as tall as the frame times this
+    stabilize: float  # the previous matte's weight where the picture is still (pipelines/matte_temporal.py); 0: off
 
 
 class FramesFeature:
@@ -66,7 +72,7 @@ class FramesFeature:
         start = await self._start(requests)
         in_flight = self._in_flight(start.in_flight)
         run = runs.Run()
-        opening = asyncio.ensure_future(self._open(start.matte, run))
+        opening = asyncio.ensure_future(self._open(start.matte, start.stabilize, run))
         slots = asyncio.Semaphore(in_flight)
         order: asyncio.Queue[asyncio.Future[tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]] | Exception | None]
         order = asyncio.Queue()
@@ -139,10 +145,17 @@ class FramesFeature:
             )
         return asked or s.frames_in_flight
 
-    async def _open(self, request: infer_pb2.MatteRequest, run: runs.Run) -> Stream:
+    async def _open(self, request: infer_pb2.MatteRequest, stabilize: float, run: runs.Run) -> Stream:
         """The options checked, the route loaded (held by `run` until the stream ends), the
         background picture decoded once (its memory admitted for the stream's whole life)."""
         c = self.context
+        if not 0.0 <= stabilize < 1.0:
+            raise invalid_argument(
+                Reason.BAD_OPTIONS,
+                f"stabilize is {stabilize:g}; it is the previous matte's weight where the picture is still, "
+                "in [0, 1) (0: off)",
+                field="start.stabilize",
+            )
         asked = matte_options.check(request, c.settings.png_compress_level)
         resolved = await runs.resolve(c.routes, request.route, FEATURE)
         asked.for_recipe(resolved.route.recipe)
@@ -152,7 +165,13 @@ class FramesFeature:
         if asked.background_picture is not None:
             background = await c.decoded(asked.background_picture, 8)  # its pixels and the decoder's copy
         stacked = len(route.parts) if route.parts and asked.part is None else 1
-        return Stream(asked, loaded, background, stacked)
+        if stabilize and stacked > 1:
+            raise invalid_argument(
+                Reason.BAD_OPTIONS,
+                f"{resolved.route.recipe} mattes several parts at once; name the part (matte.part) to stabilize",
+                field="start.stabilize",
+            )
+        return Stream(asked, loaded, background, stacked, stabilize)
 
     async def _next(
         self, requests: AsyncIterator[infer_pb2.MatteFramesRequest], what: str
@@ -184,6 +203,8 @@ class FramesFeature:
         order; an error queued after the frames before it; None at the end."""
         index = 0
         size: tuple[int, int] | None = None
+        before: asyncio.Future[Previous | None] = asyncio.get_running_loop().create_future()
+        before.set_result(None)  # the first frame has none before it
         try:
             while (message := await self._next(requests, f"frame {index}")) is not None:
                 if message.WhichOneof("message") != "frame":
@@ -203,7 +224,9 @@ class FramesFeature:
                         field=f"frames[{index}]",
                     )
                 await slots.acquire()
-                order.put_nowait(asyncio.ensure_future(self._frame(index, message.frame, size, stream)))
+                mine: asyncio.Future[Previous | None] = asyncio.get_running_loop().create_future()
+                order.put_nowait(asyncio.ensure_future(self._frame(index, message.frame, size, stream, (before, mine))))
+                before = mine
                 index += 1
         except Exception as error:
             order.put_nowait(error)
@@ -240,16 +263,20 @@ class FramesFeature:
         return width, height
 
     async def _frame(
-        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream
+        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream, chain: Chain
     ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
-        """One frame as one Matte request: admitted, decoded (or taken raw), matted, encoded."""
+        """One frame as one Matte request: admitted, decoded (or taken raw), matted, encoded;
+        `chain`: the previous frame's matte to steady this one's with, and where this one's goes."""
         try:
-            return await self._matted(index, frame, size, stream)
+            return await self._matted(index, frame, size, stream, chain)
         except ServiceError as error:
             raise _of_frame(index, error) from error
+        finally:
+            if not chain[1].done():
+                chain[1].cancel()  # the frames after this one end with it (the stream ends here)
 
     async def _matted(
-        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream
+        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream, chain: Chain
     ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
         c = self.context
         asked, loaded = stream.asked, stream.loaded
@@ -265,16 +292,42 @@ class FramesFeature:
                 picture = await c.on_cpu(self._pixels, frame, size, device)
                 hold(picture)
         spec = dataclasses.replace(asked.within(width, height, stream.background), kinds=frozenset(asked.kinds))
+        steady = stream.stabilize > 0.0
         with run.stage("model", f"removing the background of frame {index} ({loaded.device})"):
-            job = MatteJob(picture, spec, asked.part)
+            # steadied: the matte alone here, the outputs made from the steadied matte below
+            job = MatteJob(
+                picture, dataclasses.replace(spec, kinds=frozenset({"matte"})) if steady else spec, asked.part
+            )
             rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
         run.stages_ms.update(rendered.stages_ms)
         if "network" in rendered.stages_ms:
             c.routes.measure(loaded.ref, loaded.device, rendered.stages_ms["network"])
+        if steady:
+            with run.stage("stabilize", f"steadying the matte of frame {index} with the frames before it"):
+                rendered = await self._steadied(picture, rendered, spec, stream, chain)
         result = infer_pb2.FrameResult(index=index)
         await self.matte.answered(asked, loaded.ref, rendered, run, size=size, device=loaded.device, into=result.matte)
         notices = list(run.notices.items)
         return result, notices
+
+    async def _steadied(
+        self, picture: Picture, rendered: Rendered, spec: OutputsSpec, stream: Stream, chain: Chain
+    ) -> Rendered:
+        """The matte steadied by the previous frame's (in the frames' order: this waits for it),
+        then the outputs asked made from it on the route's device, as the route makes them."""
+        c = self.context
+        assert rendered.matte is not None
+        matte = rendered.matte
+        previous = await chain[0]
+        steadied, state = await c.on_cpu(matte_temporal.stabilized, previous, picture, matte, stream.stabilize)
+        chain[1].set_result(state)
+        if spec.kinds == {"matte"}:
+            return Rendered(matte=steadied, stages_ms=rendered.stages_ms)
+        from craftai_infer.pipelines.matte_outputs import render  # torch: as every output but the matte
+
+        device = render_device(stream.loaded.device)
+        made = await c.on_cpu(lambda: render(picture, steadied, spec, device))
+        return dataclasses.replace(made, stages_ms={**rendered.stages_ms, **made.stages_ms})
 
     def _pixels(self, frame: infer_pb2.Frame, size: tuple[int, int], device: str | None) -> Picture:
         """The frame's pixels: a raw frame's bytes copied once (into page-locked memory for a GPU
