@@ -104,7 +104,7 @@ from craftai.policy import Deadlines, Retries, Retrying
 from craftai.session import AsyncSegmentSession, SegmentSession
 from craftai.transport import DEFAULT_ADDRESS, Connection, MiB, ProgressCallback, Transport, new_request_id
 from craftai.transport_aio import AsyncTransport
-from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2_grpc, prepare_pb2_grpc
+from craftai_wire.v1 import catalogue_pb2_grpc, infer_pb2, infer_pb2_grpc, prepare_pb2_grpc
 from craftai_wire.vocabulary import RouteState
 
 __all__ = [
@@ -156,6 +156,7 @@ __all__ = [
 
 
 TransportT = TypeVar("TransportT", Transport, AsyncTransport)
+FramesRequest = infer_pb2.MatteFramesRequest
 SETUP_WHAT = "the setup stream"
 
 
@@ -363,19 +364,29 @@ class AiClient(_Client[Transport]):
         start = starting(**options)
         request_id = request_id or new_request_id()
         notices: list[str] = []
-        window = Window()
+        windows: list[Window] = []
+
+        def tried() -> Iterator[FramesRequest]:
+            # No frame is taken before the server's FramesStarted: a try that got no answer took
+            # none of the app's, and the next one starts afresh (its sender freed from waiting).
+            for old in windows:
+                old.close()
+            windows.append(Window())
+            return requests(start, frames, windows[-1])
+
         try:
-            for event in self.transport.frames(MATTE_FRAMES, requests(start, frames, window), request_id):
+            for event in self.transport.frames(MATTE_FRAMES, tried, request_id):
                 item = answer(event, request_id, notices)
                 if isinstance(item, FramesStarted):
-                    window.open(item.in_flight)
+                    windows[-1].open(item.in_flight)
                 elif isinstance(item, FrameOutput):
-                    window.answered()
+                    windows[-1].answered()
                     yield item
                 elif isinstance(item, Progress) and on_progress is not None:
                     on_progress(item)
         finally:
-            window.close()  # the sender (gRPC's thread) may wait for room: the stream is over
+            for window in windows:
+                window.close()  # a sender (gRPC's thread) may wait for room: the stream is over
 
     def resume_cutout(self, session_id: str) -> CutoutSession:
         """A cutout session opened earlier (by this app, maybe by another process: a web gateway)
@@ -483,15 +494,20 @@ class AsyncAiClient(_Client[AsyncTransport]):
         start = starting(**options)
         request_id = request_id or new_request_id()
         notices: list[str] = []
-        window = AsyncWindow()
-        events = self.transport.frames(MATTE_FRAMES, requests_off_the_loop(start, frames, window), request_id)
+        windows: list[AsyncWindow] = []
+
+        def tried() -> AsyncIterator[FramesRequest]:
+            windows.append(AsyncWindow())  # as AiClient's: no frame taken before FramesStarted
+            return requests_off_the_loop(start, frames, windows[-1])
+
+        events = self.transport.frames(MATTE_FRAMES, tried, request_id)
         try:
             async for event in events:
                 item = answer(event, request_id, notices)
                 if isinstance(item, FramesStarted):
-                    window.open(item.in_flight)
+                    windows[-1].open(item.in_flight)
                 elif isinstance(item, FrameOutput):
-                    window.answered()
+                    windows[-1].answered()
                     yield item
                 elif isinstance(item, Progress) and on_progress is not None:
                     on_progress(item)

@@ -337,32 +337,20 @@ def open_channel(address: str, security: Security, options: Sequence[tuple[str, 
     return grpc.secure_channel(address, security.credentials, options=list(options))
 
 
-class Replay(Generic[RequestT]):
-    """Requests that come once (an app's iterator), kept until the server answers so that a try
-    that found no server sends them again; and the app's own error, told apart from the call's."""
+class Watched(Generic[RequestT]):
+    """A call's requests as the app's code makes them, its own error kept apart from the call's:
+    raised to the app as itself, not as the call's end."""
 
     def __init__(self, requests: Iterator[RequestT]) -> None:
         self._requests = requests
-        self._kept: list[RequestT] = []
-        self.answered = False
         self.failed: BaseException | None = None
 
-    def again(self) -> Iterator[RequestT]:
-        """The requests from the first: those kept, then the rest as they come."""
-        yield from list(self._kept)
-        while True:
-            try:
-                request = next(self._requests)
-            except StopIteration:
-                return
-            except Exception as error:  # ends the call; raised to the app as itself
-                self.failed = error
-                raise
-            if not self.answered:
-                self._kept.append(request)
-            else:
-                self._kept.clear()
-            yield request
+    def __iter__(self) -> Iterator[RequestT]:
+        try:
+            yield from self._requests
+        except Exception as error:  # ends the call; raised to the app as itself
+            self.failed = error
+            raise
 
 
 class Transport:
@@ -532,30 +520,32 @@ class Transport:
             yield Retrying(attempt.error)
 
     def frames(
-        self, rpc: Stream[RequestT, AnswerT], requests: Iterator[RequestT], request_id: str
+        self, rpc: Stream[RequestT, AnswerT], requests: Requests[RequestT], request_id: str
     ) -> Generator[Any, None, None]:
-        """A stream both ways whose requests come once (an app's frames): every event as it comes.
-        Tried again under `retries` only while the server has answered nothing (it was not there
-        yet: the messages taken so far are sent again first); after an answer a failure is raised."""
+        """A stream both ways whose requests an app's code makes as answers come (frames): every
+        event as it comes. Tried again under `retries` only while the server has answered nothing
+        (it was not there yet), with new requests from `requests()`: the caller makes sure a try
+        that got no answer took nothing it cannot give again. After an answer a failure is raised."""
         address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
-        replay = Replay(requests)
         while True:
             call, security, _pinned = self._call(rpc.service, rpc.name)
             metadata = self.connection.metadata(request_id, security.app_key)
-            events = call(replay.again(), timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            sent = Watched(requests())
+            events = call(iter(sent), timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            answered = False
             try:
                 for event in events:
-                    replay.answered = True
+                    answered = True
                     yield event
                 return
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
             finally:
                 events.cancel()
-            if replay.failed is not None:
-                raise replay.failed  # the app's own iterable raised: not the server's doing
-            if replay.answered:
+            if sent.failed is not None:
+                raise sent.failed  # the app's own iterable raised: not the server's doing
+            if answered:
                 raise error
             self._wait_again(address, error, plan)
 

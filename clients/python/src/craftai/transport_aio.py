@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import copy
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -53,33 +53,20 @@ async def _off_the_loop(requests: Iterator[RequestT]) -> AsyncIterator[RequestT]
         yield item  # type: ignore[misc]
 
 
-class AsyncReplay:
-    """Transport.Replay for an asyncio stream: requests that come once (an app's frames, from an
-    async iterator), kept until the server answers so that a try that found no server sends them
-    again; the app's own error told apart from the call's."""
+class AsyncWatched:
+    """Transport's Watched for an asyncio call: the app's own error kept apart from the call's."""
 
     def __init__(self, requests: AsyncIterator[Any]) -> None:
         self._requests = requests
-        self._kept: list[Any] = []
-        self.answered = False
         self.failed: BaseException | None = None
 
-    async def again(self) -> AsyncIterator[Any]:
-        for request in list(self._kept):
-            yield request
-        while True:
-            try:
-                request = await anext(self._requests)
-            except StopAsyncIteration:
-                return
-            except Exception as error:  # ends the call; raised to the app as itself
-                self.failed = error
-                raise
-            if not self.answered:
-                self._kept.append(request)
-            else:
-                self._kept.clear()
-            yield request
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        try:
+            async for request in self._requests:
+                yield request
+        except Exception as error:  # ends the call; raised to the app as itself
+            self.failed = error
+            raise
 
 
 def open_channel(address: str, security: Security, options: Sequence[tuple[str, int | str]]) -> grpc.aio.Channel:
@@ -242,29 +229,33 @@ class AsyncTransport:
             yield Retrying(attempt.error)
 
     async def frames(
-        self, rpc: Stream[RequestT, AnswerT], requests: AsyncIterator[RequestT], request_id: str
+        self,
+        rpc: Stream[RequestT, AnswerT],
+        requests: Callable[[], AsyncIterator[RequestT]] | AsyncIterator[RequestT],
+        request_id: str,
     ) -> AsyncGenerator[Any, None]:
-        """Transport.frames, awaited: every event as it comes; tried again only while the server
-        has answered nothing."""
+        """Transport.frames, awaited: every event as it comes; tried again, with new requests from
+        `requests()`, only while the server has answered nothing (given requests themselves, never)."""
         address = self.connection.addresses[rpc.service]
         plan = self.retries.plan()
-        replay = AsyncReplay(requests)
         while True:
             call, security, _pinned = await self._method(rpc.service, rpc.name, "")
             metadata = self.connection.metadata(request_id, security.app_key)
-            events = call(replay.again(), timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            sent = AsyncWatched(requests() if callable(requests) else requests)
+            events = call(aiter(sent), timeout=getattr(self.deadlines, rpc.deadline), metadata=metadata)
+            answered = False
             try:
                 async for event in events:
-                    replay.answered = True
+                    answered = True
                     yield event
                 return
             except grpc.RpcError as exc:
                 error = self.connection.explain(CraftAiError.from_rpc(exc), address, security)
             finally:
                 events.cancel()
-            if replay.failed is not None:
-                raise replay.failed
-            if replay.answered:
+            if sent.failed is not None:
+                raise sent.failed
+            if answered or not callable(requests):
                 raise error
             await self._wait_again(address, error, plan)
 
