@@ -345,3 +345,5 @@ def test_a_damaged_video_leaves_no_file_and_says_where_it_stopped(
         server, "remove-background", str(clip.path), "-o", str(tmp_path / "x.webm"), "--outputs", "matte,cutout"
     )
     assert two.returncode == 2 and "a video holds one output" in two.stderr
+    mixed = _craftai(server, "remove-background", str(clip.path), str(damaged), "-o", str(tmp_path / "out"))
+    assert mixed.returncode == 2 and "give a video alone" in mixed.stderr

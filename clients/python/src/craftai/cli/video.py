@@ -30,10 +30,14 @@ DEFAULT_OUTPUT: dict[str, Output] = {"webm": Output.CUTOUT, "mov": Output.CUTOUT
 
 
 def is_video_run(options: argparse.Namespace) -> bool:
-    """One input that is a video file (by its suffix): the command makes a video of it."""
+    """One input that is a video file (by its suffix): the command makes a video of it. A video
+    among other inputs is refused (ValueError): each video is its own run."""
     from craftai.video import is_video  # no PyAV needed to tell
 
-    return len(options.inputs) == 1 and options.inputs[0] != "-" and is_video(options.inputs[0])
+    videos = [name for name in options.inputs if name != "-" and is_video(name)]
+    if videos and len(options.inputs) > 1:
+        raise ValueError(f"{videos[0]} is a video: give a video alone (one run each), pictures and folders together")
+    return bool(videos)
 
 
 def output_of(options: argparse.Namespace) -> Output:
