@@ -20,7 +20,8 @@ noise="is ignored: it is neither a file nor a directory"
     simplejpeg isal prometheus-client filelock cryptography cffi pycparser 2> >(grep -v "$noise" >&2)
 # `craftai web` (the page's gateway, which tools/bench/cutout.py --web times there) and what it
 # imports beyond the image's httpx (anyio, h11 and idna there already).
-"${pip[@]}" fastapi fastapi-offline starlette uvicorn python-multipart click typing-extensions 2> >(grep -v "$noise" >&2)
+"${pip[@]}" fastapi fastapi-offline starlette uvicorn python-multipart click typing-extensions websockets \
+    2> >(grep -v "$noise" >&2)
 # Test tools and test-only references (transparent-background imports gdown and wget at its top; nobg: BiRefNet's reference network; there, transformers 5.17
 # and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
 "${pip[@]}" pytest-asyncio transparent-background==1.3.4 gdown beautifulsoup4 soupsieve kornia==0.9.0 kornia-rs==0.2.0 \

@@ -10,6 +10,7 @@ A request passes, in order: `Calls` (its own task: cancelled when its client lea
 grace is over), `HostCheck` (DNS rebinding), `HeadLimit` (431), CORS when set, `KeyCheck` (the key
 verified before any of the body is read), `BodyLimit` (size, time, the bodies held at once), then
 its router. uvicorn's protocol (craftai.web.connections) bounds connections and head time before.
+The frame stream's WebSocket (craftai.web.routes.frames) checks its Host, key and frames' bytes itself.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from craftai.web.errors import bad_request, error_response
 from craftai.web.hosts import HostCheck
 from craftai.web.keycheck import KeyCheck, Verifier
 from craftai.web.parameters import unknown
-from craftai.web.routes import API, cutouts, docs, matte, page, sessions, setup, status
+from craftai.web.routes import API, cutouts, docs, frames, matte, page, sessions, setup, status
 from craftai.web.schema import install
 from craftai.web.settings import WebSettings
 from craftai.web.uploads import BodyLimit, BodyRules
@@ -96,7 +97,7 @@ def build(settings: WebSettings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.in_flight = InFlight()
     _answer_errors(app)
-    for family in (status, setup, matte, cutouts, sessions, page, docs):
+    for family in (status, setup, matte, cutouts, sessions, frames, page, docs):
         app.include_router(family.router)
     app.mount("/static", StaticFiles(directory=str(page.STATIC)), name="static")
     app.mount(docs.ASSETS, docs.assets(), name="docs-assets")
@@ -107,6 +108,10 @@ def build(settings: WebSettings | None = None) -> FastAPI:
         settings.max_upload_bytes, settings.max_body_bytes, settings.body_timeout_seconds, settings.body_min_rate
     )
     app.add_middleware(BodyLimit, rules=rules)
+    # The frame stream's WebSocket passes the middlewares by (they guard HTTP): it applies the same
+    # key check and bodies' budget itself (craftai.web.routes.frames).
+    app.state.verifier = verifier
+    app.state.body_rules = rules
     app.add_middleware(
         KeyCheck, verifier=verifier, default_app_id=settings.app_id, prefix=f"{API}/", open_paths={OPENAPI}
     )

@@ -79,6 +79,12 @@ class GuardedProtocol(H11Protocol):
         super().on_response_complete()
         self._head_done()
 
+    def handle_websocket_upgrade(self, event: Any) -> None:
+        """The head was read whole and the connection is a WebSocket's now (it stays counted among
+        the connections): its head's deadline no longer applies."""
+        self._disarm()
+        super().handle_websocket_upgrade(event)
+
     def send_400_response(self, msg: str) -> None:
         """h11 could not read the request: its head too large (431), or not HTTP/1.1 (400)."""
         buffered = len(self.conn.trailing_data[0])

@@ -2,7 +2,9 @@
 (craftai.serve starts it beside the services; its stop or death stops this one).
 
 uvicorn runs with the protocol of craftai.web.connections (connections and request heads bounded),
-its keep-alive timeout, no websockets, and a stop bounded by CRAFTAI_WEB_GRACE_SECONDS: past it the
+its keep-alive timeout, WebSockets (the frame stream, craftai.web.routes.frames: a message no larger
+than an upload, no compression, which would cost the gateway's CPU on frames already compressed),
+and a stop bounded by CRAFTAI_WEB_GRACE_SECONDS: past it the
 calls still running are cancelled (craftai.web.calls), so neither a slow client nor an abandoned
 call holds the stop. SIGTERM and SIGINT end it with exit code 0.
 
@@ -95,7 +97,9 @@ def configured(settings: WebSettings) -> Server:
     config = uvicorn.Config(
         app,
         http=protocol(rules),
-        ws="none",
+        ws="websockets-sansio",
+        ws_max_size=settings.max_upload_bytes,  # a larger message is refused (1009) before it is read whole
+        ws_per_message_deflate=False,
         lifespan="on",
         log_config=None,
         access_log=False,

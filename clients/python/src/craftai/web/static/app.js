@@ -1,5 +1,5 @@
-// The page: try "remove background" (and fix its cutout with clicks) and "select" on a picture,
-// through the gateway's HTTP API.
+// The page: try "remove background" (and fix its cutout with clicks, or live on a camera) and
+// "select" on a picture, through the gateway's HTTP API (and its frame stream's WebSocket).
 // Plain ES module, no dependency, no build step. Every call goes to /api/v1 with the app key the
 // page was given (the link `craftai serve --web` gives carries the local key in its fragment). The
 // key is kept in this page's memory only, never in the browser's storage: a program that takes the
@@ -40,6 +40,7 @@ const state = {
   fixed: 0, // cutouts shown in fix mode (tests wait on body[data-fixed])
   composed: 0, // composites made in the page (tests wait on body[data-composed])
   composing: 0, // the latest background change: only its composite is drawn and linked
+  camera: null, // camera mode: {media, video, capture, socket, sent, pending, ahead, shown, sending, drawing}
 };
 
 class ApiError extends Error {
@@ -513,9 +514,9 @@ async function removeBackground() {
   await refreshStatus(); // the route answered: loaded now
 }
 
-async function backdropOf(kind, width, height) {
-  // The background alone, at the picture's size: a colour, the picture blurred, or another
-  // picture scaled to cover (the middle kept), as the service makes it.
+async function backdropOf(kind, width, height, source = state.file) {
+  // The background alone, at the picture's size: a colour, the picture (or a camera's frame)
+  // blurred, or another picture scaled to cover (the middle kept), as the service makes it.
   const canvas = new OffscreenCanvas(width, height);
   const context = canvas.getContext("2d");
   if (kind === "color") {
@@ -523,7 +524,7 @@ async function backdropOf(kind, width, height) {
     context.fillRect(0, 0, width, height);
   } else if (kind === "blur") {
     context.filter = `blur(${Number($("bg-blur").value) || 1}px)`;
-    context.drawImage(await createImageBitmap(state.file), 0, 0, width, height);
+    context.drawImage(await createImageBitmap(source), 0, 0, width, height);
   } else {
     const picture = await createImageBitmap(backgroundPicture());
     const scale = Math.max(width / picture.width, height / picture.height);
@@ -993,6 +994,131 @@ async function everything() {
   await refreshStatus();
 }
 
+// -- camera: the live cutout ----------------------------------------------------------------------
+// The camera's frames drawn to a canvas and sent as JPEG over the frame stream (WebSocket
+// /api/v1/frames, docs/WEB.md): the options (and the key: a page cannot set a WebSocket's headers)
+// first, then at most CAMERA_AHEAD frames unanswered (the next is sent as an answer comes). Each
+// answer's cutout is laid over the chosen background here, as a changed background is after a run.
+const CAMERA_AHEAD = 2;
+
+function cameraRefused(error) {
+  if (!navigator.mediaDevices) return new Error("This browser offers no camera to this page (it needs https or localhost).");
+  if (error.name === "NotAllowedError") return new Error("The camera was refused: allow it for this page, then press Camera again.");
+  return new Error("No camera was found, or another program is using it.");
+}
+
+async function toggleCamera() {
+  if (state.camera) return stopCamera();
+  showError(null);
+  let media;
+  const video = document.createElement("video");
+  try {
+    media = await navigator.mediaDevices.getUserMedia({ video: { width: 640, height: 480 }, audio: false });
+    Object.assign(video, { srcObject: media, muted: true, playsInline: true });
+    await video.play();
+  } catch (error) {
+    for (const track of media ? media.getTracks() : []) track.stop();
+    showError(cameraRefused(error));
+    document.body.dataset.camera = "refused";
+    return;
+  }
+  const camera = { media, video, sent: [], pending: null, ahead: 0, shown: 0 };
+  camera.sending = camera.drawing = Promise.resolve();
+  camera.capture = new OffscreenCanvas(video.videoWidth, video.videoHeight); // every frame at the first one's size
+  const scheme = location.protocol === "https:" ? "wss" : "ws";
+  camera.socket = new WebSocket(`${scheme}://${location.host}${API}/frames`);
+  camera.socket.binaryType = "blob";
+  camera.socket.onopen = () => camera.socket.send(JSON.stringify({
+    key: state.key || undefined, app_id: state.appId || undefined, ...state.chosen["image.matte"],
+    outputs: "cutout", naive: $("naive").checked, in_flight: CAMERA_AHEAD,
+  }));
+  camera.socket.onmessage = (message) => cameraMessage(camera, message.data);
+  camera.socket.onclose = () => {
+    if (state.camera === camera && $("error").hidden) showError(new Unreachable());
+    if (state.camera === camera) stopCamera();
+  };
+  state.camera = camera;
+  $("camera").setAttribute("aria-pressed", "true");
+  $("camera").textContent = "Stop camera";
+  $("camera-caption").textContent = "starting…";
+  $("camera-view").hidden = false;
+  document.body.dataset.camera = "on";
+}
+
+function cameraMessage(camera, data) {
+  if (state.camera !== camera) return;
+  if (data instanceof Blob) { // an output of the frame announced last, in the order it listed them
+    const { frame, blobs } = camera.pending;
+    blobs[frame.outputs[Object.keys(blobs).length].name] = data;
+    if (Object.keys(blobs).length < frame.outputs.length) return;
+    camera.ahead -= 1;
+    sendFrame(camera);
+    camera.drawing = camera.drawing.then(() => showCameraFrame(camera, frame, blobs, camera.sent.shift()))
+      .catch(showError);
+    return;
+  }
+  const answer = JSON.parse(data);
+  if (answer.started) {
+    $("camera-caption").textContent = `${answer.started.recipe} / ${answer.started.engine} on ${answer.started.device}`;
+    for (let i = 0; i < CAMERA_AHEAD; i += 1) sendFrame(camera);
+  } else if (answer.progress) {
+    $("camera-caption").textContent = `${answer.progress.stage}: ${answer.progress.message}`;
+  } else if (answer.frame) {
+    camera.pending = { frame: answer.frame, blobs: {} };
+  } else if (answer.error) {
+    const error = new ApiError(answer.error.status, answer);
+    if (error.status === 401 || error.status === 403) $("key-panel").hidden = false;
+    showError(error);
+    stopCamera();
+  }
+}
+
+function sendFrame(camera) {
+  // One frame captured and sent, after those before it (they share the capture canvas).
+  if (state.camera !== camera || camera.ahead >= CAMERA_AHEAD) return;
+  camera.ahead += 1;
+  camera.sending = camera.sending.then(async () => {
+    const { capture, video } = camera;
+    capture.getContext("2d").drawImage(video, 0, 0, capture.width, capture.height);
+    camera.sent.push(await createImageBitmap(capture)); // the frame again, for a blurred background
+    const jpeg = await capture.convertToBlob({ type: "image/jpeg", quality: 0.85 });
+    if (state.camera === camera) camera.socket.send(jpeg);
+  });
+}
+
+async function showCameraFrame(camera, frame, blobs, source) {
+  const cutout = await createImageBitmap(blobs.cutout);
+  const kind = $("background").value;
+  const backdrop = kind === "none" || (kind === "picture" && !backgroundPicture())
+    ? null : await backdropOf(kind, cutout.width, cutout.height, source);
+  source?.close();
+  if (state.camera !== camera) return;
+  const canvas = $("camera-cutout");
+  Object.assign(canvas, { width: cutout.width, height: cutout.height });
+  const context = canvas.getContext("2d");
+  context.clearRect(0, 0, canvas.width, canvas.height);
+  if (backdrop) context.drawImage(backdrop, 0, 0);
+  context.drawImage(cutout, 0, 0);
+  camera.shown += 1;
+  $("camera-caption").textContent = `frame ${frame.index + 1}: ${frame.recipe} / ${frame.engine} on ${frame.device}, ` +
+    ms(frame.timing_ms);
+  document.body.dataset.cameraFrames = String(camera.shown);
+}
+
+function stopCamera() {
+  // The socket closed: the gateway cancels the stream on the services.
+  const camera = state.camera;
+  if (!camera) return;
+  state.camera = null;
+  camera.socket.close(1000);
+  for (const track of camera.media.getTracks()) track.stop();
+  camera.video.srcObject = null;
+  for (const bitmap of camera.sent) bitmap.close();
+  $("camera").setAttribute("aria-pressed", "false");
+  $("camera").textContent = "Camera";
+  document.body.dataset.camera = "stopped";
+}
+
 function pictureXY(event) {
   const canvas = $("marks");
   const rect = canvas.getBoundingClientRect();
@@ -1052,6 +1178,7 @@ function listen() {
   $("fix").addEventListener("click", toggleFix);
   $("select").addEventListener("click", toggleSelect);
   $("everything").addEventListener("click", everything);
+  $("camera").addEventListener("click", toggleCamera);
   $("undo").addEventListener("click", () => {
     if (state.fixing) {
       fixUndo();
@@ -1072,6 +1199,7 @@ function listen() {
     busy(loadStatus);
   });
   window.addEventListener("pagehide", () => {
+    stopCamera();
     forgetSession();
     leaveFix();
     forget();
