@@ -59,7 +59,7 @@ run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --
 # Fixing a cutout: keep clicks on a 2048x1536 cutout session, through gRPC and through the web gateway.
 run cutout 420 python3 -m tools.bench.cutout --device cuda --web --out "$out/cutout.json"
 # A video's frames through one MatteFrames stream: u2netp on torch, 1080p raw frames (rembg: CPU only, not here).
-run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 240 --in-flight 16 --no-rembg --stabilize 0.8 \
+run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 120 --in-flight 16 --no-rembg --stabilize 0.8 \
     --out "$out/frames.json"
 # Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
 run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
