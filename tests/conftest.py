@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     import torch
 
     from craftai_dev.sam_fixture import Sam21Fixture
-    from craftai_dev.segment import SetUpStore
+    from craftai_dev.segment import Embeddings, SetUpStore
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -209,6 +209,18 @@ def sam_torch_store(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFact
         return made
 
     return _once_per_run("sam-torch-store", tmp_path_factory.mktemp("sam-torch-store"), tmp_path_factory, make)
+
+
+@pytest.fixture(scope="session")
+def sam_onnx_embeddings(tmp_path_factory: pytest.TempPathFactory) -> Embeddings:
+    """The onnxruntime runner's SAM embeddings, each made once a run (craftai_dev.segment.Embeddings):
+    suites that hold an answer to the runner's on the same photo share its encoder run. Under
+    pytest-xdist in the folder the workers of this run share."""
+    from craftai_dev import segment
+
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        return segment.Embeddings(tmp_path_factory.getbasetemp().parent / "sam-onnx-embeddings")
+    return segment.Embeddings(tmp_path_factory.mktemp("sam-onnx-embeddings"))
 
 
 def _once_per_run(

@@ -27,7 +27,7 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, LowResMask, Point, SegmentOutput, SegmentSession
 from craftai_dev import catalogues, servers
 from craftai_dev.sam_fixture import Sam21Fixture
-from craftai_dev.segment import SetUpStore, mask_of, png
+from craftai_dev.segment import Embeddings, SetUpStore, mask_of, png
 from craftai_infer.pipelines.segment_sam import SamMasks, SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 from craftai_wire.local_tls import loopback_channel
@@ -82,10 +82,10 @@ class Local:
 
 
 @pytest.fixture(scope="module")
-def local(sam21_files: Sam21Fixture, photos: dict[str, Path]) -> Local:
+def local(sam21_files: Sam21Fixture, photos: dict[str, Path], sam_onnx_embeddings: Embeddings) -> Local:
     runner = SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False)
     picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
-    return Local(runner, runner.encode(picture))
+    return Local(runner, sam_onnx_embeddings.encoded(runner, sam21_files.encoder, picture))
 
 
 def _logits(mask: LowResMask) -> npt.NDArray[np.float32]:

@@ -27,7 +27,7 @@ from PIL import Image
 from craftai import AiClient, CraftAiError, Prompt, SegmentSession
 from craftai_dev import servers
 from craftai_dev.sam_fixture import Sam21Fixture
-from craftai_dev.segment import SetUpStore, mask_of
+from craftai_dev.segment import Embeddings, SetUpStore, mask_of
 from craftai_infer.pipelines import mask_generator
 from craftai_infer.pipelines.mask_cleanup import Cleanup
 from craftai_infer.pipelines.mask_generator import Everything
@@ -86,9 +86,12 @@ def stub(server: servers.Process) -> Iterator[infer_pb2_grpc.InferServiceStub]:
 
 
 @pytest.fixture(scope="module")
-def local(sam21_files: Sam21Fixture, photos: dict[str, Path]) -> tuple[SamOnnxRunner, SamEmbedding]:
+def local(
+    sam21_files: Sam21Fixture, photos: dict[str, Path], sam_onnx_embeddings: Embeddings
+) -> tuple[SamOnnxRunner, SamEmbedding]:
     runner = SamOnnxRunner(sam21_files.encoder, sam21_files.decoder, use_gpu=False)
-    return runner, runner.encode(np.asarray(Image.open(photos["chelsea.png"]).convert("RGB")))
+    picture = np.asarray(Image.open(photos["chelsea.png"]).convert("RGB"))
+    return runner, sam_onnx_embeddings.encoded(runner, sam21_files.encoder, picture)
 
 
 def _box_prompt(box: tuple[float, float, float, float]) -> SamPrompt:

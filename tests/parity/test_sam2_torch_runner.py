@@ -13,6 +13,7 @@ from PIL import Image
 from craftai_dev import sam_fixture
 from craftai_dev.files import sample_photo
 from craftai_dev.masks import iou as _iou
+from craftai_dev.segment import Embeddings
 from craftai_infer.pipelines import mask_formats
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.pipelines.segment_sam_torch import TorchSamEmbedding
@@ -36,12 +37,15 @@ def runners(
 
 @pytest.mark.slow
 def test_torch_runner_equals_the_onnxruntime_route(
-    runners: tuple[SamOnnxRunner, SamTorchRunner], torch_encoded: Callable[[Any], TorchSamEmbedding]
+    runners: tuple[SamOnnxRunner, SamTorchRunner],
+    torch_encoded: Callable[[Any], TorchSamEmbedding],
+    sam21_files: sam_fixture.Sam21Fixture,
+    sam_onnx_embeddings: Embeddings,
 ) -> None:
     onnx_runner, torch_runner = runners
     picture = np.asarray(Image.open(sample_photo("chelsea.png")).convert("RGB"))
     ours_embedding = torch_encoded(picture)  # shared with test_sam_single_mask (the same photo)
-    theirs_embedding = onnx_runner.encode(picture)
+    theirs_embedding = sam_onnx_embeddings.encoded(onnx_runner, sam21_files.encoder, picture)  # made once a run
     assert ours_embedding.nbytes == theirs_embedding.nbytes
     previous = None
     for name, prompt in PROMPTS.items():

@@ -21,6 +21,7 @@ from PIL import Image
 from craftai_dev import sam_fixture
 from craftai_dev.files import sample_photo
 from craftai_dev.masks import iou as _iou
+from craftai_dev.segment import Embeddings
 from craftai_infer.pipelines import segment_sam
 from craftai_infer.pipelines.segment_sam import SamPrompt
 from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
@@ -123,14 +124,21 @@ def runner(sam21_files: sam_fixture.Sam21Fixture) -> SamOnnxRunner:
 
 
 @pytest.fixture(scope="module")
-def encoded(runner: SamOnnxRunner, meta_predictor: Callable[[Any], Any]) -> Iterator[Callable[[str], Encoded]]:
-    """Each picture goes through each encoder once per module (the reference's once per session)."""
+def encoded(
+    runner: SamOnnxRunner,
+    meta_predictor: Callable[[Any], Any],
+    sam21_files: sam_fixture.Sam21Fixture,
+    sam_onnx_embeddings: Embeddings,
+) -> Iterator[Callable[[str], Encoded]]:
+    """Each picture goes through each encoder once: the runner's once a run (shared with the suites
+    that compare other answers with it), the reference's once per session."""
     done: dict[str, Encoded] = {}
 
     def get(name: str) -> Encoded:
         if name not in done:
             picture = PICTURES[name]()
-            done[name] = Encoded(picture, runner.encode(picture), meta_predictor(picture))
+            embedding = sam_onnx_embeddings.encoded(runner, sam21_files.encoder, picture)
+            done[name] = Encoded(picture, embedding, meta_predictor(picture))
         return done[name]
 
     yield get

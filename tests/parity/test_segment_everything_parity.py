@@ -17,7 +17,7 @@ batched decoder costs seconds per point on this CPU.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +91,11 @@ def ours_torch(client: AiClient, photos: dict[str, Path]) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def meta(sam21_reference_model: Any, picture: npt.NDArray[np.uint8]) -> Any:
-    """A function of the parameters: Meta's generator's masks on the picture (features computed once;
-    each set of parameters generated once, for both routes' tests)."""
-    generator = amg_reference.generator(sam21_reference_model)
-    generator.predictor.set_image(picture)
-    predictor = generator.predictor
+def meta(sam21_reference_model: Any, picture: npt.NDArray[np.uint8], meta_predictor: Callable[[Any], Any]) -> Any:
+    """A function of the parameters: Meta's generator's masks on the picture (the features of Meta's
+    `set_image`, once a run: shared with the parity suites that prompt the same photo; each set of
+    parameters generated once, for both routes' tests)."""
+    predictor = meta_predictor(picture)
     answered: dict[tuple[tuple[str, Any], ...], list[dict[str, Any]]] = {}
 
     def run(**parameters: Any) -> list[dict[str, Any]]:

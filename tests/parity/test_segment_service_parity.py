@@ -10,7 +10,7 @@ match with IoU >= 0.99 and every predicted IoU within 1e-3 (the tolerances of te
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,7 @@ import pytest
 from PIL import Image
 
 from craftai import AiClient, Point, SegmentOutput
-from craftai_dev import sam_fixture, servers
+from craftai_dev import servers
 from craftai_dev.masks import iou as _iou
 from craftai_dev.segment import SetUpStore
 
@@ -54,13 +54,12 @@ def _compare(answer: SegmentOutput, reference: tuple[Any, Any, Any]) -> npt.NDAr
 
 
 def test_prompts_through_the_service_mean_what_they_mean_to_meta(
-    ai: AiClient, sam21_reference_model: Any, photos: dict[str, Path]
+    ai: AiClient, meta_predictor: Callable[[Any], Any], photos: dict[str, Path]
 ) -> None:
     path = photos["coffee.png"]
     picture = np.asarray(Image.open(path).convert("RGB"))
     height, width = picture.shape[:2]
-    predictor = sam_fixture.reference_predictor(sam21_reference_model)
-    predictor.set_image(picture)
+    predictor = meta_predictor(picture)  # Meta's set_image of the photo, once a run (test_sam_single_mask's too)
 
     def reference(points: list[Point], box: tuple[float, ...] | None, mask: Any = None) -> tuple[Any, Any, Any]:
         return tuple(

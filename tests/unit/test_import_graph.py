@@ -93,16 +93,20 @@ def _imports(name: str, path: Path) -> set[str]:
     return found
 
 
-GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    """Every module's project imports, read when a test asks rather than at collection: each pytest
+    worker collects every module, and one of them runs these tests."""
+    return {name: _imports(name, path) for name, path in MODULES.items()}
 
 
 def _top(module: str) -> str:
     return module.split(".", maxsplit=1)[0]
 
 
-def test_every_package_imports_only_what_it_may() -> None:
+def test_every_package_imports_only_what_it_may(graph: dict[str, set[str]]) -> None:
     wrong = defaultdict(set)
-    for module, targets in GRAPH.items():
+    for module, targets in graph.items():
         allowed = ALLOWED[_top(module)] | ALLOWED_MODULES.get(module, set()) | {_top(module)}
         for target in targets:
             if _top(target) not in allowed:
@@ -110,13 +114,15 @@ def test_every_package_imports_only_what_it_may() -> None:
     assert not wrong, f"imports across packages that the architecture does not allow: {dict(wrong)}"
 
 
-def test_prepare_and_infer_never_import_each_other_and_common_never_imports_the_sdk() -> None:
+def test_prepare_and_infer_never_import_each_other_and_common_never_imports_the_sdk(
+    graph: dict[str, set[str]],
+) -> None:
     def reaches(module: str, other: str) -> bool:
-        return any(_top(t) == other for t in GRAPH[module])
+        return any(_top(t) == other for t in graph[module])
 
-    assert not [m for m in GRAPH if _top(m) == "craftai_prepare" and reaches(m, "craftai_infer")]
-    assert not [m for m in GRAPH if _top(m) == "craftai_infer" and reaches(m, "craftai_prepare")]
-    assert not [m for m in GRAPH if _top(m) == "craftai_common" and reaches(m, "craftai")]
+    assert not [m for m in graph if _top(m) == "craftai_prepare" and reaches(m, "craftai_infer")]
+    assert not [m for m in graph if _top(m) == "craftai_infer" and reaches(m, "craftai_prepare")]
+    assert not [m for m in graph if _top(m) == "craftai_common" and reaches(m, "craftai")]
 
 
 PIPELINES = "craftai_infer.pipelines"
@@ -137,11 +143,11 @@ def _outside_pipelines(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     return wrong
 
 
-def test_infer_pipelines_are_pure() -> None:
+def test_infer_pipelines_are_pure(graph: dict[str, set[str]]) -> None:
     """docs/ARCHITECTURE.md: pipelines/ are arrays in and out. They import no decoder (pictures.py),
     no route, no feature, no engine, nothing of the wire or of the services' common code: a pipeline
     runs alone, in a test or a benchmark, with what it is given."""
-    assert _outside_pipelines(GRAPH) == {}
+    assert _outside_pipelines(graph) == {}
 
 
 def test_the_pipeline_fence_finds_a_pipeline_importing_the_decoder() -> None:
@@ -208,8 +214,8 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_there_is_no_import_cycle() -> None:
-    assert _cycles(GRAPH) == []
+def test_there_is_no_import_cycle(graph: dict[str, set[str]]) -> None:
+    assert _cycles(graph) == []
 
 
 def test_a_name_taken_from_a_package_goes_through_its_face(tmp_path: Path) -> None:
@@ -227,5 +233,5 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 
 @pytest.mark.parametrize("package", sorted(SOURCES))
-def test_the_graph_sees_every_package(package: str) -> None:
-    assert any(_top(m) == package for m in GRAPH)
+def test_the_graph_sees_every_package(package: str, graph: dict[str, set[str]]) -> None:
+    assert any(_top(m) == package for m in graph)

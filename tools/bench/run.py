@@ -317,7 +317,7 @@ def u2netp_cpu(out: Path, tiny: bool) -> dict[str, Any]:
 
                     return make
 
-                for concurrency in (1, 2):
+                for concurrency in (2,) if tiny else (1, 2):  # tiny: the concurrent path only, as sam_grpc's
                     measured = harness.interleaved(
                         {
                             "rembg": cycling(lambda data: remove(data, session=session, only_mask=True)),

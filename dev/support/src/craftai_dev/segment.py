@@ -16,7 +16,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +25,9 @@ from PIL import Image
 from craftai_common.hashing import sha256_file
 from craftai_dev import catalogues, servers
 from craftai_dev.sam_fixture import Sam21Fixture
+
+if TYPE_CHECKING:
+    from craftai_infer.routes.sam2_onnx import SamEmbedding, SamOnnxRunner
 
 RECIPE = "sam2-hiera-tiny"  # from plain URLs
 DEFAULT = "sam2.1-hiera-tiny"  # image.segment's default, from the archive
@@ -162,3 +165,48 @@ def mask_of(data: bytes) -> npt.NDArray[np.uint8]:
     image = Image.open(io.BytesIO(data))
     assert image.format == "PNG" and image.mode == "1", (image.format, image.mode)
     return np.asarray(image.convert("L"))
+
+
+class Embeddings:
+    """SAM embeddings of the onnxruntime route's runner (SamOnnxRunner.encode, on the CPU) kept in
+    `folder` for a test run and shared by the processes that run its tests (pytest-xdist's workers).
+    An embedding is the encoder file's answer to the picture: the suites that hold the server, the
+    torch route or Meta's predictor to the runner's answers on the same photo encode it once a run,
+    the first to ask under a lock a key, the others reading its arrays back bit for bit."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def encoded(self, runner: SamOnnxRunner, encoder: Path, picture: npt.NDArray[np.uint8]) -> SamEmbedding:
+        """`runner.encode(picture)` for a SamOnnxRunner opened on `encoder` (onnxruntime's default
+        threads), made by the first process that asks for these bytes of the file and the picture."""
+        import fcntl
+        import hashlib
+
+        from craftai_infer.routes.sam2_onnx import SamEmbedding
+
+        pixels = np.ascontiguousarray(picture)
+        shape = "x".join(map(str, pixels.shape))
+        key = f"{sha256_file(encoder)}-{shape}-{hashlib.sha256(pixels.tobytes()).hexdigest()}"
+        kept = self.folder / f"{key}.npz"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with (self.folder / f"{key}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+            if not kept.exists():
+                made = runner.encode(picture)
+                partial = kept.with_suffix(".part")
+                with partial.open("wb") as handle:
+                    np.savez(
+                        handle,
+                        high_res_feats_0=made.high_res_feats_0,
+                        high_res_feats_1=made.high_res_feats_1,
+                        image_embed=made.image_embed,
+                        size=np.array([made.picture_height, made.picture_width]),
+                    )
+                partial.replace(kept)
+                return made
+        with np.load(kept) as arrays:
+            height, width = (int(v) for v in arrays["size"])
+            return SamEmbedding(
+                arrays["high_res_feats_0"], arrays["high_res_feats_1"], arrays["image_embed"], height, width
+            )
