@@ -429,6 +429,41 @@ def cutout(runs: Runs) -> list[str]:
     return _table(["through `craftai serve`, 2 CPU cores", "p50 ms", "p90 ms"], rows)
 
 
+def frames(runs: Runs) -> list[str]:
+    """One stream of a video's frames against `rembg b` (its run on the CPU), and ours on a GPU where
+    a run of it is named "gpu"."""
+    rows = []
+    for name, r in runs.items():
+        size, count = r["settings"]["size"], r["settings"]["frames"]
+        ours, theirs = r["ours"], r["rembg"]
+        where = "2 CPU cores" if ours["device"] == "cpu" else ours["device"]
+        peer = "-" if theirs is None else f"{theirs['frames_per_s']:.2f} ({theirs['steady_frames_per_s']:.2f})"
+        ratio = "-" if theirs is None else f"**{r['ratio_frames_per_s']:.2f}x** ({r['ratio_steady_frames_per_s']:.2f}x)"
+        rows.append(
+            [
+                f"{count} frames of {size}, u2netp, a PNG cutout each, {where} (run: {name})",
+                f"{ours['frames_per_s']:.2f} ({ours['steady_frames_per_s']:.2f})",
+                peer,
+                ratio,
+            ]
+        )
+        stability = r.get("stability")
+        if stability:
+            plain, steady = stability["plain"], stability["stabilized"]
+            rows.append(
+                [
+                    f"the matte alone, plain / stabilize {stability['weight']}: flicker on still pixels (levels a "
+                    f"frame), frames/s ({name})",
+                    f"{plain['flicker_levels']:.2f} / {steady['flicker_levels']:.2f}; {plain['frames_per_s']:.2f} / "
+                    f"{steady['frames_per_s']:.2f}",
+                    "no such option",
+                    "-",
+                ]
+            )
+    header = ["one MatteFrames stream", "ours, frames/s (steady)", "`rembg b`, frames/s (steady)", "ours / rembg"]
+    return _table(header, rows)
+
+
 RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "u2netp_cpu": u2netp_cpu,
     "inspyrenet": inspyrenet,
@@ -443,6 +478,7 @@ RENDER: dict[str, Callable[[Runs], list[str]]] = {
     "shared_fairly_gpu": shared_fairly_gpu,
     "rembg_recipes": rembg_recipes,
     "cutout": cutout,
+    "frames": frames,
 }
 
 
