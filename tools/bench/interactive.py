@@ -6,18 +6,19 @@ The interactive app ("editor", a key of its own) clicks on an open session (SAM)
 background of a small picture (u2netp: the matte and the cutout), one at a time, `--rounds` times
 alone, then as many times while `--encoders` threads of another app open sessions,
 `--everything` threads run segment everything (Meta's defaults, `--points-per-side`) and
-`--large` threads ask for cutouts of a large picture (bulk work: docs/ARCHITECTURE.md, "Who
-runs next"); the bulk apps use made-up ids under the local key (one tenant), each in a process
-of its own as other apps are (`--bulk-in-process`: threads beside the editor's, where their
-clients' work shares the editor's interpreter and its lock and lengthens its calls on the
-client's side: how the bench ran before). It reports each
-interactive call's p50/p99 alone and loaded and their ratio (targets on the 2-core machine: a
-click's p99 loaded <= 3x alone, a matte's <= 2x), the stage times each answer reports (where a
-loaded call waited: a stage includes its queue), what the bulk clients got done, and the
-server's resident memory after the warm-up, at its peak and `--settle` seconds after the load.
+`--large` threads ask for cutouts of a large picture and `--videos` threads stream a made clip's
+`--video-size` frames through MatteFrames (bulk work: docs/ARCHITECTURE.md, "Who runs next");
+the bulk apps use made-up ids under the local key (one tenant), each in a process of its own as
+other apps are (`--bulk-in-process`: threads beside the editor's, where their clients' work shares
+the editor's interpreter and its lock and lengthens its calls on the client's side: how the bench
+ran before). It reports each interactive call's p50/p99 alone and loaded and their ratio
+(targets on the 2-core machine: a click's p99 loaded <= 3x alone, a matte's <= 2x), the stage
+times each answer reports (where a loaded call waited: a stage includes its queue), what the bulk
+clients got done, and the server's resident memory after the warm-up, at its peak and `--settle` seconds after the load.
 
     .venv/bin/python -m tools.bench.interactive                     # the 2-core machine's figures
     .venv/bin/python -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0
+    python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1   # a 1080p video
                                                                     # (both routes on torch there)
 
 Without --address it starts `craftai serve` on a temporary store with the SAM 2.1 random-weight
@@ -68,6 +69,7 @@ from tools.bench.load import MATTE, SAM, serve_fixture
 MiB = 1 << 20
 CLICK = [(200.0, 150.0, True)]
 PROFILE_SECONDS = 20  # py-spy's recording, from the first loaded call (the loaded phase lasts longer)
+VIDEO_FRAMES = 48  # a video app streams this many frames of a made clip, then again
 
 
 @dataclass
@@ -187,6 +189,12 @@ def _cutout(ai: AiClient, picture: bytes, engine: str | None) -> None:
     ai.remove_background(picture, outputs="cutout", recipe=MATTE, engine=engine)
 
 
+def _video(ai: AiClient, frames: list[Any], engine: str | None) -> None:
+    """One stream of a clip's raw frames (MatteFrames), every answer read: a video app's work."""
+    for _ in ai.remove_background_frames(frames, outputs="cutout", recipe=MATTE, engine=engine):
+        pass
+
+
 @dataclass(frozen=True)
 class Target:
     """Where the apps call: the server's address, and its infer replicas' addresses where it runs
@@ -219,6 +227,7 @@ class BulkApp:
     encoders: int
     everything: int
     large: int
+    videos: int = 0
 
 
 def _bulk_apps(args: argparse.Namespace, apps: int = 4) -> list[BulkApp]:
@@ -228,7 +237,9 @@ def _bulk_apps(args: argparse.Namespace, apps: int = 4) -> list[BulkApp]:
         return len(range(n, total, apps))
 
     return [
-        BulkApp(f"bulk-{n}", share(args.encoders, n), share(args.everything, n), share(args.large, n))
+        BulkApp(
+            f"bulk-{n}", share(args.encoders, n), share(args.everything, n), share(args.large, n), share(args.videos, n)
+        )
         for n in range(apps)
     ]
 
@@ -236,7 +247,7 @@ def _bulk_apps(args: argparse.Namespace, apps: int = 4) -> list[BulkApp]:
 def _bulk_app(
     target: Target,
     app: BulkApp,
-    work: tuple[bytes, bytes, str | None, int],
+    work: tuple[bytes, bytes, str | None, int, tuple[int, int]],
     *,
     ready: Any,
     stop: Any,
@@ -244,7 +255,7 @@ def _bulk_app(
 ) -> None:
     """One other app in a process of its own (as other apps are: its client's work does not share
     the editor's interpreter): its threads run until `stop`, then it reports what they got done."""
-    photo, large, engine, points_per_side = work
+    photo, large, engine, points_per_side, video_size = work
     ai = target.client(app.name, retries=Retries(attempts=0))
     bulk = Bulk()
     try:
@@ -258,6 +269,12 @@ def _bulk_app(
                 bulk.run("everything", functools.partial(_everything, grid, points_per_side))
             for _ in range(app.large):
                 bulk.run("large cutout", functools.partial(_cutout, ai, large, engine))
+            if app.videos:
+                from craftai_dev.clips import moving_frames
+
+                frames = moving_frames(video_size, VIDEO_FRAMES)
+                for _ in range(app.videos):
+                    bulk.run(f"video ({VIDEO_FRAMES} frames)", functools.partial(_video, ai, frames, engine))
         except BaseException as exc:
             ready.put(f"{app.name} did not start: {exc!r}")
             raise
@@ -274,7 +291,12 @@ class OtherApps:
     the bench ran before); `end` stops them and adds up their work."""
 
     def __init__(
-        self, target: Target, apps: list[BulkApp], work: tuple[bytes, bytes, str | None, int], *, apart: bool
+        self,
+        target: Target,
+        apps: list[BulkApp],
+        work: tuple[bytes, bytes, str | None, int, tuple[int, int]],
+        *,
+        apart: bool,
     ) -> None:
         self._ready: Any
         self._results: Any
@@ -294,7 +316,7 @@ class OtherApps:
                 name=app.name,
             )
             for app in apps
-            if app.encoders or app.everything or app.large
+            if app.encoders or app.everything or app.large or app.videos
         ]
         for runner in self._runners:
             runner.start()
@@ -370,7 +392,7 @@ def _server(args: argparse.Namespace, workdir: Path) -> Iterator[tuple[Target, i
     keys.write_text(key_line("editor", key) + key_line("*", ensure_local_key()))  # the bulk apps: made-up ids
     keys.chmod(0o600)
     # the bulk apps share the '*' key's limit on requests in progress: room for all of their threads
-    bulk = args.encoders + args.everything + args.large
+    bulk = args.encoders + args.everything + args.large + args.videos
     replicas = len(args.gpus.split(",")) * args.replicas_per_gpu if args.gpus else 1
     metrics = free_ports_in_a_row(replicas)  # a replica's ports: the first's plus its rank
     env = {
@@ -430,7 +452,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                 Path(f"/proc/{pid}/clear_refs").write_text("5")
             alone = Phase()
             _interactive(editor, session, small, args.rounds, alone, engine=engine)
-            work = (photo, large, engine, args.points_per_side)
+            work = (photo, large, engine, args.points_per_side, args.video_size)
             others = OtherApps(target, _bulk_apps(args), work, apart=not args.bulk_in_process)
             time.sleep(args.ramp)  # the bulk work queued before the first interactive call
             spies = _spy(pid, args.profile)
@@ -491,6 +513,11 @@ def _spied(spies: list[subprocess.Popen[bytes]], folder: Path | None) -> dict[st
     return pyspy.summaries(folder) if folder is not None and spies else {}
 
 
+def _size(text: str) -> tuple[int, int]:
+    width, height = (int(v) for v in text.lower().split("x"))
+    return width, height
+
+
 def _ms(summary: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
     return {
         call: {k: v if k == "n" else round(v * 1000, 1) for k, v in stats.items()} for call, stats in summary.items()
@@ -542,6 +569,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--points-per-side", type=int, default=32)
     parser.add_argument("--large", type=int, default=2, help="threads asking for cutouts of a large picture")
     parser.add_argument("--large-side", type=int, default=2400, help="the large picture's width (4:3)")
+    parser.add_argument("--videos", type=int, default=0, help="threads streaming a clip's frames (MatteFrames)")
+    parser.add_argument(
+        "--video-size", type=_size, default=(1920, 1080), help="the streamed frames' WIDTHxHEIGHT (default 1920x1080)"
+    )
     parser.add_argument(
         "--bulk-in-process",
         action="store_true",
