@@ -44,3 +44,16 @@ def test_a_tiny_run_reports_each_refinement_and_their_percentiles(tmp_path: Path
     web = report["web"]["summary"]
     assert web["round_trip_ms"]["n"] == 2 and web["server_ms"]["p50"] <= web["round_trip_ms"]["p50"]
     assert web["changed_pixels"]["min"] > 0
+
+
+def test_a_tiny_page_run_times_each_click_to_the_new_cutout_drawn(tmp_path: Path) -> None:
+    from tools.bench import cutout_page
+
+    out = tmp_path / "page.json"
+    assert cutout_page.main(["--size", "320x240", "--clicks", "2", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["benchmark"] == "cutout_page" and report["settings"]["clicks"] == 2
+    assert report["removed_ms"] > 0 and report["fix_open_ms"] > 0
+    assert len(report["clicks_ms"]) == 2 and all(ms > 0 for ms in report["clicks_ms"])
+    stats = report["click_to_picture_ms"]
+    assert stats["n"] == 2 and 0 < stats["p50"] <= stats["p90"]
