@@ -426,6 +426,16 @@ def cutout(runs: Runs) -> list[str]:
         [f"one keep click, round trip ({click['n']:.0f} clicks)", _ms(click["p50"]), _ms(click["p90"])],
         ["… of which the merge (regions, colours, outputs made)", _ms(merge["p50"]), _ms(merge["p90"])],
     ]
+    if "page" in runs:
+        page = runs["page"]["click_to_picture_ms"]
+        rows.append(
+            [
+                f"through the page: a keep click to the new cutout drawn, Chromium ({page['n']:.0f} clicks; the page "
+                "asks for the cutout, the matte and the mask)",
+                _ms(page["p50"]),
+                _ms(page["p90"]),
+            ]
+        )
     return _table(["through `craftai serve`, 2 CPU cores", "p50 ms", "p90 ms"], rows)
 
 
