@@ -56,9 +56,8 @@ from craftai.frames import (
     FrameLike,
     FrameOutput,
     FramesOptions,
-    FramesStarted,
+    Reading,
     Window,
-    answer,
     requests,
     requests_off_the_loop,
     starting,
@@ -362,8 +361,7 @@ class AiClient(_Client[Transport]):
         read only as fast as answers come. Iterate it to run it; stopping early cancels the rest.
         Options are checked (ValueError) when the first answer is asked for."""
         start = starting(**options)
-        request_id = request_id or new_request_id()
-        notices: list[str] = []
+        reading = Reading(request_id or new_request_id(), on_progress)
         windows: list[Window] = []
 
         def tried() -> Iterator[FramesRequest]:
@@ -372,18 +370,13 @@ class AiClient(_Client[Transport]):
             for old in windows:
                 old.close()
             windows.append(Window())
+            reading.window = windows[-1]
             return requests(start, frames, windows[-1])
 
         try:
-            for event in self.transport.frames(MATTE_FRAMES, tried, request_id):
-                item = answer(event, request_id, notices)
-                if isinstance(item, FramesStarted):
-                    windows[-1].open(item.in_flight)
-                elif isinstance(item, FrameOutput):
-                    windows[-1].answered()
-                    yield item
-                elif isinstance(item, Progress) and on_progress is not None:
-                    on_progress(item)
+            for event in self.transport.frames(MATTE_FRAMES, tried, reading.request_id):
+                if (output := reading.take(event)) is not None:
+                    yield output
         finally:
             for window in windows:
                 window.close()  # a sender (gRPC's thread) may wait for room: the stream is over
@@ -492,25 +485,17 @@ class AsyncAiClient(_Client[AsyncTransport]):
         """AiClient.remove_background_frames, as an async iterator: `frames` async or not (a
         blocking iterable is read on a worker thread)."""
         start = starting(**options)
-        request_id = request_id or new_request_id()
-        notices: list[str] = []
-        windows: list[AsyncWindow] = []
+        reading = Reading(request_id or new_request_id(), on_progress)
 
         def tried() -> AsyncIterator[FramesRequest]:
-            windows.append(AsyncWindow())  # as AiClient's: no frame taken before FramesStarted
-            return requests_off_the_loop(start, frames, windows[-1])
+            window = reading.window = AsyncWindow()  # as AiClient's: no frame taken before FramesStarted
+            return requests_off_the_loop(start, frames, window)
 
-        events = self.transport.frames(MATTE_FRAMES, tried, request_id)
+        events = self.transport.frames(MATTE_FRAMES, tried, reading.request_id)
         try:
             async for event in events:
-                item = answer(event, request_id, notices)
-                if isinstance(item, FramesStarted):
-                    windows[-1].open(item.in_flight)
-                elif isinstance(item, FrameOutput):
-                    windows[-1].answered()
-                    yield item
-                elif isinstance(item, Progress) and on_progress is not None:
-                    on_progress(item)
+                if (output := reading.take(event)) is not None:
+                    yield output
         finally:
             await events.aclose()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -246,6 +246,31 @@ async def requests_off_the_loop(
             return
         yield await asyncio.to_thread(frame_message, frame, index)
         index += 1
+
+
+class Reading:
+    """One stream's events read, whatever the transport: the window of the try under way opened by
+    FramesStarted and moved by each answer, progress to the callback, a frame's notices given with
+    it. `window` is set by each try."""
+
+    def __init__(self, request_id: str, on_progress: Callable[[common_pb2.Progress], None] | None) -> None:
+        self.request_id = request_id
+        self.on_progress = on_progress
+        self.notices: list[str] = []
+        self.window: Window | AsyncWindow | None = None
+
+    def take(self, event: infer_pb2.MatteFramesEvent) -> FrameOutput | None:
+        """The frame's output an event carries, if any."""
+        item = answer(event, self.request_id, self.notices)
+        if isinstance(item, FramesStarted) and self.window is not None:
+            self.window.open(item.in_flight)
+        elif isinstance(item, FrameOutput):
+            if self.window is not None:
+                self.window.answered()
+            return item
+        elif isinstance(item, common_pb2.Progress) and self.on_progress is not None:
+            self.on_progress(item)
+        return None
 
 
 def answer(
