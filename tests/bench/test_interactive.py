@@ -45,7 +45,8 @@ def test_a_tiny_run_answers_every_call_and_reports_both_phases(tmp_path: Path) -
 
 
 def test_the_bulk_threads_are_dealt_to_the_apps_in_turn() -> None:
-    args = argparse.Namespace(encoders=6, everything=2, large=1)
+    args = argparse.Namespace(encoders=6, everything=2, large=1, videos=2)
     apps = interactive._bulk_apps(args, apps=4)
-    assert [(a.encoders, a.everything, a.large) for a in apps] == [(2, 1, 1), (2, 1, 0), (1, 0, 0), (1, 0, 0)]
+    dealt = [(a.encoders, a.everything, a.large, a.videos) for a in apps]
+    assert dealt == [(2, 1, 1, 1), (2, 1, 0, 1), (1, 0, 0, 0), (1, 0, 0, 0)]
     assert len({a.name for a in apps}) == 4

@@ -15,10 +15,7 @@ import io
 import sys
 import time
 from pathlib import Path
-from typing import Any
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from craftai.cli.progress import Bar
 from craftai.client import AiClient
@@ -26,15 +23,25 @@ from craftai.errors import CraftAiError
 from craftai.frames import FrameOutput
 from craftai_wire.vocabulary import Output
 
+if TYPE_CHECKING:  # numpy comes with the `video` extra: the command imports this module without it
+    import numpy as np
+    import numpy.typing as npt
+
 DEFAULT_OUTPUT: dict[str, Output] = {"webm": Output.CUTOUT, "mov": Output.CUTOUT, "png": Output.CUTOUT}
 
 
 def is_video_run(options: argparse.Namespace) -> bool:
     """One input that is a video file (by its suffix): the command makes a video of it. A video
     among other inputs is refused (ValueError): each video is its own run."""
-    from craftai.video import is_video  # no PyAV needed to tell
-
-    videos = [name for name in options.inputs if name != "-" and is_video(name)]
+    try:
+        from craftai.video import VIDEO_SUFFIXES
+    except ImportError as error:  # without the `video` extra: its suffixes, to say what to install
+        if any(
+            Path(name).suffix.lower() in (".mp4", ".mov", ".webm", ".mkv", ".avi", ".m4v") for name in options.inputs
+        ):
+            raise ValueError(f"videos need PyAV ({error.name} is missing): pip install 'craftai[video]'") from error
+        return False
+    videos = [name for name in options.inputs if name != "-" and Path(name).suffix.lower() in VIDEO_SUFFIXES]
     if videos and len(options.inputs) > 1:
         raise ValueError(f"{videos[0]} is a video: give a video alone (one run each), pictures and folders together")
     return bool(videos)
@@ -140,6 +147,7 @@ def _translucent(asked: dict[str, Any]) -> bool:
 def _pixels(frame: FrameOutput, name: Output, alpha: bool) -> npt.NDArray[np.uint8]:
     """The frame's output as the writer takes it: RGBA with transparency, else RGB (a matte or a
     mask as grey)."""
+    import numpy as np
     from PIL import Image
 
     image = frame.output.images[name]
