@@ -27,7 +27,7 @@ from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import matte_options
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import FeatureContext
-from craftai_infer.features.matte import FEATURE, MatteFeature
+from craftai_infer.features.matte import BACKGROUND_BYTES_PER_PIXEL, FEATURE, MatteFeature
 from craftai_infer.features.matte import Estimate as MatteEstimate
 from craftai_infer.loader import LoadedRoute
 from craftai_infer.pipelines import matte_temporal
@@ -163,7 +163,7 @@ class FramesFeature:
         route: MatteRoute = loaded.route
         background = None
         if asked.background_picture is not None:
-            background = await c.decoded(asked.background_picture, 8)  # its pixels and the decoder's copy
+            background = await c.decoded(asked.background_picture, BACKGROUND_BYTES_PER_PIXEL)
         stacked = len(route.parts) if route.parts and asked.part is None else 1
         if stabilize and stacked > 1:
             raise invalid_argument(
