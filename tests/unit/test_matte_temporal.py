@@ -60,3 +60,35 @@ def test_a_change_above_the_threshold_is_motion_and_weight_zero_is_off() -> None
     assert (other_size == 7).all()
     with pytest.raises(ValueError, match="in \\[0, 1\\)"):
         stabilized(None, picture, first, 1.0)
+
+
+def test_still_is_the_mean_over_the_window_cut_at_the_edges() -> None:
+    """The integer test (window sum against STILL_LEVELS x the pixels counted) is the mean's, pixel
+    by pixel, on pictures with changes around the threshold, at the edges and corners too."""
+    pad = matte_temporal.WINDOW // 2
+    rng = np.random.default_rng(11)
+    for shape in ((9, 13), (4, 7), (16, 16)):
+        before = rng.integers(0, 256, size=(*shape, 3)).astype(np.uint8)
+        spread = np.linspace(2, 16, shape[1])[None, :, None]  # still on the left, moving on the right
+        noise = np.rint((rng.random(before.shape) * 2 - 1) * spread).astype(np.int16)
+        picture = np.clip(before.astype(np.int16) + noise, 0, 255).astype(np.uint8)
+        change = np.abs(picture.astype(np.int16) - before).max(axis=2)
+        expected = np.zeros(shape, bool)
+        for y in range(shape[0]):
+            for x in range(shape[1]):
+                window = change[max(0, y - pad) : y + pad + 1, max(0, x - pad) : x + pad + 1]
+                expected[y, x] = window.mean() <= STILL_LEVELS
+        assert expected.any() and not expected.all(), shape  # both sides of the threshold are tried
+        assert np.array_equal(still(picture, before), expected), shape
+
+
+def test_averaged_in_order_is_stabilized() -> None:
+    """The two steps the service runs apart (`still` for any frames at once, `averaged` in order)
+    give what `stabilized` gives."""
+    pictures, mattes = _frames(4)
+    previous, kept = None, None
+    for index, (picture, matte) in enumerate(zip(pictures, mattes, strict=True)):
+        whole, previous = stabilized(previous, picture, matte, 0.7)
+        where = still(picture, pictures[index - 1]) if index else None
+        out, kept = matte_temporal.averaged(kept, where, matte, 0.7)
+        assert np.array_equal(out, whole) and np.array_equal(kept, previous.matte)

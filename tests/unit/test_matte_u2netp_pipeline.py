@@ -72,3 +72,20 @@ def test_cutout_keeps_colours_and_multiplies_existing_alpha() -> None:
     assert tuple(out[0, 0]) == (10, 20, 30, 128)
     out = cutout(np.asarray(Image.new("RGB", (4, 2), (10, 20, 30))), np.asarray(Image.new("L", (4, 2), 64)))
     assert tuple(out[1, 1]) == (10, 20, 30, 64)
+
+
+def test_a_batch_on_host_threads_is_each_picture_alone() -> None:
+    """`preprocess_all` and `postprocess_all` on a pool's threads (a GPU route's batch of frames)
+    answer each picture's own `preprocess` and `postprocess`, in order, at each picture's size."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(3)
+    pictures = [rng.integers(0, 255, (h, w, 3), dtype=np.uint8) for h, w in ((90, 120), (321, 200), (64, 64))]
+    maps = rng.random((3, 1, 320, 320)).astype(np.float32)
+    with ThreadPoolExecutor(3) as host:
+        batch = matte_u2netp.preprocess_all(pictures, host=host)
+        mattes = matte_u2netp.postprocess_all(maps, pictures, host=host)
+    for i, picture in enumerate(pictures):
+        assert np.array_equal(batch[i : i + 1], matte_u2netp.preprocess(picture))
+        expected = matte_u2netp.postprocess(maps[i : i + 1], (picture.shape[1], picture.shape[0]))
+        assert np.array_equal(mattes[i], expected) and mattes[i].shape == picture.shape[:2]

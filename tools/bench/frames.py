@@ -106,6 +106,7 @@ def run_ours(
     out.mkdir()
     times = []
     server_ms = []
+    stages: dict[str, list[float]] = {}
     started = time.time()
     files = []
     device = ""
@@ -118,6 +119,8 @@ def run_ours(
         files.append(path)
         times.append(time.time())
         server_ms.append(answer.output.server_ms)
+        for stage, ms in answer.output.timing_ms.items():
+            stages.setdefault(stage, []).append(ms)
         device = answer.output.device
     elapsed = time.time() - started
     found = harness.percentiles(server_ms)
@@ -126,6 +129,7 @@ def run_ours(
         "frames_per_s": len(frames) / elapsed,
         "steady_frames_per_s": steady(times),
         "server_ms_p50": round(found["p50"], 1),
+        "stages_ms_p50": {stage: round(harness.percentiles(ms)["p50"], 1) for stage, ms in stages.items()},
         "device": device,
         "files": files,
     }
@@ -197,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   rembg b: {theirs['frames_per_s']:.2f} frames/s ({theirs['steady_frames_per_s']:.2f} steady)")
         ours = _ours(args, frames, work)
         rates = f"{ours['frames_per_s']:.2f} frames/s ({ours['steady_frames_per_s']:.2f} steady)"
-        print(f"   ours: {rates} on {ours['device']}")
+        print(f"   ours: {rates} on {ours['device']}; server p50 {ours['server_ms_p50']} ms: {ours['stages_ms_p50']}")
         apart = None if theirs is None else alpha_apart(ours["files"], theirs["files"])
     report: dict[str, Any] = {
         "benchmark": "frames",

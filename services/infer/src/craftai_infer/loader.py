@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import statistics
 import sys
 import time
@@ -40,7 +41,7 @@ from craftai_infer import faults, memory
 from craftai_infer.device import DeviceInfo
 from craftai_infer.routes import Factory, ModelRefusedError, Operation, Precision, Route, RouteFiles, Step
 from craftai_infer.routes.registry import factories
-from craftai_infer.scheduling import WorkClass, Workers, WorkQueue, roles, running_class, submitted
+from craftai_infer.scheduling import CpuPool, WorkClass, Workers, WorkQueue, roles, running_class, submitted
 from craftai_wire.v1 import catalogue_pb2, common_pb2
 from craftai_wire.vocabulary import Reason
 
@@ -273,6 +274,8 @@ class RouteLoader:
         self.wait_seconds = wait_seconds  # how long a load waits for an idle route to unload
         self.pinned: Callable[[LoadedRoute[Any]], bool] = lambda _route: False  # e.g. kept sessions use it
         self.unloaded_total = 0
+        # the routes' per-picture host steps (RouteFiles.host): a batch of frames resized on every core
+        self.host = CpuPool(max(2, os.cpu_count() or 2), "route-host", bulk_niceness=bulk_niceness)
         self._one_load = asyncio.Lock()
         # (feature, recipe, engine, device) -> pictures measured and their last network times (ms)
         self._measures: dict[tuple[str, str, str, str], tuple[int, deque[float]]] = {}
@@ -521,12 +524,14 @@ class RouteLoader:
             gpu_compile=self.gpu_compile,
             cpu_spin=self.cpu_spin,
             bulk_niceness=self.bulk_niceness,
+            host=self.host,
         )
 
     def close(self) -> None:
         for loaded in self._loaded.values():
             loaded.close()
         self._loaded.clear()
+        self.host.shutdown(wait=False)
 
 
 def _give_back(unloaded: list[LoadedRoute[Any]]) -> None:

@@ -459,9 +459,10 @@ class CpuPool(Executor):
         return result
 
     def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
-        """Executor's face: from any thread, in the caller's class (one job that runs alone)."""
+        """Executor's face: from any thread, in the caller's class (one job that runs alone); from
+        a worker's thread, in the class of the batch it runs."""
         future: Future[T] = Future()
-        work_class = work_class_var.get()
+        work_class = running_class() or work_class_var.get()
 
         def deliver(result: Any, error: BaseException | None) -> None:
             if not future.set_running_or_notify_cancel():

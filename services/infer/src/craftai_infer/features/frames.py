@@ -22,6 +22,7 @@ from typing import Any
 
 import grpc
 import numpy as np
+import numpy.typing as npt
 
 from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import matte_options
@@ -33,7 +34,6 @@ from craftai_infer.loader import LoadedRoute
 from craftai_infer.pipelines import matte_temporal
 from craftai_infer.pipelines.matte_render import render_device
 from craftai_infer.pipelines.matte_spec import OutputsSpec, Rendered
-from craftai_infer.pipelines.matte_temporal import Previous
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, MatteJob, MatteRoute
 from craftai_infer.scheduling import WorkClass, work_class_var
@@ -42,8 +42,38 @@ from craftai_wire.vocabulary import Reason
 
 STAGES = ("decode", "model", "stabilize", "encode")
 CHANNELS = {infer_pb2.FRAME_ENCODING_RGB: 3, infer_pb2.FRAME_ENCODING_RGBA: 4}
-# The previous frame's steadied matte (None before the first frame), and where this frame's goes.
-Chain = tuple["asyncio.Future[Previous | None]", "asyncio.Future[Previous | None]"]
+F32 = npt.NDArray[np.float32]
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A frame's ties to the one before it: that frame's picture and averaged matte (None before the
+    first), and where this frame's go. The picture comes as soon as it is decoded, so that a frame
+    is compared with the one before while both are at work; the matte comes in order."""
+
+    picture_before: asyncio.Future[Picture | None]
+    picture: asyncio.Future[Picture | None]
+    matte_before: asyncio.Future[F32 | None]
+    matte: asyncio.Future[F32 | None]
+
+    @classmethod
+    def first(cls) -> Chain:
+        loop = asyncio.get_running_loop()
+        picture_before: asyncio.Future[Picture | None] = loop.create_future()
+        matte_before: asyncio.Future[F32 | None] = loop.create_future()
+        picture_before.set_result(None)
+        matte_before.set_result(None)
+        return cls(picture_before, loop.create_future(), matte_before, loop.create_future())
+
+    def next(self) -> Chain:
+        loop = asyncio.get_running_loop()
+        return Chain(self.picture, loop.create_future(), self.matte, loop.create_future())
+
+    def end(self) -> None:
+        """The frames after this one end with it (the stream ends here)."""
+        for mine in (self.picture, self.matte):
+            if not mine.done():
+                mine.cancel()
 
 
 @dataclass(frozen=True)
@@ -203,8 +233,7 @@ class FramesFeature:
         order; an error queued after the frames before it; None at the end."""
         index = 0
         size: tuple[int, int] | None = None
-        before: asyncio.Future[Previous | None] = asyncio.get_running_loop().create_future()
-        before.set_result(None)  # the first frame has none before it
+        chain = Chain.first()
         try:
             while (message := await self._next(requests, f"frame {index}")) is not None:
                 if message.WhichOneof("message") != "frame":
@@ -224,9 +253,8 @@ class FramesFeature:
                         field=f"frames[{index}]",
                     )
                 await slots.acquire()
-                mine: asyncio.Future[Previous | None] = asyncio.get_running_loop().create_future()
-                order.put_nowait(asyncio.ensure_future(self._frame(index, message.frame, size, stream, (before, mine))))
-                before = mine
+                order.put_nowait(asyncio.ensure_future(self._frame(index, message.frame, size, stream, chain)))
+                chain = chain.next()
                 index += 1
         except Exception as error:
             order.put_nowait(error)
@@ -272,8 +300,7 @@ class FramesFeature:
         except ServiceError as error:
             raise _of_frame(index, error) from error
         finally:
-            if not chain[1].done():
-                chain[1].cancel()  # the frames after this one end with it (the stream ends here)
+            chain.end()
 
     async def _matted(
         self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream, chain: Chain
@@ -293,34 +320,59 @@ class FramesFeature:
                 hold(picture)
         spec = dataclasses.replace(asked.within(width, height, stream.background), kinds=frozenset(asked.kinds))
         steady = stream.stabilize > 0.0
+        comparing = None
+        if steady:
+            chain.picture.set_result(picture)
+            comparing = asyncio.ensure_future(self._still(picture, chain))  # while the model runs
         with run.stage("model", f"removing the background of frame {index} ({loaded.device})"):
             # steadied: the matte alone here, the outputs made from the steadied matte below
             job = MatteJob(
                 picture, dataclasses.replace(spec, kinds=frozenset({"matte"})) if steady else spec, asked.part
             )
-            rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
+            try:
+                rendered: Rendered = await loaded.submit(MATTE, job, run.notices, route.batch_key(picture))
+            except BaseException:
+                if comparing is not None:
+                    comparing.cancel()
+                raise
         run.stages_ms.update(rendered.stages_ms)
         if "network" in rendered.stages_ms:
             c.routes.measure(loaded.ref, loaded.device, rendered.stages_ms["network"])
-        if steady:
+        if comparing is not None:
             with run.stage("stabilize", f"steadying the matte of frame {index} with the frames before it"):
-                rendered = await self._steadied(picture, rendered, spec, stream, chain)
+                where_still = await comparing
+                rendered = await self._steadied(picture, rendered, where_still, spec=spec, stream=stream, chain=chain)
         result = infer_pb2.FrameResult(index=index)
         await self.matte.answered(asked, loaded.ref, rendered, run, size=size, device=loaded.device, into=result.matte)
         notices = list(run.notices.items)
         return result, notices
 
+    async def _still(self, picture: Picture, chain: Chain) -> npt.NDArray[np.bool_] | None:
+        """Where this frame did not change since the one before (None for the first frame)."""
+        before = await chain.picture_before
+        if before is None:
+            return None
+        return await self.context.on_cpu(matte_temporal.still, picture, before)
+
     async def _steadied(
-        self, picture: Picture, rendered: Rendered, spec: OutputsSpec, stream: Stream, chain: Chain
+        self,
+        picture: Picture,
+        rendered: Rendered,
+        where_still: npt.NDArray[np.bool_] | None,
+        *,
+        spec: OutputsSpec,
+        stream: Stream,
+        chain: Chain,
     ) -> Rendered:
-        """The matte steadied by the previous frame's (in the frames' order: this waits for it),
-        then the outputs asked made from it on the route's device, as the route makes them."""
+        """The matte steadied by the previous frame's average (in the frames' order: this waits for
+        it), then the outputs asked made from it on the route's device, as the route makes them."""
         c = self.context
         assert rendered.matte is not None
-        matte = rendered.matte
-        previous = await chain[0]
-        steadied, state = await c.on_cpu(matte_temporal.stabilized, previous, picture, matte, stream.stabilize)
-        chain[1].set_result(state)
+        previous = await chain.matte_before
+        steadied, kept = await c.on_cpu(
+            matte_temporal.averaged, previous, where_still, rendered.matte, stream.stabilize
+        )
+        chain.matte.set_result(kept)
         if spec.kinds == {"matte"}:
             return Rendered(matte=steadied, stages_ms=rendered.stages_ms)
         from craftai_infer.pipelines.matte_outputs import render  # torch: as every output but the matte

@@ -14,6 +14,8 @@ before the min-max.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,3 +91,30 @@ def postprocess(fused: NDArray[np.float32], size: tuple[int, int], steps: Steps 
     pred = (pred - low) / (high - low) if high > low else np.zeros_like(pred)
     matte = Image.fromarray((np.squeeze(pred) * 255).astype(np.uint8), mode="L")
     return np.asarray(matte.resize(size, Image.Resampling.LANCZOS), dtype=np.uint8)
+
+
+def preprocess_all(
+    pictures: Sequence[NDArray[np.uint8]], steps: Steps = U2NET, host: Executor | None = None
+) -> NDArray[np.float32]:
+    """`preprocess` of each picture, f32[N,3,S,S]: on `host`'s threads where given (Pillow's resize
+    releases the GIL, so a batch of large frames is resized on several cores at once)."""
+    if host is None or len(pictures) < 2:
+        return np.concatenate([preprocess(p, steps=steps) for p in pictures])
+    return np.concatenate(list(host.map(lambda p: preprocess(p, steps=steps), pictures)))
+
+
+def postprocess_all(
+    maps: NDArray[np.float32],
+    pictures: Sequence[NDArray[np.uint8]],
+    steps: Steps = U2NET,
+    host: Executor | None = None,
+) -> list[NDArray[np.uint8]]:
+    """`postprocess` of each first-output map f32[N,1,S,S] at its picture's size, on `host`'s
+    threads where given."""
+
+    def one(i: int) -> NDArray[np.uint8]:
+        return postprocess(maps[i : i + 1], (pictures[i].shape[1], pictures[i].shape[0]), steps)
+
+    if host is None or len(pictures) < 2:
+        return [one(i) for i in range(len(pictures))]
+    return list(host.map(one, range(len(pictures))))

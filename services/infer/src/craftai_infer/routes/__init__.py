@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar
@@ -64,6 +65,9 @@ class RouteFiles:
     gpu_compile: bool = False  # torch.compile where a GPU route offers it (InferSettings.gpu_compile)
     cpu_spin: bool = False  # onnxruntime's CPU threads spin between runs (InferSettings.cpu_spin)
     bulk_niceness: int = 0  # bulk work's lower CPU priority (InferSettings.bulk_niceness; scheduling.roles)
+    # Threads for a batch's per-picture host steps (Pillow's resizes, which release the GIL), beside
+    # the route's worker, in the batch's class; owned by the loader. None: the worker runs them.
+    host: Executor | None = None
 
     def role(self, name: str) -> Path:
         try:

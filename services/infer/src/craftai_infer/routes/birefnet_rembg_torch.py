@@ -36,6 +36,7 @@ class BirefnetRembgTorch(MatteRoute):
                 f"feed {self.steps.size}²: the recipe data's input_side must be {self.steps.size}"
             )
         self.device = device
+        self.host = files.host
         self.architecture = prepared.architecture
         self._graphs: NetworkGraphs | None = None
         self.forward: torch.nn.Module | NetworkGraphs = self.network
@@ -68,9 +69,6 @@ class BirefnetRembgTorch(MatteRoute):
         groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
         mattes: list[npt.NDArray[np.uint8]] = []
         for group in groups:
-            logits = self._logits(np.concatenate([matte_u2netp.preprocess(p, steps=self.steps) for p in group]))
-            mattes += [
-                matte_u2netp.postprocess(logits[i : i + 1], (p.shape[1], p.shape[0]), self.steps)
-                for i, p in enumerate(group)
-            ]
+            logits = self._logits(matte_u2netp.preprocess_all(group, self.steps, self.host))
+            mattes += matte_u2netp.postprocess_all(logits, group, self.steps, self.host)
         return mattes

@@ -31,6 +31,7 @@ class U2netpTorch(MatteRoute):
     def __init__(self, files: RouteFiles, device: str) -> None:
         assert files.prepared is not None
         self.device = device
+        self.host = files.host
         module = self.network()
         module.load_state_dict(load_file(str(files.prepared / self.weights)), strict=True)
         self.module = module.eval().to(device)
@@ -40,15 +41,13 @@ class U2netpTorch(MatteRoute):
         return U2Net(self.widths)
 
     def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
-        """Host arrays: the pipeline's post-processing is Pillow's (rembg's)."""
-        batch = [matte_u2netp.preprocess(p, steps=self.steps) for p in pictures]
-        x = torch.from_numpy(np.concatenate(batch)).to(self.device)
+        """Host arrays: the pipeline's pre- and post-processing are Pillow's (rembg's), on the host
+        threads for a batch."""
+        batch = matte_u2netp.preprocess_all(pictures, self.steps, self.host)
+        x = torch.from_numpy(batch).to(self.device)
         with torch.inference_mode():
             first = self.module(x)[0].float().cpu().numpy()
-        return [
-            matte_u2netp.postprocess(first[i : i + 1], (p.shape[1], p.shape[0]), self.steps)
-            for i, p in enumerate(pictures)
-        ]
+        return matte_u2netp.postprocess_all(first, pictures, self.steps, self.host)
 
 
 class U2netTorch(U2netpTorch):
