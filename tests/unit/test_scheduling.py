@@ -381,3 +381,24 @@ async def test_a_worker_knows_the_class_of_the_batch_it_runs() -> None:
         workers.close()
     assert seen == [INTERACTIVE, BULK]
     assert running_class() is None  # not a worker's thread
+
+
+async def test_a_workers_batch_hands_its_class_to_the_cpu_pool() -> None:
+    """A route's batch that spreads its pictures over a CpuPool (RouteFiles.host) gives them the
+    batch's class, whatever the worker thread's context says (its default: bulk)."""
+    pool = CpuPool(1, "route-host")
+    seen: list[WorkClass | None] = []
+
+    def batch(payloads: Sequence[int]) -> list[int]:
+        seen.extend(pool.submit(running_class).result(10) for _ in payloads)
+        return list(payloads)
+
+    queue: WorkQueue[int, int] = WorkQueue("test")
+    workers = Workers(queue, batch, roles=roles(1), name="model")
+    try:
+        assert await submitted(queue, 1, work_class=INTERACTIVE) == 1
+        assert await submitted(queue, 2, work_class=BULK) == 2
+        assert seen == [INTERACTIVE, BULK]
+    finally:
+        workers.close()
+        pool.shutdown()

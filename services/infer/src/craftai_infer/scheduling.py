@@ -462,7 +462,8 @@ class CpuPool(Executor):
         """Executor's face: from any thread, in the caller's class (one job that runs alone); from
         a worker's thread, in the class of the batch it runs."""
         future: Future[T] = Future()
-        work_class = running_class() or work_class_var.get()
+        batch_class = running_class()
+        work_class = batch_class if batch_class is not None else work_class_var.get()
 
         def deliver(result: Any, error: BaseException | None) -> None:
             if not future.set_running_or_notify_cancel():
