@@ -101,3 +101,27 @@ def test_options_that_cannot_work_are_refused_before_any_picture(tmp_path: Path,
     assert run.returncode == 2 and "a background is for the composite" in run.stderr.decode()
     run = _craftai(matte_server.address, "remove-background", "x.png", "-o", str(tmp_path / "o.jpg"))
     assert run.returncode == 2 and "can hold only the composite" in run.stderr.decode()
+
+
+def test_raw_files_are_the_pixels_and_the_line_gives_their_size(
+    tmp_path: Path, matte_server: servers.Process, photos: dict[str, Path]
+) -> None:
+    """--format raw writes .raw files holding the pixels alone; the picture's line says their size
+    and bytes a pixel (the file cannot); `-o photo.raw` chooses raw from the suffix."""
+    out = tmp_path / "out"
+    args = ["remove-background", str(photos["chelsea.png"]), "--outputs", "matte,cutout,mask"]
+    run = _craftai(matte_server.address, *args, "-o", str(out), "--format", "raw")
+    png = _craftai(matte_server.address, *args, "-o", str(tmp_path / "png"))
+    stdout = run.stdout.decode()
+    assert run.returncode == 0 and png.returncode == 0, run.stderr.decode()
+    assert sorted(p.name for p in out.iterdir()) == ["chelsea.cutout.raw", "chelsea.mask.raw", "chelsea.matte.raw"]
+    assert "(raw pixels, rows top to bottom, no header: matte 451x300 grey, 1 byte a pixel; " in stdout
+    assert "cutout 451x300 RGBA, 4 bytes a pixel; mask 451x300 grey (0 or 255), 1 byte a pixel)" in stdout
+    cutout = np.frombuffer((out / "chelsea.cutout.raw").read_bytes(), np.uint8).reshape(300, 451, 4)
+    assert np.array_equal(cutout, np.asarray(Image.open(tmp_path / "png" / "chelsea.cutout.png")))
+    mask = np.frombuffer((out / "chelsea.mask.raw").read_bytes(), np.uint8).reshape(300, 451)
+    assert np.array_equal(mask == 255, np.asarray(Image.open(tmp_path / "png" / "chelsea.mask.png")))
+
+    one = _craftai(matte_server.address, "remove-background", str(photos["chelsea.png"]), "-o", str(tmp_path / "c.raw"))
+    assert one.returncode == 0 and (tmp_path / "c.raw").stat().st_size == 451 * 300 * 4  # the cutout, raw
+    assert "cutout 451x300 RGBA, 4 bytes a pixel" in one.stdout.decode()

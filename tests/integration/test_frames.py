@@ -104,6 +104,18 @@ def test_encoded_and_rgba_frames(ai: AiClient, frames: list[npt.NDArray[np.uint8
     )  # the frame's own alpha (0 in its first column) multiplies the matte's
 
 
+def test_raw_frames_are_the_png_frames_pixels(ai: AiClient, frames: list[npt.NDArray[np.uint8]]) -> None:
+    """A stream's outputs asked raw (no PNG made per frame nor decoded here) are the PNGs' pixels."""
+    raw = list(ai.remove_background_frames(iter(frames[:3]), outputs="matte,cutout", format="raw"))
+    png = list(ai.remove_background_frames(iter(frames[:3]), outputs="matte,cutout"))
+    for ours, theirs in zip(raw, png, strict=True):
+        assert ours.output.cutout is not None and theirs.output.cutout is not None
+        assert ours.output.matte is not None and theirs.output.matte is not None
+        assert ours.output.cutout.format == "raw" and ours.output.cutout.shape == (SIZE[1], SIZE[0], 4)
+        assert np.array_equal(ours.output.cutout.array(), theirs.output.cutout.array())
+        assert np.array_equal(ours.output.matte.array(), theirs.output.matte.array())
+
+
 def test_frames_are_read_only_as_fast_as_they_are_answered(ai: AiClient, frames: list[npt.NDArray[np.uint8]]) -> None:
     pulled = 0
 

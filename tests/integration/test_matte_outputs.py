@@ -250,3 +250,58 @@ def test_webp_refuses_a_picture_wider_than_it_can_hold(ai: AiClient) -> None:
     Image.new("RGB", (16384, 2), (90, 90, 90)).save(wide, format="PNG")
     error = _refused(ai, wide.getvalue(), MatteOptions(outputs=("matte",), formats={"matte": "webp"}))
     assert error.reason == "BAD_OUTPUT" and "at most 16383 pixels" in error.message
+
+
+@pytest.mark.parametrize("name", ["chelsea.png", "rocket.jpg"])
+def test_raw_outputs_are_the_png_outputs_pixels(ai: AiClient, photos: dict[str, Path], name: str) -> None:
+    """Every output raw is the PNG output decoded, pixel for pixel: the matte and the mask 1 byte
+    a pixel (the mask 0 or 255), the cutout RGBA, the composite RGB over an opaque colour."""
+    picture = photos[name].read_bytes()
+    png = ai.remove_background(picture, outputs=ALL, bg_color="#2060f0", threshold=0.4)
+    raw = ai.remove_background(picture, outputs=ALL, bg_color="#2060f0", threshold=0.4, format="raw")
+    assert (raw.width, raw.height) == (png.width, png.height)
+    layouts = {"matte": 1, "mask": 1, "cutout": 4, "composite": 3}
+    for output, image in raw.images.items():
+        expected = _pixels(png.images[output].data)
+        if expected.dtype == bool:  # the PNG mask is 1-bit
+            expected = expected.astype(np.uint8) * 255
+        assert image.format == "raw" and image.media_type == "application/octet-stream" and image.suffix == ".raw"
+        assert len(image.data) == raw.width * raw.height * layouts[output], output  # no header
+        assert image.channels == layouts[output] and image.has_alpha == (output == "cutout"), output
+        assert image.shape == expected.shape, output
+        assert np.array_equal(np.frombuffer(image.data, np.uint8).reshape(expected.shape), expected), output
+        assert np.array_equal(image.array(), expected) and np.array_equal(png.images[output].array(), expected)
+    assert raw.mask is not None and set(raw.mask.data) <= {0, 255}
+    assert raw.matte_png == b"" and raw.cutout_png == b""
+
+
+def test_a_raw_composite_over_a_translucent_colour_is_rgba_as_the_png(ai: AiClient, chelsea: bytes) -> None:
+    png = ai.remove_background(chelsea, outputs="composite", bg_color=(20, 200, 40, 100))
+    raw = ai.remove_background(chelsea, outputs="composite", bg_color=(20, 200, 40, 100), format="raw")
+    assert png.composite is not None and raw.composite is not None
+    assert raw.composite.has_alpha and png.composite.has_alpha and raw.composite.channels == 4
+    assert len(raw.composite.data) == 451 * 300 * 4
+    assert np.array_equal(raw.composite.array(), _pixels(png.composite.data))
+
+
+def test_raw_outputs_too_large_for_a_message_are_refused_before_any_work(ai: AiClient) -> None:
+    """A raw cutout of a 4100x4100 picture is 67,240,000 bytes, over the server's 64 MiB message
+    limit: refused from the picture's header, naming the limit and what to ask instead."""
+    big = io.BytesIO()
+    Image.new("RGB", (4100, 4100), (90, 90, 90)).save(big, format="PNG")
+    with pytest.raises(CraftAiError) as caught:
+        ai.remove_background(big.getvalue(), outputs="cutout", format="raw")
+    error = caught.value
+    assert (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "LIMIT_REACHED")
+    assert "the raw cutout of a 4100x4100 picture come to 67,240,000 bytes" in error.message
+    assert "67,108,864 bytes a message may carry (CRAFTAI_MAX_MESSAGE_BYTES)" in error.message
+    assert "ask for PNG or WebP" in error.message
+
+
+def test_the_jpeg_rules_stand_beside_raw(ai: AiClient, chelsea: bytes) -> None:
+    """The JPEG rules stand beside raw: a JPEG matte is still refused, a raw matte answered."""
+    error = _refused(ai, chelsea, MatteOptions(outputs=("matte",), formats={"matte": "jpeg"}))
+    assert error.reason == "BAD_OUTPUT" and "cannot be a JPEG" in error.message
+    raw = ai.remove_background(chelsea, outputs="matte,composite", format={"matte": "raw", "composite": "jpeg"})
+    assert raw.matte is not None and raw.matte.format == "raw" and raw.composite is not None
+    assert raw.composite.format == "jpeg" and raw.matte.shape == (300, 451)

@@ -80,3 +80,37 @@ def test_every_level_is_a_standard_png(level: int) -> None:
     assert np.array_equal(_decoded(data), pixels)
     body = data[data.index(b"IDAT") + 4 : data.index(b"IEND") - 8]
     assert len(zlib.decompress(body)) == 300 * (1 + 1200 * 4)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (5, 3), (40, 33, 3), (40, 33, 4)])
+def test_raw_is_the_pixels_row_by_row(shape: tuple[int, ...]) -> None:
+    pixels = RNG.integers(0, 256, shape, dtype=np.uint8)
+    data = encodings.encode(pixels, Encoding("raw"))
+    assert data == pixels.tobytes() and len(data) == pixels.size  # no header: the bytes and nothing else
+    assert np.array_equal(np.frombuffer(data, np.uint8).reshape(shape), pixels)
+
+
+def test_raw_of_a_view_is_its_pixels_in_row_order() -> None:
+    """An array that is not C-ordered (a crop, a transpose) is still written row by row."""
+    pixels = RNG.integers(0, 256, (30, 50, 4), dtype=np.uint8)
+    for view in (pixels[5:25, 10:40], pixels.transpose(1, 0, 2), pixels[::2, ::3, :3]):
+        data = encodings.raw(view)
+        assert np.array_equal(np.frombuffer(data, np.uint8).reshape(view.shape), view)
+
+
+def test_a_raw_mask_is_0_or_255_a_byte() -> None:
+    mask = RNG.random((21, 13)) > 0.5
+    data = encodings.encode(mask, Encoding("raw"))
+    assert len(data) == mask.size and set(data) == {0, 255}
+    assert np.array_equal(np.frombuffer(data, np.uint8).reshape(mask.shape), mask.astype(np.uint8) * 255)
+    png = _decoded(encodings.encode(mask, Encoding("png")))  # the PNG mask: 1-bit, the same selection
+    assert np.array_equal(png, np.frombuffer(data, np.uint8).reshape(mask.shape) == 255)
+
+
+@pytest.mark.parametrize(
+    "pixels",
+    [np.zeros((4, 4, 2), np.uint8), np.zeros((4, 4), np.float32), np.zeros(16, np.uint8), np.zeros((2, 2, 2), bool)],
+)
+def test_raw_refuses_what_no_output_is(pixels: np.ndarray) -> None:
+    with pytest.raises(ValueError, match="expected"):
+        encodings.raw(pixels)

@@ -169,6 +169,19 @@ def test_parameters_an_endpoint_does_not_take_are_refused_by_name(http: httpx.Cl
     assert opened.status_code == 400 and "'size'" in _error(opened)["message"]
 
 
+def test_raw_pixels_are_refused_over_http_in_words(http: httpx.Client, photo: Path) -> None:
+    """Raw bytes carry no size and no media type a browser opens: 400 on the format, naming what to
+    ask instead, for one format or one output's; the page offers no raw."""
+    for query in ("format=raw", "outputs=matte,cutout&format=cutout:raw,matte:png"):
+        answer = http.post(f"/api/v1/remove-background?{query}", content=photo.read_bytes())
+        error = _error(answer)
+        assert answer.status_code == 400 and error["code"] == "INVALID_ARGUMENT", query
+        assert error["violations"][0]["field"] == "format" and "format raw" in error["message"]
+        assert "ask for png (lossless: the same pixels) or webp" in error["message"]
+    page = http.get("/")
+    assert page.status_code == 200 and 'id="format"' in page.text and 'value="raw"' not in page.text
+
+
 def test_a_part_is_passed_on_and_refused_by_a_recipe_without_parts(http: httpx.Client, photo: Path) -> None:
     answer = http.post("/api/v1/remove-background?outputs=matte&part=upper&recipe=u2netp", content=photo.read_bytes())
     error = _error(answer)

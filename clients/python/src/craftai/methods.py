@@ -320,15 +320,18 @@ def remove_background(
     or "matte,cutout". Without `outputs`: the cutout; the composite instead when a background is
     given, the mask when a threshold is (`cutout=True` keeps the cutout beside them): the same
     default as the `craftai` command's and the HTTP API's (calls.default_outputs).
-    format: "png" (default), "webp" (lossless) or "jpeg" (the composite only, over an opaque
-    background), or one per output ({"composite": "jpeg", "matte": "webp"}); `png_level`
-    0..9 (the server's default: 1, fast), `jpeg_quality` 1..100 (90).
+    format: "png" (default), "webp" (lossless), "jpeg" (the composite only, over an opaque
+    background) or "raw" (the pixels as they are, no encoding on either side: for code that wants
+    arrays; refused where they would not fit one message), or one per output ({"composite":
+    "jpeg", "matte": "webp"}); `png_level` 0..9 (the server's default: 1, fast),
+    `jpeg_quality` 1..100 (90).
     part: for a recipe whose mattes are of parts (u2net_cloth_seg: "upper", "lower" or "full"
     clothes), that part's alone; without it such a recipe answers every part's, stacked top to
     bottom (each output as tall as the picture times the number of parts), as rembg does. Asked
     of another recipe, the server refuses it.
-    Returns each output asked as an `EncodedImage` (`result.cutout.data`); `matte_png` and
-    `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
+    Returns each output asked as an `EncodedImage` (`result.cutout.data`; `result.cutout.array()`
+    its pixels as numpy, raw or decoded; a raw one's `shape` says how its bytes lie); `matte_png`
+    and `cutout_png` are the PNG bytes (b"" when not asked). Bad options raise ValueError.
     """
     options = matte_options(
         outputs=outputs,

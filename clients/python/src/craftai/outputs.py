@@ -3,7 +3,9 @@ results (shared by every client, whatever its transport).
 
 Masks come as the formats asked (`MaskOutput.png`, `.rle`, `.polygons`, always `.box` and
 `.area`); `MaskOutput.array()` turns the PNG or the RLE into a numpy array (numpy, and Pillow
-for PNGs: `pip install craftai[arrays]`), `Rle.to_coco()` gives pycocotools' dict.
+for PNGs: `pip install craftai[arrays]`), `Rle.to_coco()` gives pycocotools' dict. A removed
+background's outputs likewise: `EncodedImage.array()` (numpy; Pillow for an encoded one), and a
+raw one's `shape` without numpy.
 """
 
 from __future__ import annotations
@@ -24,30 +26,76 @@ if TYPE_CHECKING:
 # A mask format as an app may write it: the name, or the vocabulary's member (the Literal is for
 # type checkers; tests/unit/test_vocabulary.py keeps its names the vocabulary's).
 MaskFormat = Literal["png", "rle", "polygons"] | vocabulary.MaskFormat
-SUFFIXES: dict[ImageFormat, str] = {ImageFormat.PNG: ".png", ImageFormat.WEBP: ".webp", ImageFormat.JPEG: ".jpg"}
+# A raw output's file holds its pixels alone: ".raw" and no media type but bytes (its size is not in it).
+SUFFIXES: dict[ImageFormat, str] = {
+    ImageFormat.PNG: ".png",
+    ImageFormat.WEBP: ".webp",
+    ImageFormat.JPEG: ".jpg",
+    ImageFormat.RAW: ".raw",
+}
 MEDIA_TYPES: dict[ImageFormat, str] = {
     ImageFormat.PNG: "image/png",
     ImageFormat.WEBP: "image/webp",
     ImageFormat.JPEG: "image/jpeg",
+    ImageFormat.RAW: "application/octet-stream",
 }
+_MODES = {1: "L", 3: "RGB", 4: "RGBA"}  # channels -> Pillow's mode
 
 
 @dataclass(frozen=True)
 class EncodedImage:
-    """One output of a removed background, encoded at the picture's size."""
+    """One output of a removed background at the picture's size: encoded, or its raw pixels
+    (format "raw": row by row, `channels` bytes a pixel, no header; docs/API.md).
+
+    `width` is the picture's and `channels` the output's pixel layout (1: the matte, the mask as 0
+    or 255; 3: RGB; 4: RGBA, straight alpha), so that raw bytes need no guessing: `shape` and
+    `array()`. An output made before these were known (built by hand) has 0 for both."""
 
     data: bytes
     format: ImageFormat
     has_alpha: bool = False
+    width: int = 0
+    channels: int = 0
 
     @property
     def suffix(self) -> str:
-        """The file name suffix for this encoding: ".png", ".webp", ".jpg"."""
+        """The file name suffix for this format: ".png", ".webp", ".jpg", ".raw"."""
         return SUFFIXES[self.format]
 
     @property
     def media_type(self) -> str:
         return MEDIA_TYPES[self.format]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """A raw output's array shape: (rows, width) for one channel, else (rows, width, channels).
+        The rows are len(data) / (width * channels): the picture's height, or that times the parts
+        of a recipe whose parts come stacked. ValueError for an encoded output (`array()` decodes)."""
+        if self.format != ImageFormat.RAW:
+            raise ValueError(f"this output is a {self.format.upper()} file, not raw pixels: array() decodes it")
+        row = self.width * self.channels
+        if row <= 0 or len(self.data) % row:
+            raise ValueError(
+                f"{len(self.data):,} raw bytes are not whole rows of {self.width} pixels of {self.channels} bytes"
+            )
+        rows = len(self.data) // row
+        return (rows, self.width) if self.channels == 1 else (rows, self.width, self.channels)
+
+    def array(self) -> npt.NDArray[np.uint8]:
+        """The pixels as a uint8 numpy array of the raw layout, whatever the format: (H, W) for
+        the matte and the mask (0 or 255), (H, W, 3) RGB or (H, W, 4) RGBA. Raw: a read-only view
+        of `data` (no copy; `.copy()` one to change it); encoded: decoded with Pillow (`pip install
+        craftai[arrays]`)."""
+        numpy = _numpy()
+        if self.format == ImageFormat.RAW:
+            return cast("npt.NDArray[np.uint8]", numpy.frombuffer(self.data, dtype=numpy.uint8).reshape(self.shape))
+        try:
+            from PIL import Image
+        except ImportError:  # pragma: no cover
+            raise ImportError("encoded outputs as arrays need Pillow: pip install craftai[arrays]") from None
+        with Image.open(io.BytesIO(self.data)) as opened:
+            mode = _MODES.get(self.channels) or ("RGBA" if self.has_alpha else opened.mode)
+            return cast("npt.NDArray[np.uint8]", numpy.asarray(opened.convert(mode)))
 
 
 @dataclass(frozen=True)
@@ -56,8 +104,9 @@ class MatteOutput:
 
     matte: 8-bit grayscale, white = subject; cutout: RGBA (colours estimated unless `naive`);
     composite: the subject over the background (RGB over an opaque one); mask: the selection
-    (PNG: 1-bit grayscale). `matte_png` and `cutout_png` are the PNG bytes, or b"" when not asked
-    (or asked in another format)."""
+    (PNG: 1-bit grayscale; raw: 0 or 255 a byte). Each output's `array()` gives its pixels (raw:
+    without decoding). `matte_png` and `cutout_png` are the PNG bytes, or b"" when not asked (or
+    asked in another format)."""
 
     width: int
     height: int
@@ -111,7 +160,7 @@ def _numpy() -> Any:
     try:
         import numpy
     except ImportError:  # pragma: no cover - numpy is there wherever the tests run
-        raise ImportError("masks as arrays need numpy: pip install craftai[arrays]") from None
+        raise ImportError("arrays need numpy: pip install craftai[arrays]") from None
     return numpy
 
 
@@ -292,8 +341,18 @@ MaskInput = LowResMask | bytes | None
 def _image(result: infer_pb2.MatteResult, name: Output, legacy: bytes, alpha: bool) -> EncodedImage | None:
     if result.HasField(name):  # type: ignore[arg-type]
         image: infer_pb2.MatteImage = getattr(result, name)
-        return EncodedImage(image.data, IMAGE_FORMAT_OF.get(image.format, ImageFormat.PNG), image.has_alpha)
-    return EncodedImage(legacy, ImageFormat.PNG, alpha) if legacy else None  # a server before the outputs
+        fmt = IMAGE_FORMAT_OF.get(image.format, ImageFormat.PNG)
+        return EncodedImage(image.data, fmt, image.has_alpha, result.width, _channels(name, image.has_alpha))
+    if not legacy:
+        return None
+    return EncodedImage(legacy, ImageFormat.PNG, alpha, result.width, _channels(name, alpha))  # a server before
+
+
+def _channels(name: Output, has_alpha: bool) -> int:
+    """An output's bytes a pixel in its raw layout (MATTE_FORMAT_RAW)."""
+    if name in (Output.MATTE, Output.MASK):
+        return 1
+    return 4 if has_alpha or name == Output.CUTOUT else 3
 
 
 # The order of a matte's stages on the server (a protobuf map keeps none): the picture decoded, the

@@ -156,6 +156,7 @@ class ImageFormat(StrEnum):
     PNG = "png"
     WEBP = "webp"
     JPEG = "jpeg"  # the composite only, over an opaque background
+    RAW = "raw"  # the pixels as they are, no header (MATTE_FORMAT_RAW: its byte layout)
 
 
 class MaskFormat(StrEnum):
@@ -218,6 +219,7 @@ IMAGE_FORMATS: Mapping[ImageFormat, infer_pb2.MatteFormat.ValueType] = MappingPr
         ImageFormat.PNG: infer_pb2.MATTE_FORMAT_PNG,
         ImageFormat.WEBP: infer_pb2.MATTE_FORMAT_WEBP,
         ImageFormat.JPEG: infer_pb2.MATTE_FORMAT_JPEG,
+        ImageFormat.RAW: infer_pb2.MATTE_FORMAT_RAW,
     }
 )
 MASK_FORMATS: Mapping[MaskFormat, infer_pb2.MaskFormat.ValueType] = MappingProxyType(

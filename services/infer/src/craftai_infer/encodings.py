@@ -1,4 +1,5 @@
-"""Encoding image.matte's outputs: PNG, lossless WebP, JPEG (docs/API.md states what each costs).
+"""Encoding image.matte's outputs: PNG, lossless WebP, JPEG, or raw pixels (docs/API.md states what
+each costs).
 
 - PNG: 8-bit grayscale, RGB or RGBA (a boolean mask: 1-bit grayscale, `encode_mask_png`),
   every row with the "Up" filter, zlib at the level asked. A large picture is compressed in
@@ -13,6 +14,9 @@
 - WebP: lossless, Pillow (libwebp) at the fastest effort (method 0); grayscale outputs are stored
   as RGB (WebP has no grayscale); sides up to 16383 (WebP's limit).
 - JPEG: simplejpeg (libjpeg-turbo, GIL released), 4:2:0 chroma, RGB outputs only.
+- raw: the array's bytes as they are, row by row, no header (MATTE_FORMAT_RAW): for a caller that
+  wants pixels, nothing to compress here nor to decode there; a boolean mask as 0 or 255 a byte,
+  so that every one-channel output reads alike.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ import simplejpeg
 from isal import isal_zlib
 from PIL import Image
 
-__all__ = ["WEBP_MAX_SIDE", "Encoding", "Format", "adler32_combine", "encode", "png"]
+__all__ = ["WEBP_MAX_SIDE", "Encoding", "Format", "adler32_combine", "encode", "png", "raw"]
 
-Format = Literal["png", "webp", "jpeg"]
+Format = Literal["png", "webp", "jpeg", "raw"]
 WEBP_MAX_SIDE = 16383
 BAND_BYTES = 1 << 20  # a band is worth a thread from this many bytes of filtered rows
 _ADLER_BASE = 65521
@@ -113,6 +117,17 @@ def _webp(pixels: npt.NDArray[np.uint8]) -> bytes:
     return out.getvalue()
 
 
+def raw(pixels: npt.NDArray[np.uint8] | npt.NDArray[np.bool_]) -> bytes:
+    """The pixels' bytes row by row ((H, W), (H, W, 3) or (H, W, 4)); a boolean mask as 0 or 255."""
+    if pixels.dtype == np.bool_:
+        if pixels.ndim != 2:
+            raise ValueError(f"expected an (H, W) boolean mask, got {pixels.shape}")
+        return (pixels.view(np.uint8) * np.uint8(255)).tobytes()
+    if pixels.dtype != np.uint8 or pixels.ndim not in (2, 3) or (pixels.ndim == 3 and pixels.shape[2] not in (3, 4)):
+        raise ValueError(f"expected (H, W), (H, W, 3) or (H, W, 4) uint8 pixels, got {pixels.dtype} {pixels.shape}")
+    return pixels.tobytes()  # C order whatever the array's strides
+
+
 def encode(
     pixels: npt.NDArray[np.uint8] | npt.NDArray[np.bool_],
     encoding: Encoding,
@@ -120,6 +135,8 @@ def encode(
     bands: int = 1,
 ) -> bytes:
     """An output in its encoding: a boolean mask, a grey matte, an RGB or RGBA picture (module doc)."""
+    if encoding.format == "raw":
+        return raw(pixels)
     if encoding.format == "jpeg":
         if pixels.ndim != 3 or pixels.shape[2] != 3 or pixels.dtype != np.uint8:
             raise ValueError(f"JPEG holds RGB pictures only, got {pixels.dtype} {pixels.shape}")

@@ -5,6 +5,8 @@ Two steps, so that a request that can never be answered is refused before any mo
 that can hold it; the threshold, levels, colour and blur radius in range); `Checked.within(width,
 height, background)` checks what needs the decoded pictures (WebP's side limit, a JPEG composite
 over a background picture that has transparency) and gives the pipeline's `OutputsSpec`.
+`Checked.raw_bytes` is what the raw outputs asked come to, known from the picture's header: the
+feature refuses them before any work where they could not fit one message.
 
 A request without `outputs` is one from an SDK older than the outputs and formats: the matte, and
 the cutout when `want_cutout` is set, as PNGs in MatteResult.matte_png / cutout_png.
@@ -32,6 +34,9 @@ FORMAT_OF: dict[int, Format] = {infer_pb2.MATTE_FORMAT_UNSPECIFIED: "png", **{c:
 MAX_BLUR_RADIUS = 500.0
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_JPEG_QUALITY = 90
+# A raw output's bytes a pixel (MATTE_FORMAT_RAW): grey matte and 0/255 mask 1, RGBA cutout 4, the
+# composite 4 (RGBA) unless its background is opaque (then RGB, 3).
+RAW_BYTES_PER_PIXEL: dict[Kind, int] = {"matte": 1, "mask": 1, "cutout": 4, "composite": 4}
 
 
 def _bad(field: str, message: str) -> ServiceError:
@@ -62,6 +67,20 @@ class Checked:
                 f"{having}",
                 field="part",
             )
+
+    @property
+    def raw(self) -> tuple[Kind, ...]:
+        """The outputs asked raw, in the order asked."""
+        return tuple(kind for kind in self.kinds if self.encodings[kind].format == "raw")
+
+    def raw_bytes(self, width: int, height: int) -> int:
+        """What the raw outputs of a width x height matte come to (a composite over a background
+        picture counted RGBA: whether that picture has transparency is known once decoded)."""
+        opaque = self.background_picture is None and (self.colour is None or self.colour[3] == 255)
+        total = 0
+        for kind in self.raw:
+            total += (3 if kind == "composite" and opaque else RAW_BYTES_PER_PIXEL[kind]) * width * height
+        return total
 
     def within(self, width: int, height: int, background: Picture | None) -> OutputsSpec:
         """The pipeline's spec; INVALID_ARGUMENT where WebP cannot hold the picture or JPEG the composite."""
@@ -135,8 +154,8 @@ def check(request: infer_pb2.MatteRequest, png_level: int) -> Checked:
         if fmt is None:
             raise _bad(
                 f"outputs[{index}].format",
-                f"outputs[{index}] has format number {spec.format}; a format is MATTE_FORMAT_PNG, MATTE_FORMAT_WEBP "
-                "or MATTE_FORMAT_JPEG",
+                f"outputs[{index}] has format number {spec.format}; a format is MATTE_FORMAT_PNG, MATTE_FORMAT_WEBP, "
+                "MATTE_FORMAT_JPEG or MATTE_FORMAT_RAW",
             )
         if fmt == "jpeg" and kind != "composite":
             raise _bad(

@@ -50,7 +50,7 @@ def plan(inputs: list[str], output: str, names: Sequence[str], formats: Mapping[
     Files and `-` (standard input) go straight under OUT; a folder's pictures go under OUT at their
     path inside it (the same tree). Each output is <name>.<output>.<suffix>; pictures whose names
     differ only by their suffix (a.jpg, a.png) keep it (a.jpg.matte.png). OUT may be a file name
-    (.png, .webp, .jpg) for one picture: the first output goes there, the others beside it
+    (.png, .webp, .jpg, .raw) for one picture: the first output goes there, the others beside it
     (photo.cutout.png), or `-` (standard output) for one picture and one output.
     """
     out = Path(output)

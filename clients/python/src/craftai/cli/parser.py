@@ -251,7 +251,8 @@ def parser() -> argparse.ArgumentParser:
         "--format",
         choices=list(ImageFormat),
         default=None,
-        help="png (default), webp (lossless) or jpeg (the composite only; the others stay PNG); "
+        help="png (default), webp (lossless), jpeg (the composite only; the others stay PNG) or raw (.raw files "
+        "of the pixels alone, no header: each picture's line gives their size and bytes a pixel); "
         "default from OUT's suffix when OUT is a file",
     )
     s.add_argument(

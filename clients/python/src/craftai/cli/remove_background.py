@@ -23,7 +23,7 @@ from craftai.cli.progress import on_terminal
 from craftai.cli.video import cmd_video, is_video_run, planned
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
-from craftai.outputs import CutoutPrompt, MatteOutput
+from craftai.outputs import CutoutPrompt, EncodedImage, MatteOutput
 from craftai_wire import advice
 from craftai_wire.vocabulary import CutoutAction, ImageFormat, Output, Reason
 
@@ -140,10 +140,20 @@ def _one(ai: AiClient, picture: Picture, asked: dict[str, Any], stdin: bytes, ov
         f"{result.recipe}/{result.engine} on {result.device}: {round_trip:.0f} ms round trip "
         f"(server {result.server_ms:.0f} ms: {stages}) -> {where}"
     )
+    raw = [_raw_words(name, images[Output(name)]) for name in missing if images[Output(name)].format == ImageFormat.RAW]
+    if raw:
+        done.line += f" (raw pixels, rows top to bottom, no header: {'; '.join(raw)})"
     if auto is not None:
         done.line += f" [{advice.AUTO}: {chose}]"
     done.notices = result.notices
     return done
+
+
+def _raw_words(name: str, image: EncodedImage) -> str:
+    """A raw file's size and layout in words, which the file itself does not hold."""
+    rows, width = image.shape[:2]
+    layout = {1: "grey (0 or 255)" if name == Output.MASK else "grey", 3: "RGB", 4: "RGBA"}[image.channels]
+    return f"{name} {width}x{rows} {layout}, {image.channels} byte{'s' if image.channels > 1 else ''} a pixel"
 
 
 def _fixed(ai: AiClient, data: bytes, outputs: list[str], options: dict[str, Any], fixes: list[Fix]) -> MatteOutput:

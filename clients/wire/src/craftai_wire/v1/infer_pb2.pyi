@@ -72,6 +72,16 @@ class _MatteFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_MatteForm
     """lossless (grayscale outputs as RGB); sides up to 16383"""
     MATTE_FORMAT_JPEG: _MatteFormat.ValueType  # 3
     """composites over an opaque background only; `jpeg_quality`"""
+    MATTE_FORMAT_RAW: _MatteFormat.ValueType  # 4
+    """The output's pixels as they are, row by row from the top, no header, no compression: the
+    matte 1 byte a pixel (0..255); the mask 1 byte a pixel, 0 or 255 (the PNG mask is 1-bit);
+    the cutout 4 (RGBA, straight alpha); the composite 3 (RGB), or 4 (RGBA, straight alpha) where
+    MatteImage.has_alpha (a translucent background, as the PNG composite). Each row is
+    MatteResult.width pixels; the rows are len(data) / (width * bytes a pixel): the picture's
+    height, or that times the parts where a recipe's parts come stacked (no `part` asked). For
+    code that wants the pixels (video frames): no encode or decode on either side. Refused where
+    the raw outputs asked would not fit one message (CRAFTAI_MAX_MESSAGE_BYTES).
+    """
 
 class MatteFormat(_MatteFormat, metaclass=_MatteFormatEnumTypeWrapper): ...
 
@@ -83,6 +93,16 @@ MATTE_FORMAT_WEBP: MatteFormat.ValueType  # 2
 """lossless (grayscale outputs as RGB); sides up to 16383"""
 MATTE_FORMAT_JPEG: MatteFormat.ValueType  # 3
 """composites over an opaque background only; `jpeg_quality`"""
+MATTE_FORMAT_RAW: MatteFormat.ValueType  # 4
+"""The output's pixels as they are, row by row from the top, no header, no compression: the
+matte 1 byte a pixel (0..255); the mask 1 byte a pixel, 0 or 255 (the PNG mask is 1-bit);
+the cutout 4 (RGBA, straight alpha); the composite 3 (RGB), or 4 (RGBA, straight alpha) where
+MatteImage.has_alpha (a translucent background, as the PNG composite). Each row is
+MatteResult.width pixels; the rows are len(data) / (width * bytes a pixel): the picture's
+height, or that times the parts where a recipe's parts come stacked (no `part` asked). For
+code that wants the pixels (video frames): no encode or decode on either side. Refused where
+the raw outputs asked would not fit one message (CRAFTAI_MAX_MESSAGE_BYTES).
+"""
 Global___MatteFormat: _TypeAlias = MatteFormat  # noqa: Y015
 
 class _FrameEncoding:
@@ -625,7 +645,7 @@ class MatteImage(_message.Message):
     FORMAT_FIELD_NUMBER: _builtins.int
     HAS_ALPHA_FIELD_NUMBER: _builtins.int
     data: _builtins.bytes
-    """the encoded picture, at the picture's size"""
+    """the encoded picture, at the picture's size (RAW: its pixels)"""
     format: Global___MatteFormat.ValueType
     has_alpha: _builtins.bool
     def __init__(

@@ -5,7 +5,11 @@ picture, and a background picture if one came; limits checked before any pixel) 
 MATTE operation on its worker (batched with like pictures where the route batches; interactive
 work when the picture has at most CRAFTAI_INTERACTIVE_MATTE_PIXELS, else bulk): the matte,
 then the cutout, composite and mask made from it on the route's device -> each output encoded
-(PNG, WebP or JPEG) on the CPU pool, at the same time.
+(PNG, WebP or JPEG, or its raw pixels copied) on the CPU pool, at the same time.
+
+Raw outputs (MATTE_FORMAT_RAW) are as large as their pixels: where those asked of a picture could
+not fit one message (CRAFTAI_MAX_MESSAGE_BYTES), the request is refused from the picture's header,
+before any memory is admitted or any pixel decoded (`check_raw_size`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
-from craftai_common.errors import ServiceError, invalid_argument
+from craftai_common.errors import ServiceError, invalid_argument, resource_exhausted
 from craftai_infer import matte_options, memory
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
@@ -47,9 +51,11 @@ NAIVE_CUTOUT_BYTES_PER_PIXEL = 10
 MASK_BYTES_PER_PIXEL = 4
 # A background picture's own pixels: decoded (3-4 bytes) and the decoder's copy.
 BACKGROUND_BYTES_PER_PIXEL = 8
-# The answer of each output, per pixel: its encoding (at most about its raw size: 1 byte a pixel for
-# a grey matte or mask, 4 for RGBA) and the message gRPC serialises it into.
-ANSWER_BYTES_PER_PIXEL: dict[Kind, int] = {"matte": 2, "mask": 2, "cutout": 8, "composite": 8}
+# The answer of each output, per pixel: its bytes and the message gRPC serialises them into. Raw
+# (matte_options.RAW_BYTES_PER_PIXEL: 1 byte a pixel for a grey matte or mask, 4 for RGBA) is the
+# most any format holds: an encoding comes to at most about as many.
+ANSWER_BYTES_PER_PIXEL: dict[Kind, int] = {kind: 2 * size for kind, size in matte_options.RAW_BYTES_PER_PIXEL.items()}
+RAW_INSTEAD = "ask for PNG or WebP (compressed, the same pixels), fewer raw outputs, or send a smaller picture"
 
 
 def bytes_per_pixel(kinds: Collection[Kind], naive: bool) -> int:
@@ -108,6 +114,24 @@ class Estimate:
         if scaled.nbytes(route) <= budget:
             options.append(f"the same of a picture of at most {scaled.width}x{scaled.height}")
         return "it would fit with " + ", or ".join(options) if options else "ask for less"
+
+
+def check_raw_size(asked: matte_options.Checked, width: int, height: int, limit: int, picture: str) -> None:
+    """RESOURCE_EXHAUSTED (LIMIT_REACHED) where the raw outputs of a width x height matte (its
+    parts stacked) come to more than one message may carry: known before any work, so refused
+    then, in words naming the limit and what to ask instead (`picture`: the picture, in words)."""
+    _raw_fits(asked.raw, asked.raw_bytes(width, height), limit, picture)
+
+
+def _raw_fits(kinds: Collection[Kind], size: int, limit: int, picture: str) -> None:
+    if size > limit:
+        raise resource_exhausted(
+            Reason.LIMIT_REACHED,
+            f"the raw {' and '.join(kinds)} of {picture} come to {size:,} bytes, more than the {limit:,} bytes "
+            f"a message may carry (CRAFTAI_MAX_MESSAGE_BYTES); {RAW_INSTEAD}",
+            answer_bytes=str(size),
+            limit_bytes=str(limit),
+        )
 
 
 @dataclass(frozen=True)
@@ -191,6 +215,9 @@ class MatteFeature:
         in `into` (a message inside the run's answer, or the answer itself) with the picture's
         `size` (width, height); the whole answer's size checked against the message limit."""
         c = self.context
+        if asked.raw:  # exact now (a frame's stream is not checked before its work): none copied in vain
+            made = sum(getattr(rendered, kind).nbytes for kind in asked.raw)
+            _raw_fits(asked.raw, made, c.settings.max_message_bytes, f"a {size[0]}x{size[1]} picture")
         with run.stage("encode", f"encoding the {', '.join(asked.kinds)}"):
             encoded = await asyncio.gather(
                 *(c.on_cpu(c.encode, getattr(rendered, kind), asked.encodings[kind]) for kind in asked.kinds)
@@ -211,7 +238,7 @@ class MatteFeature:
             run.answer if run.answer is not None else result,
             c.settings.max_message_bytes,
             f"the {', '.join(asked.kinds)}",
-            "ask for fewer outputs, WebP or JPEG rather than PNG, or send a smaller picture",
+            "ask for fewer outputs, WebP or JPEG rather than PNG or raw, or send a smaller picture",
         )
 
     async def _decoded(
@@ -239,6 +266,8 @@ class MatteFeature:
         # every part's matte stacked: each output as tall as the picture once a part
         stacked = len(route.parts) if route.parts and asked.part is None else 1
         estimate = Estimate(width, height * stacked, kinds, asked.naive, back_pixels)
+        picture_words = f"a {width}x{height} picture" + (f" ({stacked} parts stacked)" if stacked > 1 else "")
+        check_raw_size(asked, width, height * stacked, c.settings.max_message_bytes, picture_words)
         what = f"a {estimate.words} of a {width}x{height} picture"
         if back is not None:
             what += f" over a {back_head.width}x{back_head.height} background"

@@ -1,6 +1,11 @@
 """POST /api/v1/remove-background: the SDK's remove_background over HTTP. Its options
 (`matte_query`), how they become the SDK's arguments (`matte_arguments`) and how the outputs are
-answered (`outputs_answer`) are the cutouts' too (craftai.web.routes.cutouts)."""
+answered (`outputs_answer`) are the cutouts' and the frame stream's too (craftai.web.routes.cutouts,
+.frames).
+
+Raw pixels (the SDK's format "raw") are refused here (400, field `format`): an HTTP answer is an
+image a browser, the page or a tool opens by its media type, and raw bytes carry no size; the page
+offers PNG, WebP and JPEG alone (static/index.html)."""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ from fastapi.responses import JSONResponse, Response
 from craftai.outputs import MatteOutput
 from craftai.web.answers import answered, b64, formats, number, route_headers, text, wants
 from craftai.web.callers import Caller
+from craftai.web.errors import bad_request
 from craftai.web.models import MATTE_BODY, errors
 from craftai.web.parameters import known_query, query_names, refuse_unknown
 from craftai.web.routes import API
 from craftai.web.uploads import PICTURE_FIELDS, Upload, read_upload
+from craftai_wire.vocabulary import ImageFormat
 
 router = APIRouter(prefix=API, dependencies=[Depends(known_query)])
 FILE_FIELDS = frozenset({"background", *PICTURE_FIELDS})
@@ -40,7 +47,10 @@ def matte_query(
     threshold: Annotated[float | None, Query(description="the mask: alpha above this share (0.5)")] = None,
     format: Annotated[
         str | None,
-        Query(description="png, webp or jpeg (composite), or per output: composite:jpeg,matte:webp"),
+        Query(
+            description="png, webp or jpeg (composite), or per output: composite:jpeg,matte:webp (raw pixels are "
+            "the gRPC API's and the SDK's: refused here)"
+        ),
     ] = None,
     png_level: int | None = None,
     jpeg_quality: int | None = None,
@@ -82,6 +92,20 @@ async def matte_upload(request: Request, query: dict[str, object]) -> tuple[Uplo
     return upload, query | upload.fields
 
 
+def http_formats(given: str | None) -> str | dict[str, str] | None:
+    """The SDK's format from the query's (`formats`); raw refused in words saying what to use."""
+    chosen = formats(given)
+    named = [chosen] if isinstance(chosen, str) else list((chosen or {}).values())
+    if any(name.strip().lower() == ImageFormat.RAW for name in named):
+        raise bad_request(
+            "format raw (the pixels alone, with no size or header) is not answered over HTTP, whose answers are "
+            "images a browser or a tool opens: ask for png (lossless: the same pixels) or webp; raw pixels are for "
+            "the gRPC API and the Python SDK (format='raw', then each output's array())",
+            field="format",
+        )
+    return chosen
+
+
 def matte_arguments(given: dict[str, object], upload: Upload) -> dict[str, Any]:
     """remove_background's keyword arguments (and open_cutout's) from the options given."""
     asked = text(given["outputs"])
@@ -92,7 +116,7 @@ def matte_arguments(given: dict[str, object], upload: Upload) -> dict[str, Any]:
         "bg_blur": number(given["bg_blur"], "bg_blur", float),
         "bg_image": upload.files.get("background"),
         "threshold": number(given["threshold"], "threshold", float),
-        "format": formats(text(given["format"])),
+        "format": http_formats(text(given["format"])),
         "png_level": number(given["png_level"], "png_level", int),
         "jpeg_quality": number(given["jpeg_quality"], "jpeg_quality", int),
         "part": text(given["part"]),
