@@ -170,6 +170,20 @@ def test_the_apps_own_error_is_raised_as_itself(ai: AiClient, frames: list[npt.N
         list(ai.remove_background_frames(failing(), outputs="matte"))
 
 
+def test_raw_frames_too_large_for_a_message_are_refused_at_the_first_frame(ai: AiClient) -> None:
+    """Every frame has the first one's size, so raw outputs that cannot fit one message are refused
+    from its header, before any frame is matted: nothing answered, the frame and the limit named."""
+    big = io.BytesIO()
+    Image.new("RGB", (4100, 4100), (90, 90, 90)).save(big, format="PNG")
+    got: list[FrameOutput] = []
+    with pytest.raises(CraftAiError) as raised:
+        got.extend(ai.remove_background_frames([big.getvalue(), big.getvalue()], outputs="cutout", format="raw"))
+    error = raised.value
+    assert got == [] and (error.code, error.reason) == (grpc.StatusCode.RESOURCE_EXHAUSTED, Reason.LIMIT_REACHED)
+    assert error.message.startswith("frame 0: the raw cutout of frame 0 (4100x4100) come to 67,240,000 bytes")
+    assert "(CRAFTAI_MAX_MESSAGE_BYTES)" in error.message
+
+
 def test_the_start_comes_first_and_a_silent_caller_is_ended(server: servers.Process) -> None:
     with loopback_channel(server.address) as channel:
         stub = infer_pb2_grpc.InferServiceStub(channel)

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,fairly_video}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,fairly_video,fairly_video_apart}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -64,6 +64,9 @@ run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --fr
 # A click beside one 1080p video stream (target: p99 <= 3x alone).
 run fairly_video 300 python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1 \
     --rounds "${FAIRLY_ROUNDS:-30}" --settle 5 --json "$out/interactive-video-gpu.json"
+# The same with the interactive apps on an infer process of their own (docs/DEPLOY.md), the video on a second.
+run fairly_video_apart 300 python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1 \
+    --gpus 0 --replicas-per-gpu 2 --apart --rounds "${FAIRLY_ROUNDS:-30}" --settle 5 --json "$out/interactive-video-gpu-apart.json"
 # Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
 run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.

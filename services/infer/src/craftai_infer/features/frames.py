@@ -28,7 +28,7 @@ from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import matte_options
 from craftai_infer.features import run as runs
 from craftai_infer.features.context import FeatureContext
-from craftai_infer.features.matte import BACKGROUND_BYTES_PER_PIXEL, FEATURE, MatteFeature
+from craftai_infer.features.matte import BACKGROUND_BYTES_PER_PIXEL, FEATURE, MatteFeature, check_raw_size
 from craftai_infer.features.matte import Estimate as MatteEstimate
 from craftai_infer.loader import LoadedRoute
 from craftai_infer.pipelines import matte_temporal
@@ -245,6 +245,19 @@ class FramesFeature:
                 found = await self._size(index, message.frame)
                 if size is None:
                     size = found
+                    words = f"frame {index} ({found[0]}x{found[1]}" + (
+                        f", {stream.stacked} parts stacked)" if stream.stacked > 1 else ")"
+                    )
+                    try:  # every frame has this size: raw outputs that cannot fit a message, refused before any work
+                        check_raw_size(
+                            stream.asked,
+                            found[0],
+                            found[1] * stream.stacked,
+                            self.context.settings.max_message_bytes,
+                            words,
+                        )
+                    except ServiceError as error:
+                        raise _of_frame(index, error) from error
                 elif found != size:
                     raise invalid_argument(
                         Reason.BAD_PICTURE,
