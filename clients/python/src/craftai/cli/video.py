@@ -1,8 +1,8 @@
 """`craftai remove-background clip.mp4 -o out.webm`: a video through one frame stream (MatteFrames).
 
 The video's frames are read as they are answered (craftai.video decodes them, the SDK sends them
-as raw pixels, the server batches them), each frame's one output is written into the new video in
-order, with the input's sound where the output can carry it, and the file is put in place only
+as raw pixels, the server batches them and answers raw pixels), each frame's one output is written
+into the new video in order, with the input's sound where the output can carry it, and the file is put in place only
 when every frame is written (a damaged input or a failure leaves no broken file, and says at which
 frame it stopped). The output holds one of the outputs: the cutout (with transparency: .webm,
 .mov, a folder of PNG frames), the composite (any), the matte or the mask (as grey video).
@@ -11,7 +11,6 @@ frame it stopped). The output holds one of the outputs: the cutout (with transpa
 from __future__ import annotations
 
 import argparse
-import io
 import sys
 import time
 from pathlib import Path
@@ -108,7 +107,7 @@ def cmd_video(ai: AiClient, options: argparse.Namespace, asked: dict[str, Any], 
                     answers = ai.remove_background_frames(
                         reader.frames(),
                         outputs=[name],
-                        format="png",
+                        format="raw",  # the pixels as made: no PNG made per frame there nor decoded here
                         in_flight=options.in_flight,
                         stabilize=options.stabilize,
                         **asked,
@@ -146,11 +145,14 @@ def _translucent(asked: dict[str, Any]) -> bool:
 
 def _pixels(frame: FrameOutput, name: Output, alpha: bool) -> npt.NDArray[np.uint8]:
     """The frame's output as the writer takes it: RGBA with transparency, else RGB (a matte or a
-    mask as grey)."""
+    mask as grey; alpha dropped, or made opaque, as Pillow converts)."""
     import numpy as np
-    from PIL import Image
 
-    image = frame.output.images[name]
-    with Image.open(io.BytesIO(image.data)) as opened:
-        picture = opened.convert("RGBA" if alpha else "RGB")
-        return np.asarray(picture)
+    pixels = frame.output.images[name].array()
+    if pixels.ndim == 2:
+        pixels = np.repeat(pixels[:, :, None], 3, axis=2)
+    if not alpha:
+        return np.ascontiguousarray(pixels[:, :, :3])
+    if pixels.shape[2] == 4:
+        return pixels
+    return np.dstack([pixels, np.full(pixels.shape[:2], 255, np.uint8)])
