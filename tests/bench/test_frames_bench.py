@@ -15,14 +15,15 @@ pytestmark = pytest.mark.slow
 
 
 def test_a_tiny_run_answers_every_frame_on_both_sides_with_the_same_alpha(tmp_path: Path) -> None:
+    """Ours answered as raw pixels (the GPU run's second step), compared with rembg's PNGs."""
     out = tmp_path / "frames.json"
-    assert (
-        frames.main(["--size", "96x64", "--frames", "4", "--in-flight", "2", "--stabilize", "0.8", "--out", str(out)])
-        == 0
-    )
+    arguments = ["--size", "96x64", "--frames", "4", "--in-flight", "2", "--stabilize", "0.8", "--format", "raw"]
+    assert frames.main([*arguments, "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     assert report["benchmark"] == "frames" and report["settings"]["frames"] == 4
+    assert report["settings"]["format"] == "raw"
     assert report["ours"]["device"] == "cpu" and report["ours"]["server_ms_p50"] > 0
+    assert set(report["ours"]["stages_ms_p50"]) >= {"decode", "model", "encode"}
     for side in (report["ours"], report["rembg"]):
         assert side["wall_s"] > 0 and side["frames_per_s"] > 0 and side["steady_frames_per_s"] > 0, side
     assert report["alpha_most_apart"] == 0  # u2netp's mattes are rembg's byte for byte

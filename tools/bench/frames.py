@@ -12,7 +12,8 @@ naive cutout of each frame (the picture's colours under u2netp's matte) written 
 - rembg: `rembg b WIDTH HEIGHT -m u2netp -o DIR/%d.png` (rembg's command for a byte stream: raw
   RGB frames on its standard input, one at a time), u2netp.onnx in its home folder;
 - ours: `AiClient.remove_background_frames` with the frames as raw pixels (outputs cutout, naive),
-  each answer's PNG written to a file, against a `craftai serve` started here (u2netp set up; on
+  each answer's PNG written to a file (--format raw: its raw pixels, neither encoded by the server
+  nor decoded here), against a `craftai serve` started here (u2netp set up; on
   --device cuda on --engine, torch by default) or --address.
 
 With --stabilize W, ours also runs the frames twice for the matte alone, without and with
@@ -99,9 +100,15 @@ def run_rembg(frames: list[npt.NDArray[np.uint8]], work: Path) -> dict[str, Any]
 
 
 def run_ours(
-    ai: AiClient, frames: list[npt.NDArray[np.uint8]], work: Path, in_flight: int | None, engine: str | None
+    ai: AiClient,
+    frames: list[npt.NDArray[np.uint8]],
+    work: Path,
+    in_flight: int | None,
+    engine: str | None,
+    *,
+    image_format: str = "png",
 ) -> dict[str, Any]:
-    """The frames through one stream; each answer's PNG written to a file as it comes."""
+    """The frames through one stream; each answer's file (a PNG, or the raw pixels) written as it comes."""
     out = work / "ours"
     out.mkdir()
     times = []
@@ -111,10 +118,10 @@ def run_ours(
     files = []
     device = ""
     for answer in ai.remove_background_frames(
-        frames, outputs="cutout", naive=True, in_flight=in_flight, recipe="u2netp", engine=engine
+        frames, outputs="cutout", naive=True, in_flight=in_flight, recipe="u2netp", engine=engine, format=image_format
     ):
         assert answer.output.cutout is not None
-        path = out / f"{answer.index + 1}.png"
+        path = out / f"{answer.index + 1}.{image_format}"
         path.write_bytes(answer.output.cutout.data)
         files.append(path)
         times.append(time.time())
@@ -162,7 +169,11 @@ def alpha_apart(ours: list[Path], theirs: list[Path]) -> int:
     """The most two alpha planes differ, over every frame."""
     worst = 0
     for a, b in zip(ours, theirs, strict=True):
-        mine = np.asarray(Image.open(a).convert("RGBA"))[:, :, 3].astype(np.int16)
+        if a.suffix == ".raw":
+            width, height = Image.open(b).size
+            mine = np.frombuffer(a.read_bytes(), np.uint8).reshape(height, width, 4)[:, :, 3].astype(np.int16)
+        else:
+            mine = np.asarray(Image.open(a).convert("RGBA"))[:, :, 3].astype(np.int16)
         other = np.asarray(Image.open(b).convert("RGBA"))[:, :, 3]
         worst = max(worst, int(np.abs(mine - other).max()))
     return worst
@@ -182,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="the started server's CRAFTAI_DEVICE (cpu, cuda)")
     parser.add_argument("--engine", default="", help="u2netp's engine (default: the catalogue's; on a GPU: torch)")
     parser.add_argument("--no-rembg", action="store_true", help="ours only (rembg runs on the CPU only)")
+    parser.add_argument(
+        "--format",
+        choices=("png", "raw"),
+        default="png",
+        help="our cutouts' format: png (rembg b's work) or raw (the pixels: no encode there nor here)",
+    )
     parser.add_argument(
         "--stabilize", type=float, default=None, metavar="W", help="also: the flicker and frames/s with stabilize W"
     )
@@ -208,7 +225,12 @@ def main(argv: list[str] | None = None) -> int:
         "date": began,
         "command": " ".join(["tools/bench/frames.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine,
-        "settings": {"size": f"{args.size[0]}x{args.size[1]}", "frames": args.frames, "in_flight": args.in_flight},
+        "settings": {
+            "size": f"{args.size[0]}x{args.size[1]}",
+            "frames": args.frames,
+            "in_flight": args.in_flight,
+            "format": args.format,
+        },
         "ours": {k: v for k, v in ours.items() if k not in ("files", "stability")},
         "rembg": None if theirs is None else {k: v for k, v in theirs.items() if k != "files"},
         "alpha_most_apart": apart,
@@ -230,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
 def _ours(args: argparse.Namespace, frames: list[npt.NDArray[np.uint8]], work: Path) -> dict[str, Any]:
     if args.address:
         with AiClient(app_id="bench-frames", target=args.address) as ai:
-            found = run_ours(ai, frames, work, args.in_flight, args.engine or None)
+            found = run_ours(ai, frames, work, args.in_flight, args.engine or None, image_format=args.format)
             if args.stabilize is not None:
                 found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
             return found
@@ -239,7 +261,7 @@ def _ours(args: argparse.Namespace, frames: list[npt.NDArray[np.uint8]], work: P
     served = harness.serve_u2netp_cpu(work / "server", u2netp_onnx(), {"CRAFTAI_DEVICE": args.device})
     with served as address, AiClient(app_id="bench-frames", target=address) as ai:
         list(ai.setup("image.matte", "u2netp", args.engine or None))
-        found = run_ours(ai, frames, work, args.in_flight, args.engine or None)
+        found = run_ours(ai, frames, work, args.in_flight, args.engine or None, image_format=args.format)
         if args.stabilize is not None:
             found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
             print(f"   stability: {found['stability']}")

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,fairly_video,fairly_video_apart}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,frames_raw,fairly_video,fairly_video_apart}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -61,6 +61,9 @@ run cutout 420 python3 -m tools.bench.cutout --device cuda --web --out "$out/cut
 # A video's frames through one MatteFrames stream: u2netp on torch, 1080p raw frames (rembg: CPU only, not here).
 run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 120 --in-flight 16 --no-rembg --stabilize 0.8 \
     --out "$out/frames.json"
+# The same frames answered as raw pixels (no PNG encoded per frame).
+run frames_raw 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 120 --in-flight 16 --no-rembg --format raw \
+    --out "$out/frames-raw.json"
 # A click beside one 1080p video stream (target: p99 <= 3x alone).
 run fairly_video 300 python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1 \
     --rounds "${FAIRLY_ROUNDS:-30}" --settle 5 --json "$out/interactive-video-gpu.json"
