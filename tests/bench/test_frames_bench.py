@@ -31,3 +31,16 @@ def test_a_tiny_run_answers_every_frame_on_both_sides_with_the_same_alpha(tmp_pa
     stability = report["stability"]
     assert stability["weight"] == 0.8 and stability["plain"]["frames_per_s"] > 0
     assert stability["stabilized"]["flicker_levels"] <= stability["plain"]["flicker_levels"]
+
+
+def test_a_tiny_run_of_a_stand_in_recipe_beside_transparent_background(tmp_path: Path) -> None:
+    """InSPyReNet's stand-in served for the stream, with estimated colours (as transparent-background's
+    rgba); the peer measured where its package imports, else the reason written (not a failure)."""
+    out = tmp_path / "frames.json"
+    arguments = ["--recipe", "inspyrenet-swinb", "--transparent-background", "--size", "64x48", "--frames", "2"]
+    assert frames.main([*arguments, "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["settings"]["recipe"] == "inspyrenet-swinb" and report["settings"]["naive"] is False
+    assert report["rembg"] is None and report["ours"]["frames_per_s"] > 0
+    peer = report["transparent_background"]
+    assert "unavailable" in peer or (peer["frames_per_s"] > 0 and report["ratio_transparent_background"] > 0)

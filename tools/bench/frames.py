@@ -16,6 +16,12 @@ naive cutout of each frame (the picture's colours under u2netp's matte) written 
   nor decoded here), against a `craftai serve` started here (u2netp set up; on
   --device cuda on --engine, torch by default) or --address.
 
+With --recipe inspyrenet-swinb or birefnet-lite, ours serves a random-weight stand-in of the
+published network (rembg is not run: it has neither); with --transparent-background (InSPyReNet),
+transparent-background's video path runs the same frames with the same weights: its command's loop,
+`Remover.process(frame, type="rgba")` one frame at a time, and ours asks estimated colours as its
+rgba has.
+
 With --stabilize W, ours also runs the frames twice for the matte alone, without and with
 stabilize W: the flicker on still pixels (pipelines/matte_temporal.py `flicker`) and the frames/s
 of each.
@@ -28,6 +34,7 @@ and in the steady state (over the second half of the files written), and the alp
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import io
 import json
@@ -36,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +115,8 @@ def run_ours(
     engine: str | None,
     *,
     image_format: str = "png",
+    recipe: str = "u2netp",
+    naive: bool = True,
 ) -> dict[str, Any]:
     """The frames through one stream; each answer's file (a PNG, or the raw pixels) written as it comes."""
     out = work / "ours"
@@ -118,7 +128,7 @@ def run_ours(
     files = []
     device = ""
     for answer in ai.remove_background_frames(
-        frames, outputs="cutout", naive=True, in_flight=in_flight, recipe="u2netp", engine=engine, format=image_format
+        frames, outputs="cutout", naive=naive, in_flight=in_flight, recipe=recipe, engine=engine, format=image_format
     ):
         assert answer.output.cutout is not None
         path = out / f"{answer.index + 1}.{image_format}"
@@ -142,7 +152,9 @@ def run_ours(
     }
 
 
-def stability(ai: AiClient, frames: list[npt.NDArray[np.uint8]], weight: float, engine: str | None) -> dict[str, Any]:
+def stability(
+    ai: AiClient, frames: list[npt.NDArray[np.uint8]], weight: float, engine: str | None, recipe: str = "u2netp"
+) -> dict[str, Any]:
     """The mattes' flicker on still pixels (pipelines/matte_temporal.py `flicker`) and the frames/s,
     without and with stabilize (outputs: the matte)."""
     from craftai_infer.pipelines import matte_temporal
@@ -153,7 +165,7 @@ def stability(ai: AiClient, frames: list[npt.NDArray[np.uint8]], weight: float, 
         mattes = [
             np.asarray(Image.open(io.BytesIO(f.output.matte.data)))
             for f in ai.remove_background_frames(
-                frames, outputs="matte", recipe="u2netp", engine=engine, stabilize=stabilize
+                frames, outputs="matte", recipe=recipe, engine=engine, stabilize=stabilize
             )
             if f.output.matte is not None
         ]
@@ -163,6 +175,39 @@ def stability(ai: AiClient, frames: list[npt.NDArray[np.uint8]], weight: float, 
             "frames_per_s": round(len(frames) / elapsed, 2),
         }
     return found
+
+
+def run_transparent_background(frames: list[npt.NDArray[np.uint8]], device: str) -> dict[str, Any]:
+    """transparent-background's video path on the same frames: its command's loop, one frame at a
+    time through `Remover.process(frame, type="rgba")` (its `base` mode, no TorchScript), with the
+    same random InSPyReNet weights as ours (saved in its .pth layout); {"unavailable": why} where
+    its package does not import or run."""
+    import tempfile
+
+    import torch
+    from safetensors.torch import load_file
+
+    from craftai_dev.inspyrenet_fixture import checkpoints
+
+    try:
+        from transparent_background import Remover
+    except Exception as exc:
+        return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+    with tempfile.TemporaryDirectory(prefix="bench-frames-peer-") as folder:
+        weights = Path(folder) / "inspyrenet.pth"
+        torch.save(load_file(str(checkpoints()["random"].path)), weights)
+        try:
+            them = Remover(mode="base", jit=False, device=device, ckpt=str(weights))
+            them.process(Image.fromarray(frames[0]), type="rgba")  # warm, as ours is set up before
+            times = []
+            started = time.time()
+            for frame in frames:
+                them.process(Image.fromarray(frame), type="rgba")
+                times.append(time.time())
+        except Exception as exc:
+            return {"unavailable": f"{type(exc).__name__}: {exc}"[:300]}
+    elapsed = time.time() - started
+    return {"wall_s": elapsed, "frames_per_s": len(frames) / elapsed, "steady_frames_per_s": steady(times)}
 
 
 def alpha_apart(ours: list[Path], theirs: list[Path]) -> int:
@@ -194,6 +239,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", default="", help="u2netp's engine (default: the catalogue's; on a GPU: torch)")
     parser.add_argument("--no-rembg", action="store_true", help="ours only (rembg runs on the CPU only)")
     parser.add_argument(
+        "--recipe",
+        choices=sorted(RECIPES),
+        default="u2netp",
+        help="ours: u2netp (its real file; against rembg b), or a random-weight stand-in of the published "
+        "network: inspyrenet-swinb, birefnet-lite (GPU figures; rembg is not run for them)",
+    )
+    parser.add_argument(
+        "--transparent-background",
+        action="store_true",
+        help="with inspyrenet-swinb: transparent-background's video path on the same frames and weights, and "
+        "ours with estimated colours as its rgba output has",
+    )
+    parser.add_argument(
         "--format",
         choices=("png", "raw"),
         default="png",
@@ -208,6 +266,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--frames must be at least 2 (the steady rate is between the first and the last)")
     if not args.engine and args.device.startswith("cuda"):
         args.engine = "torch"
+    if args.recipe != "u2netp":
+        args.no_rembg = True  # rembg's u2netp only: the other recipes' peers are named below
+    if args.transparent_background and args.recipe != "inspyrenet-swinb":
+        parser.error("--transparent-background compares inspyrenet-swinb (--recipe inspyrenet-swinb)")
     machine = _machine()
     began = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     with harness.scratch("bench-frames-") as work:
@@ -216,6 +278,9 @@ def main(argv: list[str] | None = None) -> int:
         theirs = None if args.no_rembg else run_rembg(frames, work)
         if theirs is not None:
             print(f"   rembg b: {theirs['frames_per_s']:.2f} frames/s ({theirs['steady_frames_per_s']:.2f} steady)")
+        peer = run_transparent_background(frames, args.device) if args.transparent_background else None
+        if peer is not None:
+            print(f"   transparent-background: {peer}")
         ours = _ours(args, frames, work)
         rates = f"{ours['frames_per_s']:.2f} frames/s ({ours['steady_frames_per_s']:.2f} steady)"
         print(f"   ours: {rates} on {ours['device']}; server p50 {ours['server_ms_p50']} ms: {ours['stages_ms_p50']}")
@@ -230,12 +295,17 @@ def main(argv: list[str] | None = None) -> int:
             "frames": args.frames,
             "in_flight": args.in_flight,
             "format": args.format,
+            "recipe": args.recipe,
+            "naive": not args.transparent_background,
         },
         "ours": {k: v for k, v in ours.items() if k not in ("files", "stability")},
         "rembg": None if theirs is None else {k: v for k, v in theirs.items() if k != "files"},
         "alpha_most_apart": apart,
         "stability": ours.get("stability"),
+        "transparent_background": peer,
     }
+    if peer is not None and "frames_per_s" in peer:
+        report["ratio_transparent_background"] = round(ours["frames_per_s"] / peer["frames_per_s"], 3)
     if theirs is not None:
         for key in ("frames_per_s", "steady_frames_per_s"):
             report[f"ratio_{key}"] = round(ours[key] / theirs[key], 3) if theirs[key] else None
@@ -250,22 +320,65 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _ours(args: argparse.Namespace, frames: list[npt.NDArray[np.uint8]], work: Path) -> dict[str, Any]:
-    if args.address:
-        with AiClient(app_id="bench-frames", target=args.address) as ai:
-            found = run_ours(ai, frames, work, args.in_flight, args.engine or None, image_format=args.format)
-            if args.stabilize is not None:
-                found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
-            return found
-    from craftai_dev.files import u2netp_onnx
+    engine = args.engine or None
 
-    served = harness.serve_u2netp_cpu(work / "server", u2netp_onnx(), {"CRAFTAI_DEVICE": args.device})
-    with served as address, AiClient(app_id="bench-frames", target=address) as ai:
-        list(ai.setup("image.matte", "u2netp", args.engine or None))
-        found = run_ours(ai, frames, work, args.in_flight, args.engine or None, image_format=args.format)
+    def measured(ai: AiClient) -> dict[str, Any]:
+        naive = not args.transparent_background
+        found = run_ours(
+            ai, frames, work, args.in_flight, engine, image_format=args.format, recipe=args.recipe, naive=naive
+        )
         if args.stabilize is not None:
-            found["stability"] = stability(ai, frames, args.stabilize, args.engine or None)
+            found["stability"] = stability(ai, frames, args.stabilize, engine, args.recipe)
             print(f"   stability: {found['stability']}")
         return found
+
+    if args.address:
+        with AiClient(app_id="bench-frames", target=args.address) as ai:
+            return measured(ai)
+    with _served(args.recipe, work, args.device) as address, AiClient(app_id="bench-frames", target=address) as ai:
+        list(ai.setup("image.matte", args.recipe, engine))
+        return measured(ai)
+
+
+@contextlib.contextmanager
+def _served(recipe: str, work: Path, device: str) -> Iterator[str]:
+    """A `craftai serve` with `recipe` to set up: u2netp's real file, or a stand-in checkpoint
+    served on loopback through a recipes file (RECIPES)."""
+    env = {"CRAFTAI_DEVICE": device}
+    if recipe == "u2netp":
+        from craftai_dev.files import u2netp_onnx
+
+        with harness.serve_u2netp_cpu(work / "server", u2netp_onnx(), env) as address:
+            yield address
+        return
+    made = RECIPES[recipe]()
+    files = work / "files"
+    files.mkdir()
+    (files / made.path.name).symlink_to(made.path)
+    with harness.files_on_loopback(files) as url:
+        pin = {"size": made.pin.size, "sha256": made.pin.sha256, "url": f"{url}/{made.path.name}"}
+        recipes = harness.pinned_catalogue(work / "recipes.toml", {recipe: {"weights": pin}})
+        with harness.serve(work, {**env, "CRAFTAI_RECIPES": str(recipes)}) as address:
+            yield address
+
+
+def _inspyrenet() -> Any:
+    from craftai_dev.inspyrenet_fixture import checkpoints
+
+    return checkpoints()["random"]
+
+
+def _birefnet_lite() -> Any:
+    from craftai_dev.birefnet_fixture import checkpoints
+
+    return checkpoints()["random"]
+
+
+RECIPES: dict[str, Callable[[], Any]] = {
+    "u2netp": lambda: None,
+    "inspyrenet-swinb": _inspyrenet,
+    "birefnet-lite": _birefnet_lite,
+}
 
 
 if __name__ == "__main__":

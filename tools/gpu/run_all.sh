@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,frames_raw,fairly_video,fairly_video_apart}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,frames_raw,frames_inspyrenet,frames_birefnet,fairly_video,fairly_video_apart}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -64,6 +64,11 @@ run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --fr
 # The same frames answered as raw pixels (no PNG encoded per frame).
 run frames_raw 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 120 --in-flight 16 --no-rembg --format raw \
     --out "$out/frames-raw.json"
+# InSPyReNet's and BiRefNet_lite's stand-ins through one stream; InSPyReNet beside transparent-background's video loop.
+run frames_inspyrenet 400 python3 -m tools.bench.frames --device cuda --recipe inspyrenet-swinb --transparent-background \
+    --size 1920x1080 --frames 60 --in-flight 16 --out "$out/frames-inspyrenet.json"
+run frames_birefnet 300 python3 -m tools.bench.frames --device cuda --recipe birefnet-lite --size 1920x1080 --frames 60 \
+    --in-flight 16 --format raw --out "$out/frames-birefnet.json"
 # A click beside one 1080p video stream (target: p99 <= 3x alone).
 run fairly_video 300 python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1 \
     --rounds "${FAIRLY_ROUNDS:-30}" --settle 5 --json "$out/interactive-video-gpu.json"
