@@ -63,8 +63,21 @@ def adler32_combine(first: int, second: int, second_length: int) -> int:
     return (b << 16) | a
 
 
-def _chunk(kind: bytes, body: bytes) -> bytes:
-    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _chunk(kind: bytes, *body: bytes) -> list[bytes]:
+    """A PNG chunk as the parts of one join: its body's parts are never concatenated here (a large
+    picture's compressed data would be copied while the interpreter lock is held)."""
+    crc = zlib.crc32(kind)
+    for part in body:
+        crc = zlib.crc32(part, crc)
+    return [struct.pack(">I", sum(len(part) for part in body)), kind, *body, struct.pack(">I", crc & 0xFFFFFFFF)]
+
+
+def _file(header: bytes, *data: bytes) -> bytes:
+    """The PNG file of an IHDR `header` and the zlib stream in parts `data`, made in one copy."""
+    return b"".join([SIGNATURE, *_chunk(b"IHDR", header), *_chunk(b"IDAT", *data), *_chunk(b"IEND")])
 
 
 def _band(
@@ -106,9 +119,8 @@ def png(pixels: npt.NDArray[np.uint8], level: int = 1, pool: Executor | None = N
     checksum = 1
     for _data, adler, length in done:
         checksum = adler32_combine(checksum, adler, length)
-    stream = b"\x78\x01" + b"".join(data for data, _, _ in done) + struct.pack(">I", checksum)
     header = struct.pack(">IIBBBBB", width, height, 8, _COLOUR_TYPES[channels], 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + _chunk(b"IHDR", header) + _chunk(b"IDAT", stream) + _chunk(b"IEND", b"")
+    return _file(header, b"\x78\x01", *(data for data, _, _ in done), struct.pack(">I", checksum))
 
 
 def _webp(pixels: npt.NDArray[np.uint8]) -> bytes:
@@ -165,13 +177,5 @@ def encode_mask_png(mask: np.ndarray, compress_level: int = 1) -> bytes:
     rows = np.packbits(mask, axis=1)  # 1 = selected = white, most significant bit first
     raw = np.concatenate([np.zeros((height, 1), np.uint8), rows], axis=1).tobytes()  # filter byte 0 per row
 
-    def chunk(kind: bytes, body: bytes) -> bytes:
-        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
-
     header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)  # bit depth 1, grayscale, no interlace
-    return (
-        b"\x89PNG\r\n\x1a\n"
-        + chunk(b"IHDR", header)
-        + chunk(b"IDAT", (isal_zlib if compress_level in ISAL_LEVELS else zlib).compress(raw, compress_level))
-        + chunk(b"IEND", b"")
-    )
+    return _file(header, (isal_zlib if compress_level in ISAL_LEVELS else zlib).compress(raw, compress_level))

@@ -239,6 +239,7 @@ class MatteFeature:
             c.settings.max_message_bytes,
             f"the {', '.join(asked.kinds)}",
             "ask for fewer outputs, WebP or JPEG rather than PNG or raw, or send a smaller picture",
+            payload=sum(len(data) for data in images.values()),
         )
 
     async def _decoded(

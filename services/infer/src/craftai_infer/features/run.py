@@ -132,9 +132,17 @@ async def stream(event: Callable[..., E], work: Callable[[Run], Awaitable[Any]])
         run.release()
 
 
-def check_size(answer: Message, limit: int, what: str, fewer: str) -> None:
+# What an answer holds beside the pictures the caller names (route, sizes, timing, notices): far less.
+BESIDE_PAYLOAD = 1 << 20
+
+
+def check_size(answer: Message, limit: int, what: str, fewer: str, *, payload: int | None = None) -> None:
     """An answer larger than the message limit cannot be sent (gRPC would end the call with a bare
-    "larger than max"): say so in words a caller can act on (`fewer`: how to ask for less)."""
+    "larger than max"): say so in words a caller can act on (`fewer`: how to ask for less).
+    `payload`: the bytes of the pictures it carries, where the caller knows them; an answer far
+    under the limit is then not measured (measuring serialises it, a copy of every picture)."""
+    if payload is not None and payload + BESIDE_PAYLOAD <= limit:
+        return
     size = answer.ByteSize()
     if size > limit:
         raise resource_exhausted(
