@@ -77,6 +77,21 @@ class Chain:
 
 
 @dataclass(frozen=True)
+class Received:
+    """A frame as read from its message, its bytes taken once (each read of a message's bytes field
+    is a copy of the frame, made under the interpreter lock)."""
+
+    data: bytes
+    encoding: infer_pb2.FrameEncoding.ValueType
+    width: int
+    height: int
+
+    @classmethod
+    def of(cls, frame: infer_pb2.Frame) -> Received:
+        return cls(frame.data, frame.encoding, frame.width, frame.height)
+
+
+@dataclass(frozen=True)
 class Stream:
     """What every frame of one stream shares: its options, its route, its background."""
 
@@ -242,7 +257,8 @@ class FramesFeature:
                         f"message {index + 1} is not a frame: the start comes once, first",
                         field=f"frames[{index}]",
                     )
-                found = await self._size(index, message.frame)
+                frame = Received.of(message.frame)
+                found = await self._size(index, frame)
                 if size is None:
                     size = found
                     words = f"frame {index} ({found[0]}x{found[1]}" + (
@@ -266,7 +282,7 @@ class FramesFeature:
                         field=f"frames[{index}]",
                     )
                 await slots.acquire()
-                order.put_nowait(asyncio.ensure_future(self._frame(index, message.frame, size, stream, chain)))
+                order.put_nowait(asyncio.ensure_future(self._frame(index, frame, size, stream, chain)))
                 chain = chain.next()
                 index += 1
         except Exception as error:
@@ -274,7 +290,7 @@ class FramesFeature:
         else:
             order.put_nowait(None)
 
-    async def _size(self, index: int, frame: infer_pb2.Frame) -> tuple[int, int]:
+    async def _size(self, index: int, frame: Received) -> tuple[int, int]:
         """The frame's width and height (a raw frame's as given, checked against its bytes; an
         encoded one's from its header), within the picture limits."""
         c = self.context
@@ -304,7 +320,7 @@ class FramesFeature:
         return width, height
 
     async def _frame(
-        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream, chain: Chain
+        self, index: int, frame: Received, size: tuple[int, int], stream: Stream, chain: Chain
     ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
         """One frame as one Matte request: admitted, decoded (or taken raw), matted, encoded;
         `chain`: the previous frame's matte to steady this one's with, and where this one's goes."""
@@ -316,7 +332,7 @@ class FramesFeature:
             chain.end()
 
     async def _matted(
-        self, index: int, frame: infer_pb2.Frame, size: tuple[int, int], stream: Stream, chain: Chain
+        self, index: int, frame: Received, size: tuple[int, int], stream: Stream, chain: Chain
     ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
         c = self.context
         asked, loaded = stream.asked, stream.loaded
@@ -394,7 +410,7 @@ class FramesFeature:
         made = await c.on_cpu(lambda: render(picture, steadied, spec, device))
         return dataclasses.replace(made, stages_ms={**rendered.stages_ms, **made.stages_ms})
 
-    def _pixels(self, frame: infer_pb2.Frame, size: tuple[int, int], device: str | None) -> Picture:
+    def _pixels(self, frame: Received, size: tuple[int, int], device: str | None) -> Picture:
         """The frame's pixels: a raw frame's bytes copied once (into page-locked memory for a GPU
         route; a message's bytes are read-only, and routes may take their pictures as tensors), an
         encoded one decoded as any picture is."""
