@@ -371,6 +371,28 @@ def test_a_stream_its_client_stops_reading_is_ended(serve: Callable[..., Served]
         assert time.monotonic() - started < 10
 
 
+def test_a_large_message_gets_a_second_per_mib_measured_only_once_late() -> None:
+    """The stalled-write limit of a message: CRAFTAI_STALLED_WRITE_SECONDS, then, once that passed,
+    a second per MiB of it (measured then, not for every message sent)."""
+    from craftai_common.interceptors.call import Call
+    from craftai_common.interceptors.time_limits import TimeLimits
+
+    limits = TimeLimits(Limits(stalled_write_seconds=0.5))
+    call = Call("/m", "s", "n", "peer", None)
+    answer = infer_pb2.MatteResult()
+    answer.matte.data = b"\x00" * (3 * MiB)
+    limits.sending(call, answer)
+    assert call.writing is answer and call.writing_until is not None
+    first = call.writing_until
+    assert not limits._late(call, first - 0.1)  # within the first limit: nothing measured
+    assert call.writing is answer
+    assert not limits._late(call, first + 2.0)  # past it: 3 s more for its 3 MiB
+    assert call.writing is None and first + 3.0 <= call.writing_until < first + 3.1
+    assert limits._late(call, first + 3.2)
+    limits.sent(call)
+    assert call.writing_until is None and not limits._late(call, first + 100)
+
+
 def test_health_watch_streams_are_bounded_in_number_and_time(serve: Callable[..., Served]) -> None:
     served = serve(Limits(open_streams=3, max_call_seconds=1.0))
     with grpc.insecure_channel(served.address) as channel:

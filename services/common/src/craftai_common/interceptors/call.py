@@ -36,6 +36,7 @@ class Call:
     wildcard: bool = False  # admitted by a `*` key
     deadline: float = float("inf")  # time limits': time.monotonic() past which the call is ended
     writing_until: float | None = None  # a message is being written: by when the client must have taken it
+    writing: Any = None  # that message, until its size has been added to `writing_until` (once it is late)
     ended: str = ""  # "max_duration" or "stalled_write" once the watchdog ended it
 
 

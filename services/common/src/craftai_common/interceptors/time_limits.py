@@ -69,12 +69,24 @@ class TimeLimits(Interceptor):
 
     def sending(self, call: Call, item: Any) -> None:
         """When the client must have taken `item`: CRAFTAI_STALLED_WRITE_SECONDS, and a second per
-        MiB of it (a client reading a large answer over a slow link is slow, not stalled)."""
-        size = item.ByteSize() if isinstance(item, Message) else 0
-        call.writing_until = time.monotonic() + self.limits.stalled_write_seconds + size / SLOWEST_READ_BYTES_PER_SECOND
+        MiB of it (a client reading a large answer over a slow link is slow, not stalled). Its size
+        is measured only if that first limit passes (`_late`): measuring serialises the message."""
+        call.writing_until = time.monotonic() + self.limits.stalled_write_seconds
+        call.writing = item
 
     def sent(self, call: Call) -> None:
         call.writing_until = None
+        call.writing = None
+
+    @staticmethod
+    def _late(call: Call, now: float) -> bool:
+        """Past the time for its message: after its size's second per MiB is added, once."""
+        if call.writing_until is None or now <= call.writing_until:
+            return False
+        item, call.writing = call.writing, None
+        if isinstance(item, Message):
+            call.writing_until += item.ByteSize() / SLOWEST_READ_BYTES_PER_SECOND
+        return now > call.writing_until
 
     async def _watching(self) -> None:
         limits = self.limits
@@ -87,7 +99,7 @@ class TimeLimits(Interceptor):
                     continue
                 if now > call.deadline:
                     self._end(call, "max_duration", f"it ran longer than {limits.seconds_for(call.method):g} s")
-                elif call.writing_until is not None and now > call.writing_until:
+                elif self._late(call, now):
                     self._end(
                         call,
                         "stalled_write",

@@ -119,7 +119,9 @@ class FramesFeature:
         run = runs.Run()
         opening = asyncio.ensure_future(self._open(start.matte, start.stabilize, run))
         slots = asyncio.Semaphore(in_flight)
-        order: asyncio.Queue[asyncio.Future[tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]] | Exception | None]
+        order: asyncio.Queue[
+            asyncio.Future[tuple[infer_pb2.MatteFramesEvent, list[common_pb2.Notice]]] | Exception | None
+        ]
         order = asyncio.Queue()
         feeding: asyncio.Future[None] | None = None
         try:
@@ -134,11 +136,11 @@ class FramesFeature:
             while (item := await order.get()) is not None:
                 if isinstance(item, Exception):
                     raise item
-                result, notices = await item
+                answer, notices = await item
                 slots.release()
                 for notice in notices:
                     yield infer_pb2.MatteFramesEvent(notice=notice)
-                yield infer_pb2.MatteFramesEvent(frame=result)
+                yield answer
                 answered += 1
             done = infer_pb2.FramesDone(frames=answered, total_ms=(time.perf_counter() - began) * 1000)
             yield infer_pb2.MatteFramesEvent(done=done)
@@ -242,7 +244,9 @@ class FramesFeature:
         requests: AsyncIterator[infer_pb2.MatteFramesRequest],
         stream: Stream,
         slots: asyncio.Semaphore,
-        order: asyncio.Queue[asyncio.Future[tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]] | Exception | None],
+        order: asyncio.Queue[
+            asyncio.Future[tuple[infer_pb2.MatteFramesEvent, list[common_pb2.Notice]]] | Exception | None
+        ],
     ) -> None:
         """Frames read while slots are free, each one's work started at once; its future queued in
         order; an error queued after the frames before it; None at the end."""
@@ -321,7 +325,7 @@ class FramesFeature:
 
     async def _frame(
         self, index: int, frame: Received, size: tuple[int, int], stream: Stream, chain: Chain
-    ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
+    ) -> tuple[infer_pb2.MatteFramesEvent, list[common_pb2.Notice]]:
         """One frame as one Matte request: admitted, decoded (or taken raw), matted, encoded;
         `chain`: the previous frame's matte to steady this one's with, and where this one's goes."""
         try:
@@ -333,7 +337,7 @@ class FramesFeature:
 
     async def _matted(
         self, index: int, frame: Received, size: tuple[int, int], stream: Stream, chain: Chain
-    ) -> tuple[infer_pb2.FrameResult, list[common_pb2.Notice]]:
+    ) -> tuple[infer_pb2.MatteFramesEvent, list[common_pb2.Notice]]:
         c = self.context
         asked, loaded = stream.asked, stream.loaded
         route = loaded.route
@@ -371,10 +375,13 @@ class FramesFeature:
             with run.stage("stabilize", f"steadying the matte of frame {index} with the frames before it"):
                 where_still = await comparing
                 rendered = await self._steadied(picture, rendered, where_still, spec=spec, stream=stream, chain=chain)
-        result = infer_pb2.FrameResult(index=index)
-        await self.matte.answered(asked, loaded.ref, rendered, run, size=size, device=loaded.device, into=result.matte)
+        answer = infer_pb2.MatteFramesEvent()  # the event sent, written in place (no copy of its pictures)
+        answer.frame.index = index
+        await self.matte.answered(
+            asked, loaded.ref, rendered, run, size=size, device=loaded.device, into=answer.frame.matte
+        )
         notices = list(run.notices.items)
-        return result, notices
+        return answer, notices
 
     async def _still(self, picture: Picture, chain: Chain) -> npt.NDArray[np.bool_] | None:
         """Where this frame did not change since the one before (None for the first frame)."""
