@@ -5,6 +5,7 @@ code on the host (tests/unit/test_pillow_lanczos.py and test_matte_u2netp_torch.
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,3 +82,28 @@ def test_numpys_exp_on_the_gpu() -> None:
         expected = np.exp(values)
     got = numpy_exp_f32(torch.from_numpy(values).cuda()).cpu().numpy()
     assert np.array_equal(got, expected, equal_nan=True)
+
+
+def test_the_u2netp_route_checks_the_steps_on_the_gpu_and_uses_them(
+    u2netp_converted: dict[str, torch.Tensor], tmp_path: Path, photos: dict[str, Path]
+) -> None:
+    """routes/u2netp_torch.py on cuda: its load checks the steps there (matte_u2netp_torch.disagreement)
+    and turns them on; its mattes are then the host path's, byte for byte, as device tensors."""
+    from safetensors.torch import save_file
+
+    from craftai_infer.routes import RouteFiles
+    from craftai_infer.routes.u2netp_torch import U2netpTorch
+    from craftai_models.u2netp import WEIGHTS
+
+    save_file(u2netp_converted, str(tmp_path / WEIGHTS))
+    route = U2netpTorch(RouteFiles({}, tmp_path, cpu_threads=2), "cuda:0")
+    steps: list[str] = []
+    route.warm_up(steps.append)
+    assert route.steps_on_device and steps, steps
+    pictures = [np.asarray(Image.open(photos[name]).convert("RGB")) for name in ("chelsea.png", "rocket.jpg")]
+    on_device = route.matte(pictures)
+    route.steps_on_device = False
+    on_host = route.matte(pictures)
+    for device, host in zip(on_device, on_host, strict=True):
+        assert isinstance(device, torch.Tensor) and device.is_cuda
+        assert np.array_equal(device.cpu().numpy(), host)

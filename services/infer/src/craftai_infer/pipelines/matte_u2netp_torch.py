@@ -124,3 +124,32 @@ def postprocess_torch(first_output: Tensor, sizes: Sequence[tuple[int, int]], st
     scaled = torch.where(high > low, (maps - low) / (high - low), torch.zeros_like(maps))
     small = (scaled * 255).to(torch.uint8)  # in [0, 255]: truncated toward zero, as astype does
     return [resize_lanczos_by_passes(small[i], height, width) for i, (width, height) in enumerate(sizes)]
+
+
+# The shapes a route checks the steps on, on its device, before it uses them: landscape and portrait
+# frames reduced (each pass order of Pillow 13), a small picture with alpha, and the mattes enlarged.
+PROBES = ((1080, 1920, 3), (1920, 1080, 3), (300, 451, 4))
+
+
+def disagreement(steps: Steps, device: torch.device, seed: int = 0) -> str | None:
+    """None where `preprocess_torch` and `postprocess_torch` on `device` answer exactly what
+    `matte_u2netp.preprocess` and `postprocess` answer on this host for made pictures of every
+    PROBES shape; else what differed. A route runs this once as it loads: the steps are proven on
+    CPU tensors by the tests, and this proves the device's arithmetic (and this host's numpy)."""
+    from craftai_infer.pipelines import matte_u2netp
+
+    rng = np.random.default_rng(seed)
+    for shape in PROBES:
+        height, width = shape[:2]
+        ramp = np.linspace(0, 255, width, dtype=np.float64)[None, :, None]
+        picture = np.clip(ramp + rng.normal(0, 40, size=shape), 0, 255).astype(np.uint8)  # edges and noise
+        ours = preprocess_torch([torch.from_numpy(picture).to(device)], steps).cpu().numpy()
+        theirs = matte_u2netp.preprocess(picture, steps=steps)
+        if ours.shape != theirs.shape or not np.array_equal(ours.view(np.int32), theirs.view(np.int32)):
+            return f"the {width}x{height} picture's network input differs from Pillow's and numpy's"
+        logits = rng.normal(0, 4 if steps.sigmoid else 0.3, size=(1, 1, steps.size, steps.size)).astype(np.float32)
+        maps = logits if steps.sigmoid else (1 / (1 + np.exp(-logits))).astype(np.float32)
+        matte = postprocess_torch(torch.from_numpy(maps).to(device), [(width, height)], steps)[0].cpu().numpy()
+        if not np.array_equal(matte, matte_u2netp.postprocess(maps, (width, height), steps)):
+            return f"the matte enlarged to {width}x{height} differs from Pillow's and numpy's"
+    return None

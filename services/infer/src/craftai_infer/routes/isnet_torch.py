@@ -8,11 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
-import numpy.typing as npt
 from torch import nn
 
 from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.pipelines.matte_spec import Matte
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import Capabilities, RouteFiles
 from craftai_infer.routes.isnet_onnx import cpu_working_bytes
@@ -37,12 +36,12 @@ class IsnetTorch(U2netpTorch):
     def network(self) -> nn.Module:
         return IsNet(self.sides)
 
-    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
         """On the CPU one forward per picture even when handed several (e.g. a batch formed on the
         GPU before a fallback to the CPU): memory stays that of one 1024² forward."""
         if self.device != "cpu":
             return super().matte(pictures)
-        mattes = []
+        mattes: list[Matte] = []
         for picture in pictures:
             mattes += super().matte([picture])
         return mattes
