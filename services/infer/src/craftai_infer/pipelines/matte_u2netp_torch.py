@@ -20,7 +20,8 @@ host's numpy by an ulp, and so a matte level here and there; the other steps nev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
@@ -29,7 +30,8 @@ from torch import Tensor
 from craftai_infer.pipelines.matte_u2netp import U2NET, Steps
 from craftai_infer.pipelines.pillow_resize import resize_lanczos_by_passes
 
-__all__ = ["numpy_exp_f32", "postprocess_torch", "preprocess_torch"]
+__all__ = ["disagreement", "numpy_exp_f32", "postprocess_torch", "preprocess_torch", "usable_on"]
+log = logging.getLogger("craftai.infer.routes")
 
 
 def _f32(value: str) -> float:
@@ -153,3 +155,13 @@ def disagreement(steps: Steps, device: torch.device, seed: int = 0) -> str | Non
         if not np.array_equal(matte, matte_u2netp.postprocess(maps, (width, height), steps)):
             return f"the matte enlarged to {width}x{height} differs from Pillow's and numpy's"
     return None
+
+
+def usable_on(device: str, steps: Steps, step: Callable[[str], None], route: str) -> bool:
+    """What a GPU route's `warm_up` asks: are the steps on `device` this host's Pillow and numpy,
+    byte for byte (`disagreement`)? Said as the load's progress; a difference said in the log."""
+    step("checking rembg's resizes and arithmetic on the GPU against Pillow's")
+    problem = disagreement(steps, torch.device(device))
+    if problem is not None:
+        log.warning("%s on %s: %s; its resizes stay on the CPU (Pillow)", route, device, problem)
+    return problem is None

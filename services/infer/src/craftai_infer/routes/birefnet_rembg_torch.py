@@ -3,10 +3,13 @@ network written in this project (craftai_models.birefnet) from the prepared fold
 published safetensors file (its configuration, floats and patch order recorded, proven against the
 recipe's ONNX where that was on disk: craftai_prepare's birefnet converter), with rembg's steps for
 its BiRefNet sessions around it (craftai_infer.pipelines.matte_u2netp `BIREFNET`), as the onnxruntime
-route runs them around the published graph: the same matte up to the engines' arithmetic."""
+route runs them around the published graph: the same matte up to the engines' arithmetic. On a
+GPU the steps run there once checked there as the route loads (as u2netp's torch route does:
+pipelines/matte_u2netp_torch.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 import numpy as np
@@ -14,7 +17,9 @@ import numpy.typing as npt
 import torch
 
 from craftai_infer.engines.cuda_graphs import NetworkGraphs
-from craftai_infer.pipelines import matte_u2netp
+from craftai_infer.engines.staging import HostStaging
+from craftai_infer.pipelines import matte_u2netp, matte_u2netp_torch
+from craftai_infer.pipelines.matte_spec import Matte
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, ModelRefusedError, RouteFiles, Step
 from craftai_infer.routes.birefnet_torch import batch_bound, load_prepared, network_bytes
@@ -44,30 +49,44 @@ class BirefnetRembgTorch(MatteRoute):
             bound = batch_bound(prepared.architecture, prepared.side)
             self._graphs = self.forward = NetworkGraphs(self.network, torch.device(device), capacity=bound)
             self.capabilities = Capabilities(batched=frozenset({MATTE}), max_batch={MATTE: bound})
+        self.steps_on_device = False  # on a GPU, `warm_up` checks the steps there and decides
+        self._staging: HostStaging | None = None
+        if self._graphs is not None:
+            self._staging = HostStaging(torch.device(device))
+            self.capabilities = dataclasses.replace(self.capabilities, pinned_pictures=True)
 
     def warm_up(self, step: Step) -> None:
-        """Capture the graph of one picture (no-op on the CPU)."""
+        """Capture the graph of one picture, then check rembg's steps on the GPU against Pillow's
+        and numpy's and use them where equal (no-op on the CPU)."""
         if self._graphs is not None:
             step(f"capturing the network's CUDA graph at {self.steps.size}²")
             self.matte([np.zeros((64, 64, 3), np.uint8)])
+            self.steps_on_device = matte_u2netp_torch.usable_on(self.device, self.steps, step, type(self).__name__)
 
     def working_bytes(self, height: int, width: int) -> int:
         return cpu_working_bytes(
             self.device, self.steps, network_bytes(self.architecture, self.steps.size, self.steps.size)
         )
 
-    def _logits(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-        x = torch.from_numpy(batch).to(self.device)
+    def _forward(self, x: torch.Tensor) -> torch.Tensor:
         autocast = self.autocast
         with torch.inference_mode(), torch.autocast(x.device.type, dtype=autocast, enabled=autocast is not None):
-            logits = self.forward(x)
+            return self.forward(x)
+
+    def _logits(self, batch: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        logits = self._forward(torch.from_numpy(batch).to(self.device))
         return np.asarray(logits.float().cpu().numpy(), dtype=np.float32)
 
-    def matte(self, pictures: Sequence[Picture]) -> list[npt.NDArray[np.uint8]]:
-        """Host arrays: rembg's post-processing is Pillow's. On the CPU one forward per picture even
-        when handed several (e.g. a batch formed on the GPU before a fallback to the CPU)."""
+    def matte(self, pictures: Sequence[Picture]) -> list[Matte]:
+        """On the GPU where the steps are, tensors there; else host arrays, rembg's steps Pillow's.
+        On the CPU one forward per picture even when handed several (e.g. a batch formed on the GPU
+        before a fallback to the CPU)."""
+        if self.steps_on_device and self._staging is not None:
+            x = matte_u2netp_torch.preprocess_torch([self._staging.upload(p) for p in pictures], self.steps)
+            sizes = [(p.shape[1], p.shape[0]) for p in pictures]
+            return list(matte_u2netp_torch.postprocess_torch(self._forward(x), sizes, self.steps))
         groups = [list(pictures)] if self._graphs is not None else [[p] for p in pictures]
-        mattes: list[npt.NDArray[np.uint8]] = []
+        mattes: list[Matte] = []
         for group in groups:
             logits = self._logits(matte_u2netp.preprocess_all(group, self.steps, self.host))
             mattes += matte_u2netp.postprocess_all(logits, group, self.steps, self.host)

@@ -10,7 +10,6 @@ arithmetic restated bit for bit), once the route has checked them on its device 
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Sequence
 
 import torch
@@ -23,8 +22,6 @@ from craftai_infer.pipelines.matte_spec import Matte
 from craftai_infer.pipelines.picture import Picture
 from craftai_infer.routes import MATTE, Capabilities, MatteRoute, RouteFiles, Step
 from craftai_models.u2netp import FULL, PORTABLE, WEIGHTS, WEIGHTS_FULL, U2Net, Widths
-
-log = logging.getLogger("craftai.infer.routes")
 
 
 class U2netpTorch(MatteRoute):
@@ -53,11 +50,7 @@ class U2netpTorch(MatteRoute):
         """On a GPU: rembg's steps checked there against Pillow's and numpy's, used where equal."""
         if self._staging is None:
             return
-        step("checking rembg's resizes and arithmetic on the GPU against Pillow's")
-        problem = matte_u2netp_torch.disagreement(self.steps, torch.device(self.device))
-        self.steps_on_device = problem is None
-        if problem is not None:
-            log.warning("%s on %s: %s; its resizes stay on the CPU (Pillow)", type(self).__name__, self.device, problem)
+        self.steps_on_device = matte_u2netp_torch.usable_on(self.device, self.steps, step, type(self).__name__)
 
     def network(self) -> nn.Module:
         """The module the prepared weights load into (strict); its first output is the served map."""
