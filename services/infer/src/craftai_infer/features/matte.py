@@ -20,7 +20,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TypeVar
 
-from craftai_common.errors import ServiceError, invalid_argument, resource_exhausted
+from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer import matte_options, memory
 from craftai_infer.encodings import Format
 from craftai_infer.features import run as runs
@@ -124,14 +124,7 @@ def check_raw_size(asked: matte_options.Checked, width: int, height: int, limit:
 
 
 def _raw_fits(kinds: Collection[Kind], size: int, limit: int, picture: str) -> None:
-    if size > limit:
-        raise resource_exhausted(
-            Reason.LIMIT_REACHED,
-            f"the raw {' and '.join(kinds)} of {picture} come to {size:,} bytes, more than the {limit:,} bytes "
-            f"a message may carry (CRAFTAI_MAX_MESSAGE_BYTES); {RAW_INSTEAD}",
-            answer_bytes=str(size),
-            limit_bytes=str(limit),
-        )
+    runs.check_bytes(size, limit, f"the raw {' and '.join(kinds)} of {picture}", RAW_INSTEAD)
 
 
 @dataclass(frozen=True)

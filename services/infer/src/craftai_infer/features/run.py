@@ -143,7 +143,12 @@ def check_size(answer: Message, limit: int, what: str, fewer: str, *, payload: i
     under the limit is then not measured (measuring serialises it, a copy of every picture)."""
     if payload is not None and payload + BESIDE_PAYLOAD <= limit:
         return
-    size = answer.ByteSize()
+    check_bytes(answer.ByteSize(), limit, what, fewer)
+
+
+def check_bytes(size: int, limit: int, what: str, fewer: str) -> None:
+    """RESOURCE_EXHAUSTED (LIMIT_REACHED) where `size` bytes of an answer (`what`, in words) are
+    more than one message may carry, saying how to ask for less (`fewer`)."""
     if size > limit:
         raise resource_exhausted(
             Reason.LIMIT_REACHED,

@@ -76,25 +76,41 @@ __all__ = [
 ]
 
 
+def _taps(
+    in_size: int, out_size: int, support: float
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.float64]]:
+    """Pillow's `precompute_coeffs` up to the filter: for each output pixel along an axis, the first
+    input pixel it reads (out_size,), which of its taps fall inside the picture (out_size, taps),
+    and each tap's distance from the pixel's centre in the filter's units, in double as Pillow
+    computes it (the filter widened to the scale when reducing)."""
+    scale = float(in_size) / out_size
+    filterscale = max(scale, 1.0)
+    width = support * filterscale
+    taps = math.ceil(width) * 2 + 1
+    centre = (np.arange(out_size, dtype=np.float64) + 0.5) * scale
+    first = np.maximum(np.trunc(centre - width + 0.5), 0).astype(np.int64)  # C's (int): toward zero
+    last = np.minimum(np.trunc(centre + width + 0.5).astype(np.int64), in_size)
+    offsets = np.arange(taps, dtype=np.int64)
+    inside = offsets[None, :] < (last - first)[:, None]
+    distance = ((first[:, None] + offsets[None, :]).astype(np.float64) - centre[:, None] + 0.5) * (1.0 / filterscale)
+    return first, inside, distance
+
+
+def _normalised(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """Each output pixel's weights divided by their sum (summed in order, as the C loop sums them;
+    the zeros past the picture change nothing), left as they are where the sum is 0."""
+    total = np.zeros(weights.shape[0], dtype=np.float64)
+    for k in range(weights.shape[1]):
+        total = total + weights[:, k]
+    return np.where(total[:, None] != 0.0, weights / np.where(total == 0.0, 1.0, total)[:, None], weights)
+
+
 @lru_cache(maxsize=64)
 def bilinear_weights(in_size: int, out_size: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
     """For each output pixel along an axis: the first input pixel it reads, and the fixed-point
     weights of the taps from there, (out_size,) and (out_size, taps) (zero past the picture)."""
-    scale = float(in_size) / out_size
-    filterscale = max(scale, 1.0)
-    support = SUPPORT * filterscale
-    taps = math.ceil(support) * 2 + 1
-    centre = (np.arange(out_size, dtype=np.float64) + 0.5) * scale
-    first = np.maximum(np.trunc(centre - support + 0.5), 0).astype(np.int64)  # C's (int): toward zero
-    last = np.minimum(np.trunc(centre + support + 0.5).astype(np.int64), in_size)
-    count = last - first
-    offsets = np.arange(taps, dtype=np.int64)
-    distance = ((first[:, None] + offsets[None, :]).astype(np.float64) - centre[:, None] + 0.5) * (1.0 / filterscale)
-    weights = np.where(offsets[None, :] < count[:, None], np.maximum(1.0 - np.abs(distance), 0.0), 0.0)
-    total = np.zeros(out_size, dtype=np.float64)
-    for k in range(taps):  # in order, as the C loop sums them
-        total = total + weights[:, k]
-    weights = np.where(total[:, None] != 0.0, weights / np.where(total == 0.0, 1.0, total)[:, None], weights)
+    first, inside, distance = _taps(in_size, out_size, SUPPORT)
+    weights = _normalised(np.where(inside, np.maximum(1.0 - np.abs(distance), 0.0), 0.0))
     fixed = np.floor(0.5 + weights * float(1 << PRECISION_BITS)).astype(np.int64)  # weights are >= 0
     return first, fixed
 
@@ -173,25 +189,11 @@ def lanczos_coefficients(in_size: int, out_size: int) -> tuple[npt.NDArray[np.in
     each output pixel (out_size,) and its normalised weights in double (out_size, taps), zero past
     the picture. Computed as Pillow computes them (same operations, same order): the fixed point is
     a rounding of these, where one ulp can move a weight by one."""
-    scale = float(in_size) / out_size
-    filterscale = max(scale, 1.0)
-    support = LANCZOS_SUPPORT * filterscale
-    taps = math.ceil(support) * 2 + 1
-    centre = (np.arange(out_size, dtype=np.float64) + 0.5) * scale
-    first = np.maximum(np.trunc(centre - support + 0.5), 0).astype(np.int64)  # C's (int): toward zero
-    last = np.minimum(np.trunc(centre + support + 0.5).astype(np.int64), in_size)
-    count = last - first
-    offsets = np.arange(taps, dtype=np.int64)
-    inside = offsets[None, :] < count[:, None]
-    distance = ((first[:, None] + offsets[None, :]).astype(np.float64) - centre[:, None] + 0.5) * (1.0 / filterscale)
+    first, inside, distance = _taps(in_size, out_size, LANCZOS_SUPPORT)
     values = np.fromiter(map(_lanczos, distance[inside].tolist()), dtype=np.float64, count=int(inside.sum()))
-    weights = np.zeros((out_size, taps), dtype=np.float64)
+    weights = np.zeros(distance.shape, dtype=np.float64)
     weights[inside] = values
-    total = np.zeros(out_size, dtype=np.float64)
-    for k in range(taps):  # in order, as the C loop sums them (adding the zeros past the picture changes nothing)
-        total = total + weights[:, k]
-    weights = np.where(total[:, None] != 0.0, weights / np.where(total == 0.0, 1.0, total)[:, None], weights)
-    return first, weights
+    return first, _normalised(weights)
 
 
 def to_fixed_point(weights: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
