@@ -249,10 +249,14 @@ def test_rembgs_steps_on_cuda_agree_with_the_cpu_route(photos: dict[str, Path]) 
     cuda.warm_up(lambda _message: None)
     assert cuda.autocast is None and cuda.capabilities.max_batch
     pictures = [np.asarray(Image.open(photos[n]).convert("RGB")) for n in ("chelsea.png", "astronaut.png")]
+    assert cuda.steps_on_device  # rembg's steps checked on the GPU as it loaded, and run there
     found = cuda.matte(pictures)
-    for name, picture, matte in zip(("chelsea.png", "astronaut.png"), pictures, found, strict=True):
-        reference = cpu.matte([picture])[0].astype(int)
-        diff = np.abs(matte.astype(int) - reference)
+    for name, picture, on_cuda in zip(("chelsea.png", "astronaut.png"), pictures, found, strict=True):
+        assert isinstance(on_cuda, torch.Tensor) and on_cuda.is_cuda
+        (on_cpu,) = cpu.matte([picture])
+        assert isinstance(on_cpu, np.ndarray)
+        matte, reference = on_cuda.cpu().numpy().astype(int), on_cpu.astype(int)
+        diff = np.abs(matte - reference)
         print(f"BiRefNet rembg-steps route cuda {name}: max |d| {diff.max()}, mean {diff.mean():.4f} (of 255)")
         assert matte.shape == picture.shape[:2] and 0.02 < float((reference > 127).mean()) < 0.98
         assert diff.max() <= 2 and diff.mean() <= 0.05, name

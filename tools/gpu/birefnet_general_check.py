@@ -60,7 +60,12 @@ def main(argv: list[str] | None = None) -> int:
                 harness.timed_on(lambda: route.forward(two), args.reps, args.warmup, device) / 2
             )
         rows += forward_rows(SIDE, forward, errors)
-        pipeline = pipeline_times(lambda p: route.matte([p]), ((1024, 1024), (4000, 3000)), args, rows)
+        pipeline = pipeline_times(
+            lambda p: [m.cpu().numpy() if isinstance(m, torch.Tensor) else m for m in route.matte([p])],
+            ((1024, 1024), (4000, 3000)),
+            args,
+            rows,
+        )
     report.update(forward_ms=forward, matte_errors=errors, pipeline_ms=pipeline)
     return written(args.out, "birefnet_general_check.json", report, rows)
 
