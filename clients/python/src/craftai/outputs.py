@@ -342,17 +342,14 @@ def _image(result: infer_pb2.MatteResult, name: Output, legacy: bytes, alpha: bo
     if result.HasField(name):  # type: ignore[arg-type]
         image: infer_pb2.MatteImage = getattr(result, name)
         fmt = IMAGE_FORMAT_OF.get(image.format, ImageFormat.PNG)
-        return EncodedImage(image.data, fmt, image.has_alpha, result.width, _channels(name, image.has_alpha))
+        return EncodedImage(
+            image.data, fmt, image.has_alpha, result.width, vocabulary.raw_channels(name, image.has_alpha)
+        )
     if not legacy:
         return None
-    return EncodedImage(legacy, ImageFormat.PNG, alpha, result.width, _channels(name, alpha))  # a server before
-
-
-def _channels(name: Output, has_alpha: bool) -> int:
-    """An output's bytes a pixel in its raw layout (MATTE_FORMAT_RAW)."""
-    if name in (Output.MATTE, Output.MASK):
-        return 1
-    return 4 if has_alpha or name == Output.CUTOUT else 3
+    return EncodedImage(
+        legacy, ImageFormat.PNG, alpha, result.width, vocabulary.raw_channels(name, alpha)
+    )  # a server before
 
 
 # The order of a matte's stages on the server (a protobuf map keeps none): the picture decoded, the

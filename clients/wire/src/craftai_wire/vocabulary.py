@@ -134,6 +134,15 @@ class Output(StrEnum):
     MASK = "mask"
 
 
+def raw_channels(output: str, has_alpha: bool) -> int:
+    """The bytes a pixel of an output's raw layout (MATTE_FORMAT_RAW; docs/API.md), the same on both
+    sides of the wire: the matte and the mask 1 (grey; the mask 0 or 255), the cutout 4 (RGBA), the
+    composite 3 (RGB) or 4 where it keeps transparency (`has_alpha`)."""
+    if output in (Output.MATTE, Output.MASK):
+        return 1
+    return 4 if has_alpha or output == Output.CUTOUT else 3
+
+
 class CutoutAction(StrEnum):
     """CutoutPrompt.action, in words: what a prompt's region does to a cutout's matte (docs/MATTE.md)."""
 

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
+from typing import cast, get_args
 
 from craftai_common.errors import ServiceError, invalid_argument
 from craftai_infer.encodings import WEBP_MAX_SIDE, Encoding, Format
 from craftai_infer.pipelines.matte_spec import WHITE, Background, Blur, Cover, Kind, OutputsSpec, Solid
 from craftai_infer.pipelines.picture import Picture
 from craftai_wire.v1 import infer_pb2
-from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_OF, PARTS_OF, Part, Reason
+from craftai_wire.vocabulary import IMAGE_FORMATS, OUTPUT_OF, PARTS_OF, Part, Reason, raw_channels
 
 # The wire's enums -> the pipeline's names (the vocabulary's tables; the pipeline types them as Literals).
 KIND_OF: dict[int, Kind] = {code: cast(Kind, str(name)) for code, name in OUTPUT_OF.items()}
@@ -34,9 +34,9 @@ FORMAT_OF: dict[int, Format] = {infer_pb2.MATTE_FORMAT_UNSPECIFIED: "png", **{c:
 MAX_BLUR_RADIUS = 500.0
 DEFAULT_THRESHOLD = 0.5
 DEFAULT_JPEG_QUALITY = 90
-# A raw output's bytes a pixel (MATTE_FORMAT_RAW): grey matte and 0/255 mask 1, RGBA cutout 4, the
-# composite 4 (RGBA) unless its background is opaque (then RGB, 3).
-RAW_BYTES_PER_PIXEL: dict[Kind, int] = {"matte": 1, "mask": 1, "cutout": 4, "composite": 4}
+# A raw output's most bytes a pixel (MATTE_FORMAT_RAW: vocabulary.raw_channels), the composite's with
+# transparency (`Checked.raw_bytes` counts 3 where its background is opaque).
+RAW_BYTES_PER_PIXEL: dict[Kind, int] = {kind: raw_channels(kind, has_alpha=True) for kind in get_args(Kind)}
 
 
 def _bad(field: str, message: str) -> ServiceError:
@@ -79,7 +79,7 @@ class Checked:
         opaque = self.background_picture is None and (self.colour is None or self.colour[3] == 255)
         total = 0
         for kind in self.raw:
-            total += (3 if kind == "composite" and opaque else RAW_BYTES_PER_PIXEL[kind]) * width * height
+            total += raw_channels(kind, has_alpha=not opaque) * width * height
         return total
 
     def within(self, width: int, height: int, background: Picture | None) -> OutputsSpec:

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from craftai_infer.pipelines import matte_u2netp
 from craftai_infer.pipelines.matte_u2netp import U2NET, Steps
 from craftai_infer.pipelines.pillow_resize import resize_lanczos_by_passes
 
@@ -138,8 +139,6 @@ def disagreement(steps: Steps, device: torch.device, seed: int = 0) -> str | Non
     `matte_u2netp.preprocess` and `postprocess` answer on this host for made pictures of every
     PROBES shape; else what differed. A route runs this once as it loads: the steps are proven on
     CPU tensors by the tests, and this proves the device's arithmetic (and this host's numpy)."""
-    from craftai_infer.pipelines import matte_u2netp
-
     rng = np.random.default_rng(seed)
     for shape in PROBES:
         height, width = shape[:2]
