@@ -15,6 +15,7 @@ from PIL import Image
 
 from craftai_infer.pipelines.pillow_resize import (
     PRECISION_BITS,
+    installed_pillow_may_run_height_first,
     lanczos_coefficients,
     lanczos_vertical_first,
     resample_pass,
@@ -98,6 +99,19 @@ def test_the_rule_on_the_sizes_that_matter() -> None:
     assert not lanczos_vertical_first(320, 320, 1080, 1920)  # both grow
     assert not lanczos_vertical_first(100, 60, 80, 50)  # 20 is not more than 2·10
     assert lanczos_vertical_first(100, 60, 79, 50)
+
+
+def test_the_installed_pillows_order_is_asked_of_it_on_a_picture_the_orders_tell_apart() -> None:
+    """The question the passes ask the installed Pillow (a release through 12 runs the width first
+    everywhere: the GPU machine's image has one) can tell the two orders apart, and this Pillow (the
+    pinned 13) answers that it runs the height first where the rule says."""
+    picture = np.random.default_rng(0).integers(0, 256, (24, 16), dtype=np.uint8)
+    tensor = torch.from_numpy(picture)
+    height_first = resize_lanczos_by_passes(tensor, 6, 12, vertical_first=True).numpy()
+    width_first = resize_lanczos_by_passes(tensor, 6, 12, vertical_first=False).numpy()
+    assert not np.array_equal(height_first, width_first)
+    assert lanczos_vertical_first(24, 16, 6, 12)
+    assert installed_pillow_may_run_height_first() is (int(Image.__version__.split(".")[0]) >= 13)
 
 
 def test_the_other_order_and_the_other_rounding_answer_otherwise() -> None:

@@ -43,8 +43,12 @@ craftai_infer.pipelines.matte_u2netp_torch) is restated the same way, for the Pi
   vertical pass reads (`ybox_first`..`ybox_last`); without a box that is every row, so nothing
   is cropped here.
 
-Not restated: a `box`, `reducing_gap`, RGBA (Pillow premultiplies the alpha first: refused here) and
-Pillow releases with another pass order (every one through 12 runs the width first).
+The pass order follows the Pillow installed, as rembg's steps do: every release through 12 runs the
+width first whatever the sizes. Which one is installed is not read from its version number but
+asked of it once (`installed_pillow_may_run_height_first`: one small resize that the two orders
+answer differently), and an installed Pillow that answers neither way is refused.
+
+Not restated: a `box`, `reducing_gap` and RGBA (Pillow premultiplies the alpha first: refused here).
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ LANCZOS_SUPPORT = 3.0  # the truncated sinc's half-width
 
 __all__ = [
     "bilinear_weights",
+    "installed_pillow_may_run_height_first",
     "lanczos_coefficients",
     "lanczos_vertical_first",
     "lanczos_weights",
@@ -218,15 +223,35 @@ def lanczos_vertical_first(height: int, width: int, out_height: int, out_width: 
     return lost > 0 and lost > 2 * (width - out_width)
 
 
+@lru_cache(maxsize=1)
+def installed_pillow_may_run_height_first() -> bool:
+    """Whether the installed Pillow runs the vertical pass first where Pillow 13 does (False for the
+    releases through 12, which always run the width first), asked of it with one resize of a picture
+    on which the two orders answer differently."""
+    picture = np.random.default_rng(0).integers(0, 256, (24, 16), dtype=np.uint8)
+    answer = np.asarray(Image.fromarray(picture).resize((12, 6), Image.Resampling.LANCZOS))
+    grid = torch.from_numpy(picture)
+    for height_first in (True, False):
+        if np.array_equal(resize_lanczos_by_passes(grid, 6, 12, vertical_first=height_first).numpy(), answer):
+            return height_first
+    raise RuntimeError(
+        f"the installed Pillow {Image.__version__} resizes with LANCZOS in neither pass order this module "
+        "restates: install the Pillow the project pins (constraints.txt)"
+    )
+
+
 def resize_lanczos_by_passes(pixels: Tensor, height: int, width: int, vertical_first: bool | None = None) -> Tensor:
-    """The two Lanczos passes in torch, on the pixels' device, in Pillow 13's order (or the order
-    given, for the tests that show the other one differs). (H, W, C) with C 1 or 3, or (H, W)."""
+    """The two Lanczos passes in torch, on the pixels' device, in the installed Pillow's order (or
+    the order given, for the tests that show the other one differs). (H, W, C) with C 1 or 3, or
+    (H, W)."""
     flat = pixels.ndim == 2
     grid = pixels.unsqueeze(2) if flat else pixels
     _check_lanczos(grid, height, width)
     in_height, in_width = grid.shape[0], grid.shape[1]
     if vertical_first is None:
-        vertical_first = lanczos_vertical_first(in_height, in_width, height, width)
+        vertical_first = installed_pillow_may_run_height_first() and lanczos_vertical_first(
+            in_height, in_width, height, width
+        )
     order = ((0, height), (1, width)) if vertical_first else ((1, width), (0, height))
     out = grid
     for axis, size in order:
