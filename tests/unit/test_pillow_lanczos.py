@@ -9,6 +9,7 @@ import itertools
 
 import numpy as np
 import numpy.typing as npt
+import PIL
 import pytest
 import torch
 from PIL import Image
@@ -111,7 +112,7 @@ def test_the_installed_pillows_order_is_asked_of_it_on_a_picture_the_orders_tell
     width_first = resize_lanczos_by_passes(tensor, 6, 12, vertical_first=False).numpy()
     assert not np.array_equal(height_first, width_first)
     assert lanczos_vertical_first(24, 16, 6, 12)
-    assert installed_pillow_may_run_height_first() is (int(Image.__version__.split(".")[0]) >= 13)
+    assert installed_pillow_may_run_height_first() is (int(PIL.__version__.split(".")[0]) >= 13)
 
 
 def test_the_other_order_and_the_other_rounding_answer_otherwise() -> None:

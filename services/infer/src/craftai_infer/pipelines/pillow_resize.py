@@ -58,6 +58,7 @@ from functools import lru_cache
 
 import numpy as np
 import numpy.typing as npt
+import PIL
 import torch
 from PIL import Image
 from torch import Tensor
@@ -235,7 +236,7 @@ def installed_pillow_may_run_height_first() -> bool:
         if np.array_equal(resize_lanczos_by_passes(grid, 6, 12, vertical_first=height_first).numpy(), answer):
             return height_first
     raise RuntimeError(
-        f"the installed Pillow {Image.__version__} resizes with LANCZOS in neither pass order this module "
+        f"the installed Pillow {PIL.__version__} resizes with LANCZOS in neither pass order this module "
         "restates: install the Pillow the project pins (constraints.txt)"
     )
 
