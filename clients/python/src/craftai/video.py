@@ -18,11 +18,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import av
 import numpy as np
 from av.audio.stream import AudioStream
+
+from craftai.video_kinds import OUTPUT_SUFFIXES, VIDEO_SUFFIXES, OutputKind, VideoError, is_video, output_kind
 
 if TYPE_CHECKING:
     from av.container import InputContainer, OutputContainer
@@ -30,9 +32,17 @@ if TYPE_CHECKING:
     from av.video.codeccontext import VideoCodecContext
     from av.video.stream import VideoStream
 
-VIDEO_SUFFIXES = frozenset({".mp4", ".mov", ".webm", ".mkv", ".avi", ".m4v"})
-OutputKind = Literal["webm", "mov", "mp4", "png"]
-OUTPUT_SUFFIXES: dict[str, OutputKind] = {".webm": "webm", ".mov": "mov", ".mp4": "mp4"}
+__all__ = [
+    "OUTPUT_SUFFIXES",
+    "VIDEO_SUFFIXES",
+    "OutputKind",
+    "VideoError",
+    "VideoInfo",
+    "VideoReader",
+    "VideoWriter",
+    "is_video",
+    "output_kind",
+]
 
 # Audio codecs each container takes as they are (packets copied, no quality lost); others are re-encoded.
 _COPYABLE_AUDIO: dict[OutputKind, frozenset[str]] = {
@@ -47,10 +57,6 @@ _FORMAT: dict[OutputKind, str] = {"webm": "webm", "mov": "mov", "mp4": "mp4"}
 # readers turn it back into the same colours.
 _BT709 = 1
 _LIMITED_RANGE = 1
-
-
-class VideoError(Exception):
-    """A video could not be read or written; the message says what to do about it."""
 
 
 @dataclass(frozen=True)
@@ -68,44 +74,6 @@ class VideoInfo:
     duration_s: float | None
     has_audio: bool
     frames_exact: bool = False
-
-
-def is_video(path: Path | str) -> bool:
-    """Whether `path` names a video input by its suffix (the CLI's way to tell videos from pictures)."""
-    return Path(path).suffix.lower() in VIDEO_SUFFIXES
-
-
-def output_kind(path: Path | str, *, alpha: bool = False, size: tuple[int, int] | None = None) -> OutputKind:
-    """The kind of output `path` asks for, or a VideoError saying why it can't be written.
-
-    .webm: VP9 (with an alpha plane when `alpha`); .mov: ProRes 4444 with alpha, ProRes 422 HQ without;
-    .mp4: H.264, which has no alpha and needs an even width and height (`size` is (width, height));
-    an existing folder or a name without a suffix: a PNG sequence. Cheap and file-free, so a command
-    can check its arguments before any work.
-    """
-    path = Path(path)
-    if path.is_dir() or not path.suffix:
-        if path.exists() and not path.is_dir():
-            raise VideoError(f"{path} is a file: a PNG sequence needs a folder; name a new or existing folder")
-        return "png"
-    suffix = path.suffix.lower()
-    kind = OUTPUT_SUFFIXES.get(suffix)
-    if kind is None:
-        raise VideoError(
-            f"can't write {suffix} videos: name the output .webm (VP9, keeps transparency), .mov (ProRes, "
-            "keeps transparency), .mp4 (H.264, no transparency) or a folder for PNG frames"
-        )
-    if kind == "mp4" and alpha:
-        raise VideoError(
-            f"{path.name}: MP4 (H.264) has no transparency: write .webm or .mov to keep it, a folder for "
-            "PNG frames, or ask for a composite over a colour or picture to get an opaque .mp4"
-        )
-    if kind == "mp4" and size is not None and (size[0] % 2 or size[1] % 2):
-        raise VideoError(
-            f"{path.name}: H.264 in .mp4 needs an even width and height and this video is {size[0]}x{size[1]}: "
-            "write .webm or .mov (any size), or crop or scale the input to an even size first"
-        )
-    return kind
 
 
 class VideoReader:

@@ -20,6 +20,7 @@ from craftai.cli.progress import Bar
 from craftai.client import AiClient
 from craftai.errors import CraftAiError
 from craftai.frames import FrameOutput
+from craftai.video_kinds import VideoError, is_video, output_kind
 from craftai_wire.vocabulary import Output
 
 if TYPE_CHECKING:  # numpy comes with the `video` extra: the command imports this module without it
@@ -32,15 +33,12 @@ DEFAULT_OUTPUT: dict[str, Output] = {"webm": Output.CUTOUT, "mov": Output.CUTOUT
 def is_video_run(options: argparse.Namespace) -> bool:
     """One input that is a video file (by its suffix): the command makes a video of it. A video
     among other inputs is refused (ValueError): each video is its own run."""
-    try:
-        from craftai.video import VIDEO_SUFFIXES
-    except ImportError as error:  # without the `video` extra: its suffixes, to say what to install
-        if any(
-            Path(name).suffix.lower() in (".mp4", ".mov", ".webm", ".mkv", ".avi", ".m4v") for name in options.inputs
-        ):
+    videos = [name for name in options.inputs if name != "-" and is_video(name)]
+    if videos:
+        try:
+            import craftai.video  # noqa: F401  (PyAV, with the `video` extra)
+        except ImportError as error:
             raise ValueError(f"videos need PyAV ({error.name} is missing): pip install 'craftai[video]'") from error
-        return False
-    videos = [name for name in options.inputs if name != "-" and Path(name).suffix.lower() in VIDEO_SUFFIXES]
     if videos and len(options.inputs) > 1:
         raise ValueError(f"{videos[0]} is a video: give a video alone (one run each), pictures and folders together")
     return bool(videos)
@@ -56,8 +54,6 @@ def output_of(options: argparse.Namespace) -> Output:
                 f"a video holds one output and --outputs names {len(names)}: ask for cutout, composite, matte or mask"
             )
         return Output(names[0])
-    from craftai.video import output_kind
-
     if options.bg_color or options.bg_blur or options.bg_image:
         return Output.COMPOSITE
     return DEFAULT_OUTPUT.get(output_kind(options.output), Output.COMPOSITE)
@@ -66,8 +62,6 @@ def output_of(options: argparse.Namespace) -> Output:
 def planned(options: argparse.Namespace, asked: dict[str, Any]) -> tuple[Output, bool]:
     """The output the video holds and whether it keeps transparency, checked against the file asked
     for before any work (ValueError in plain words)."""
-    from craftai.video import VideoError, output_kind
-
     name = output_of(options)
     alpha = name == Output.CUTOUT or (name == Output.COMPOSITE and _translucent(asked))
     try:
@@ -80,7 +74,7 @@ def planned(options: argparse.Namespace, asked: dict[str, Any]) -> tuple[Output,
 def cmd_video(ai: AiClient, options: argparse.Namespace, asked: dict[str, Any], name: Output, alpha: bool) -> int:
     """The video of options.inputs[0] into options.output (`name`, with transparency when `alpha`);
     0 when written, 1 when it failed."""
-    from craftai.video import VideoError, VideoReader, VideoWriter, output_kind
+    from craftai.video import VideoReader, VideoWriter
 
     source = Path(options.inputs[0])
     target = Path(options.output)
