@@ -95,13 +95,14 @@ class Work:
     refinements: int
     outputs: str
     engine: str | None
+    recipe: str = "u2netp"
 
 
 def measure(ai: AiClient, work: Work) -> tuple[float, list[Refinement]]:
     """The open's round trip (ms), then each timed refinement."""
     picture, size, refinements, outputs, engine = work.picture, work.size, work.refinements, work.outputs, work.engine
     started = time.perf_counter()
-    with ai.open_cutout(picture, outputs=outputs, engine=engine, segment_engine=engine) as session:
+    with ai.open_cutout(picture, outputs=outputs, recipe=work.recipe, engine=engine, segment_engine=engine) as session:
         open_ms = (time.perf_counter() - started) * 1000
         print(f"== opened a {size[0]}x{size[1]} cutout session in {open_ms:.0f} ms; warming up", flush=True)
         session.refine([CutoutPrompt("keep", points=[click(size, -1)])])  # not counted
@@ -128,7 +129,11 @@ def through_web(gateway: str, key: str, work: Work) -> tuple[float, list[Refinem
     import httpx
 
     headers = {"Authorization": f"Bearer {key}", "Craftai-App-Id": "bench-web"}
-    params = {"outputs": outputs, **({"engine": engine, "segment_engine": engine} if engine else {})}
+    params = {
+        "outputs": outputs,
+        "recipe": work.recipe,
+        **({"engine": engine, "segment_engine": engine} if engine else {}),
+    }
     with httpx.Client(base_url=gateway, headers=headers, timeout=300) as http:
         started = time.perf_counter()
         opened = http.post("/api/v1/cutouts", params=params, files={"picture": ("picture.png", picture, "image/png")})

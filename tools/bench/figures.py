@@ -439,6 +439,19 @@ def cutout(runs: Runs) -> list[str]:
     return _table(["through `craftai serve`, 2 CPU cores", "p50 ms", "p90 ms"], rows)
 
 
+def _frames_peer(r: dict[str, Any]) -> tuple[str, str]:
+    """The frames run's peer column and ratio: `rembg b` (u2netp on a CPU) or transparent-background's
+    video loop (InSPyReNet), whichever the run measured; "-" for neither."""
+    steady = r["ours"]["steady_frames_per_s"]
+    for key, name in (("rembg", "`rembg b`"), ("transparent_background", "transparent-background")):
+        theirs = r.get(key)
+        if theirs is not None:
+            overall = r["ratio_frames_per_s"] if key == "rembg" else r["ratio_transparent_background"]
+            peer = f"{name}: {theirs['frames_per_s']:.2f} ({theirs['steady_frames_per_s']:.2f})"
+            return peer, f"**{overall:.2f}x** ({steady / theirs['steady_frames_per_s']:.2f}x)"
+    return "-", "-"
+
+
 def frames(runs: Runs) -> list[str]:
     """One stream of a video's frames against `rembg b` (its run on the CPU), and ours on a GPU; then
     the fairly bench's runs with a video beside the click (a second table)."""
@@ -449,13 +462,13 @@ def frames(runs: Runs) -> list[str]:
             continue
         size, count = r["settings"]["size"], r["settings"]["frames"]
         answered = "raw pixels" if r["settings"].get("format") == "raw" else "a PNG cutout"
-        ours, theirs = r["ours"], r["rembg"]
+        recipe = r["settings"].get("recipe", "u2netp")
+        ours = r["ours"]
         where = "2 CPU cores" if ours["device"] == "cpu" else ours["device"]
-        peer = "-" if theirs is None else f"{theirs['frames_per_s']:.2f} ({theirs['steady_frames_per_s']:.2f})"
-        ratio = "-" if theirs is None else f"**{r['ratio_frames_per_s']:.2f}x** ({r['ratio_steady_frames_per_s']:.2f}x)"
+        peer, ratio = _frames_peer(r)
         rows.append(
             [
-                f"{count} frames of {size}, u2netp, {answered} each, {where} (run: {name})",
+                f"{count} frames of {size}, {recipe}, {answered} each, {where} (run: {name})",
                 f"{ours['frames_per_s']:.2f} ({ours['steady_frames_per_s']:.2f})",
                 peer,
                 ratio,
@@ -474,7 +487,7 @@ def frames(runs: Runs) -> list[str]:
                     "-",
                 ]
             )
-    header = ["one MatteFrames stream", "ours, frames/s (steady)", "`rembg b`, frames/s (steady)", "ours / rembg"]
+    header = ["one MatteFrames stream", "ours, frames/s (steady)", "the peer's, frames/s (steady)", "ours / peer"]
     lines = _table(header, rows)
     if clicks:
         beside = []
