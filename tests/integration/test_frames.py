@@ -161,6 +161,19 @@ def test_bad_frames_and_options_in_plain_words(ai: AiClient, frames: list[npt.ND
     assert raised.value.reason == Reason.BAD_PICTURE and str(raised.value).startswith("frame 1: ")
 
 
+def test_a_raw_frame_over_the_picture_limits_is_refused_naming_it(
+    ai: AiClient, frames: list[npt.NDArray[np.uint8]]
+) -> None:
+    """A raw frame has no header to read: its stated size is held to the pictures' limits."""
+    side = ai.runtime().limits.max_picture_side
+    with pytest.raises(CraftAiError) as raised:
+        list(ai.remove_background_frames([np.zeros((1, side + 1, 3), np.uint8)], outputs="matte"))
+    error = raised.value
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT and error.reason == Reason.PICTURE_TOO_LARGE
+    assert f"frame 0 is {side + 1}x1 pixels; the limits are" in str(error), str(error)
+    assert f"{side:,} pixels on the longest side" in str(error)
+
+
 def test_the_apps_own_error_is_raised_as_itself(ai: AiClient, frames: list[npt.NDArray[np.uint8]]) -> None:
     def failing() -> Iterator[npt.NDArray[np.uint8]]:
         yield frames[0]

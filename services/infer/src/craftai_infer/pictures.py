@@ -56,6 +56,14 @@ class Limits:
     max_pixels: int
     max_side: int
 
+    def admit(self, width: int, height: int) -> bool:
+        """Whether a picture (or a raw frame) of this size is within both limits."""
+        return width * height <= self.max_pixels and max(width, height) <= self.max_side
+
+    def __str__(self) -> str:
+        """How a refusal says them."""
+        return f"the limits are {self.max_pixels:,} pixels and {self.max_side:,} pixels on the longest side"
+
 
 @dataclass(frozen=True)
 class Header:
@@ -191,7 +199,7 @@ def _opened(data: bytes, limits: Limits) -> Image.Image:
         raise invalid_argument(
             Reason.EMPTY_PICTURE, f"the picture has no pixels ({width}x{height})", field="picture.data"
         )
-    if width * height > limits.max_pixels or max(width, height) > limits.max_side:
+    if not limits.admit(width, height):
         raise _too_large((width, height), limits)
     frames = int(getattr(image, "n_frames", 1))
     if frames > 1:
@@ -221,7 +229,6 @@ def _too_large(size: tuple[int, int] | None, limits: Limits) -> Exception:
     found = f"is {size[0]}x{size[1]} pixels" if size else "declares a size far beyond any limit (a decompression bomb?)"
     return invalid_argument(
         Reason.PICTURE_TOO_LARGE,
-        f"the picture {found}; the limits are {limits.max_pixels:,} pixels and {limits.max_side:,} pixels "
-        "on the longest side",
+        f"the picture {found}; {limits}",
         field="picture.data",
     )

@@ -314,11 +314,10 @@ class FramesFeature:
                 field=f"frames[{index}].data",
             )
         limits = c.limits
-        if width * height > limits.max_pixels or max(width, height) > limits.max_side:
+        if not limits.admit(width, height):
             raise invalid_argument(
                 Reason.PICTURE_TOO_LARGE,
-                f"frame {index} is {width}x{height} pixels; the limits are {limits.max_pixels:,} pixels and "
-                f"{limits.max_side:,} pixels on the longest side",
+                f"frame {index} is {width}x{height} pixels; {limits}",
                 field=f"frames[{index}]",
             )
         return width, height
