@@ -402,3 +402,24 @@ async def test_a_workers_batch_hands_its_class_to_the_cpu_pool() -> None:
     finally:
         workers.close()
         pool.shutdown()
+
+
+def test_a_cpu_pool_starts_its_threads_with_its_first_job() -> None:
+    """A pool a process never uses (the route-host pool where no route has host steps) holds no
+    threads; its first job starts them all."""
+
+    def named(prefix: str) -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name.startswith(prefix)]
+
+    pool = CpuPool(3, "lazy-pool")
+    try:
+        assert pool.threads == 0 and not named("lazy-pool-")
+        assert pool.submit(lambda: 7).result(10) == 7
+        assert pool.threads == 3 and len(named("lazy-pool-")) == 3
+    finally:
+        pool.shutdown()
+    unused = CpuPool(2, "never-used")
+    unused.shutdown()
+    assert not named("never-used-")
+    with pytest.raises(RuntimeError, match="the never-used pool is shut down"):
+        unused.submit(lambda: 7)

@@ -444,17 +444,34 @@ class CpuPool(Executor):
 
     def __init__(self, threads: int, name: str, *, bulk_niceness: int = 0) -> None:
         self.queue: WorkQueue[Callable[[], Any], Any] = WorkQueue(name)
-        lanes = threads if bulk_niceness else 0
-        self._workers: Workers[Callable[[], Any], Any] = Workers(
-            self.queue,
-            lambda calls: [call() for call in calls],
-            roles=roles(threads, lanes=lanes, bulk_niceness=bulk_niceness),
-            name=name,
-        )
+        self._roles = roles(threads, lanes=threads if bulk_niceness else 0, bulk_niceness=bulk_niceness)
+        self._name = name
+        # started with the first job: a pool that a process never uses (a route's host steps where no
+        # such route loads) holds no threads
+        self._workers: Workers[Callable[[], Any], Any] | None = None
+        self._starting = threading.Lock()
+        self._closed = False
+
+    def _started(self) -> None:
+        if self._workers is not None:
+            return
+        with self._starting:
+            if self._closed:
+                raise RuntimeError(f"the {self._name} pool is shut down")
+            if self._workers is None:
+                self._workers = Workers(
+                    self.queue, lambda calls: [call() for call in calls], roles=self._roles, name=self._name
+                )
+
+    @property
+    def threads(self) -> int:
+        """The threads running now (0 until the first job)."""
+        return 0 if self._workers is None else len(self._roles)
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(*args)` on the pool in this task's class, tenant and context (its log lines carry its ids)."""
         context = contextvars.copy_context()
+        self._started()
         result: T = await submitted(self.queue, lambda: context.run(fn, *args))
         return result
 
@@ -473,8 +490,13 @@ class CpuPool(Executor):
             else:
                 future.set_result(result)
 
+        self._started()
         self.queue.put(Job(lambda: fn(*args, **kwargs), work_class, tenant_var.get(), None, deliver))
         return future
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
-        self._workers.close()
+        with self._starting:
+            self._closed = True
+            workers = self._workers
+        if workers is not None:
+            workers.close()
