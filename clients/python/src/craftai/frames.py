@@ -259,18 +259,24 @@ class Reading:
         self.notices: list[str] = []
         self.window: Window | AsyncWindow | None = None
 
-    def take(self, event: infer_pb2.MatteFramesEvent) -> FrameOutput | None:
-        """The frame's output an event carries, if any."""
+    def read(
+        self, event: infer_pb2.MatteFramesEvent
+    ) -> FrameOutput | FramesStarted | FramesDone | common_pb2.Progress | None:
+        """What one event gives (`answer`), with the window moved and progress given to the callback
+        (the web gateway passes each on to its client)."""
         item = answer(event, self.request_id, self.notices)
         if isinstance(item, FramesStarted) and self.window is not None:
             self.window.open(item.in_flight)
-        elif isinstance(item, FrameOutput):
-            if self.window is not None:
-                self.window.answered()
-            return item
+        elif isinstance(item, FrameOutput) and self.window is not None:
+            self.window.answered()
         elif isinstance(item, common_pb2.Progress) and self.on_progress is not None:
             self.on_progress(item)
-        return None
+        return item
+
+    def take(self, event: infer_pb2.MatteFramesEvent) -> FrameOutput | None:
+        """The frame's output an event carries, if any."""
+        item = self.read(event)
+        return item if isinstance(item, FrameOutput) else None
 
 
 def answer(

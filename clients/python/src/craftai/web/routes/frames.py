@@ -37,7 +37,15 @@ from starlette.websockets import WebSocketDisconnect
 from craftai.calls import MATTE_FRAMES
 from craftai.client import AsyncAiClient
 from craftai.errors import CraftAiError
-from craftai.frames import AsyncWindow, FrameOutput, FramesDone, FramesStarted, answer, requests_off_the_loop, starting
+from craftai.frames import (
+    AsyncWindow,
+    FrameOutput,
+    FramesDone,
+    FramesStarted,
+    Reading,
+    requests_off_the_loop,
+    starting,
+)
 from craftai.transport import new_request_id
 from craftai.web.answers import answered, event
 from craftai.web.callers import credentials
@@ -259,18 +267,15 @@ async def _answer(
     """AsyncAiClient.remove_background_frames' loop (the SDK's window, its messages and answers),
     with the stream's start and end passed on to the client as well as its frames."""
     start = starting(**options)
-    request_id = new_request_id()
-    notices: list[str] = []
-    window = AsyncWindow()
-    events = ai.transport.frames(MATTE_FRAMES, requests_off_the_loop(start, _queued(queue), window), request_id)
+    reading = Reading(new_request_id(), None)  # progress is passed on below
+    window = reading.window = AsyncWindow()
+    events = ai.transport.frames(MATTE_FRAMES, requests_off_the_loop(start, _queued(queue), window), reading.request_id)
     try:
         async for item in events:
-            found = answer(item, request_id, notices)
+            found = reading.read(item)
             if isinstance(found, FramesStarted):
-                window.open(found.in_flight)
                 await socket.send_text(json.dumps({"started": asdict(found)}))
             elif isinstance(found, FrameOutput):
-                window.answered()
                 held.answered()
                 await _send_frame(socket, found)
             elif isinstance(found, FramesDone):
