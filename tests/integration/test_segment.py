@@ -210,9 +210,8 @@ def test_segment_once_answers_what_a_session_answers(ai: AiClient, opened: Opene
     once = ai.segment_once(photos["chelsea.png"], points=points, box=box, all_masks=True, low_res=True)
     kept = opened.session.segment(points=points, box=box, all_masks=True, low_res=True)
     assert once.session_id == "" and set(once.timing_ms) == {"decode", "encode", "model", "png"}
-    assert [m.png for m in once.masks] == [m.png for m in kept.masks]
+    _same_masks(once, kept)
     assert [m.predicted_iou for m in once.masks] == [m.predicted_iou for m in kept.masks]
-    assert [m.low_res for m in once.masks] == [m.low_res for m in kept.masks]
 
 
 def test_an_array_of_pixels_is_the_same_picture_as_its_file(
@@ -224,8 +223,23 @@ def test_an_array_of_pixels_is_the_same_picture_as_its_file(
     once = ai.segment_once(pixels, points=points, box=box, all_masks=True, low_res=True)
     kept = opened.session.segment(points=points, box=box, all_masks=True, low_res=True)
     assert (once.width, once.height) == (WIDTH, HEIGHT)
-    assert [m.png for m in once.masks] == [m.png for m in kept.masks]
-    assert [m.low_res for m in once.masks] == [m.low_res for m in kept.masks]
+    _same_masks(once, kept)
+
+
+def _same_masks(once: SegmentOutput, kept: SegmentOutput) -> None:
+    """The same masks, byte for byte; where they are not, the failure says whether the pixels, the
+    logits or only the PNG's bytes differ (these once failed under a full suite's load only)."""
+    assert len(once.masks) == len(kept.masks)
+    for k, (a, b) in enumerate(zip(once.masks, kept.masks, strict=True)):
+        if a.png == b.png and a.low_res == b.low_res:
+            continue
+        pixels_a, pixels_b = mask_of(a.png), mask_of(b.png)
+        logits = [np.frombuffer(m.low_res.logits, "<f4") if m.low_res else np.zeros(0) for m in (a, b)]
+        apart = float(np.abs(logits[0] - logits[1]).max()) if logits[0].shape == logits[1].shape else -1.0
+        pytest.fail(
+            f"mask {k}: {int((pixels_a != pixels_b).sum())} pixels differ, logits at most {apart} apart, "
+            f"predicted IoU {a.predicted_iou} and {b.predicted_iou}, PNGs of {len(a.png)} and {len(b.png)} bytes"
+        )
 
 
 # ------------------------------------------------------------------------------------------------
