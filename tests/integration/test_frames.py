@@ -1,13 +1,15 @@
 """MatteFrames on a real `craftai serve` (u2netp's real weights, on the CPU): each frame's outputs are
 remove_background's of the same picture byte for byte, raw pixels or encoded, in the frames' order;
 the frames are read only as fast as answers come; a frame of another size, bad options, a silent
-caller and the app's own failing iterable end the stream in plain words; both clients. Then the
+caller and the app's own failing iterable end the stream in plain words; a stream whose server
+went away is tried again and loses no frame; both clients. Then the
 command on a made clip: PNG frames equal to the SDK's, a .webm keeping transparency and sound, an
 .mp4 composite, and a damaged input leaving nothing behind."""
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import os
 import re
@@ -22,7 +24,7 @@ import numpy.typing as npt
 import pytest
 from PIL import Image
 
-from craftai import AiClient, AsyncAiClient, CraftAiError, FrameOutput
+from craftai import AiClient, AsyncAiClient, CraftAiError, FrameOutput, Retries
 from craftai.video import VideoReader
 from craftai_dev import clips, servers
 from craftai_infer.pipelines import matte_temporal
@@ -114,6 +116,36 @@ def test_raw_frames_are_the_png_frames_pixels(ai: AiClient, frames: list[npt.NDA
         assert ours.output.cutout.format == "raw" and ours.output.cutout.shape == (SIZE[1], SIZE[0], 4)
         assert np.array_equal(ours.output.cutout.array(), theirs.output.cutout.array())
         assert np.array_equal(ours.output.matte.array(), theirs.output.matte.array())
+
+
+def test_a_stream_that_found_its_server_gone_is_tried_again_and_loses_no_frame(
+    server: servers.Process, ai: AiClient, frames: list[npt.NDArray[np.uint8]], tmp_path: Path
+) -> None:
+    """The SDK's stream to a server it reached before, stopped since: the try that got no answer
+    took no frame from the app's iterator, the next try (once the server is back) starts afresh,
+    and every frame is answered once, in order, as remove_background answers it."""
+    later = servers.embedded(Path(server.env["CRAFTAI_STORE"]), tmp_path, dict(server.env))
+    pulled: list[int] = []
+
+    def source() -> Iterator[npt.NDArray[np.uint8]]:
+        for index, frame in enumerate(frames[:3]):
+            pulled.append(index)
+            yield frame
+
+    with (
+        AiClient(app_id="frames-tests", target=later.address, retries=Retries(attempts=3, wait_seconds=120)) as late,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        late.runtime()  # reached once: a server that is gone later is worth waiting for
+        assert later.stop() == 0
+        stream = pool.submit(lambda: list(late.remove_background_frames(source(), outputs="matte")))
+        time.sleep(1.0)
+        assert not stream.done() and pulled == []  # waiting for the server, nothing taken
+        with servers.running(later.restart()):
+            got = stream.result(timeout=120)
+    assert pulled == [0, 1, 2] and [frame.index for frame in got] == [0, 1, 2]
+    expected = [ai.remove_background(_png(frame), outputs="matte").matte for frame in frames[:3]]
+    assert [frame.output.matte for frame in got] == expected
 
 
 def test_frames_are_read_only_as_fast_as_they_are_answered(ai: AiClient, frames: list[npt.NDArray[np.uint8]]) -> None:
