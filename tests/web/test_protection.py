@@ -3,7 +3,8 @@ timeouts, 8 connections, 1 MiB uploads, 2 MiB of bodies held, 4 KiB heads) in fr
 suite's services, tried with raw sockets as a slow or hostile client would. Each bound is met and
 answered with its status and reason; the key is checked before any body is read; a JSON call whose
 client leaves is cancelled (the services stop the work); a client that leaves mid-upload is logged
-once at INFO; a Host the gateway is not known by is refused."""
+once at INFO; a Host the gateway is not known by is refused; a frame stream whose options never
+come, or whose services are not there, is closed with 4408 or 4503."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
 
 from craftai import AiClient
 from craftai_dev import servers, web
@@ -307,3 +310,41 @@ def test_a_json_call_whose_client_leaves_is_cancelled(
         assert "everything: the client left before its answer; its call was cancelled" in guarded.logs()
     finally:
         httpx.delete(f"{guarded.address}/api/v1/sessions/{session}", headers=headers)
+
+
+def _frames_socket(process: servers.Process, key: str) -> ClientConnection:
+    address = process.address.replace("http://", "ws://") + "/api/v1/frames"
+    headers = {"Authorization": f"Bearer {key}", "Craftai-App-Id": APP}
+    return connect(address, additional_headers=headers, open_timeout=WAIT)
+
+
+def _closed_with(sock: ClientConnection) -> tuple[dict[str, Any], int, str]:
+    """The error's JSON, then the close's code and reason."""
+    message = sock.recv(timeout=WAIT)
+    assert isinstance(message, str), message[:100]
+    error: dict[str, Any] = json.loads(message)["error"]
+    with pytest.raises(ConnectionClosed) as closed:
+        sock.recv(timeout=WAIT)
+    assert closed.value.rcvd is not None
+    return error, closed.value.rcvd.code, closed.value.rcvd.reason
+
+
+def test_a_frame_stream_whose_options_never_come_is_closed_4408(guarded: servers.Process, key: str) -> None:
+    with _frames_socket(guarded, key) as sock:
+        error, code, reason = _closed_with(sock)  # nothing sent: the body timeout (a second) passes
+    assert (code, reason, error["status"], error["reason"]) == (4408, "REQUEST_TIMEOUT", 408, "REQUEST_TIMEOUT")
+    assert "CRAFTAI_WEB_BODY_TIMEOUT_SECONDS" in error["message"]
+
+
+def test_a_frame_stream_with_no_services_behind_is_closed_4503(
+    tmp_path: Path, key: str, photos: dict[str, Path]
+) -> None:
+    """The gateway's services are not there: the stream's first frame is answered 503 in words and
+    the socket closed with 4503, as the HTTP API answers 503."""
+    nowhere = f"127.0.0.1:{servers.free_port()}"
+    with servers.running(web.gateway(nowhere, tmp_path)) as gateway, _frames_socket(gateway, key) as sock:
+        sock.send(json.dumps({"outputs": "matte"}))
+        sock.send(photos["chelsea.png"].read_bytes())
+        error, code, _reason = _closed_with(sock)
+    assert (code, error["status"]) == (4503, 503), error
+    assert nowhere in error["message"], error
