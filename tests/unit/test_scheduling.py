@@ -423,3 +423,25 @@ def test_a_cpu_pool_starts_its_threads_with_its_first_job() -> None:
     assert not named("never-used-")
     with pytest.raises(RuntimeError, match="the never-used pool is shut down"):
         unused.submit(lambda: 7)
+
+
+async def test_a_steady_stream_runs_on_the_worker_that_went_idle_last(make: Any) -> None:
+    """One job at a time through four workers: each is taken by the worker that finished the one
+    before (its scratch arrays and heap warm), not by whichever of the idle ones wakes first."""
+    queue, model = make(threads=4, held=())
+    await until(lambda: queue.idle_workers == 4)
+    for item in range(1, 21):
+        assert await job(queue, item, key=None) == item * 10
+        await until(lambda: queue.idle_workers == 4)  # the worker back to waiting before the next job
+    assert len(set(model.threads.values())) == 1, model.threads
+
+
+async def test_a_bulk_job_wakes_a_worker_that_takes_bulk_work_though_a_lane_went_idle_last(make: Any) -> None:
+    queue, model = make(threads=1, lane=1, held=())
+    await until(lambda: queue.idle_workers == 2)
+    assert await job(queue, 1, work_class=INTERACTIVE) == 10
+    await until(lambda: queue.idle_workers == 2)
+    for item in (2, 3):
+        assert await job(queue, item) == item * 10  # bulk: the lane is not woken, and the job not lost
+        await until(lambda: queue.idle_workers == 2)
+    assert model.threads[2] == model.threads[3] == "model-0"

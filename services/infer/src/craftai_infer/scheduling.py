@@ -14,7 +14,10 @@ Jobs with the same batch key (a route's batched operation, and its own key: the 
 as one call, up to `max_batch`, taken in the same turns. A job that finds a worker free runs at
 once; jobs that arrive while the workers are busy run together when one is free. With several
 workers, a partial batch of bulk work waits up to `window_s` for like jobs while another worker is
-busy; interactive work never waits for companions.
+busy; interactive work never waits for companions. A job wakes the worker that went idle last
+(not every idle one, nor the one idle longest), so a steady stream of requests runs on the same
+warm thread: its scratch arrays (a route's per-thread buffers), its heap and its caches are the ones
+already faulted in (tests/integration/test_memory_reuse.py).
 
 A route runs one call at a time on a GPU (work on one device runs in order anyway): a decoder call
 waits for at most the one bulk batch in flight. On the CPU a route also has an interactive lane:
@@ -110,6 +113,14 @@ class Waiting:
     jobs: int
 
 
+@dataclass(eq=False)
+class _Idle:
+    """A worker waiting in `WorkQueue.take`: the classes it takes, and its own wake-up."""
+
+    classes: tuple[WorkClass, ...]
+    wake: threading.Condition
+
+
 class WorkQueue(Generic[P, R]):
     """The jobs waiting for one set of workers, by class and tenant (thread-safe: the event loop
     puts, the workers take). `name` labels its wait times (QUEUE_WAIT)."""
@@ -130,7 +141,10 @@ class WorkQueue(Generic[P, R]):
         # long may be given smaller batches, so that interactive work waits less behind one
         self._batch_limit = batch_limit
         self.window_s = window_s
-        self._ready = threading.Condition()
+        self._lock = threading.Lock()
+        # the workers waiting for a job, the most recently idle last: a job wakes the one that
+        # went idle last (its thread's scratch arrays, heap and caches are the warm ones), not all
+        self._idle: list[_Idle] = []
         # class -> tenant -> its jobs, oldest first; a tenant's place in the dict is its turn
         self._classes: dict[WorkClass, OrderedDict[str, deque[Job[P, R]]]] = {c: OrderedDict() for c in WorkClass}
         self._closed = False
@@ -141,15 +155,15 @@ class WorkQueue(Generic[P, R]):
     # -- the event loop's side -------------------------------------------------------------
 
     def put(self, job: Job[P, R]) -> None:
-        with self._ready:
+        with self._lock:
             if self._closed:
                 raise RuntimeError("the queue is closed")
             self._classes[job.work_class].setdefault(job.tenant, deque()).append(job)
-            self._ready.notify_all()  # a lane that takes interactive work only must not swallow the wake-up
+            self._wake(job.work_class)
 
     def remove(self, job: Job[P, R]) -> bool:
         """Take a job back before a worker took it (its caller left); False when already taken."""
-        with self._ready:
+        with self._lock:
             if job.taken:
                 return False
             tenants = self._classes[job.work_class]
@@ -162,7 +176,7 @@ class WorkQueue(Generic[P, R]):
             return True
 
     def waiting(self) -> list[Waiting]:
-        with self._ready:
+        with self._lock:
             return [
                 Waiting(work_class, tenant, len(jobs))
                 for work_class, tenants in self._classes.items()
@@ -170,25 +184,32 @@ class WorkQueue(Generic[P, R]):
             ]
 
     @property
+    def idle_workers(self) -> int:
+        """Workers waiting for a job now."""
+        with self._lock:
+            return len(self._idle)
+
+    @property
     def depth(self) -> int:
-        with self._ready:
+        with self._lock:
             return sum(len(jobs) for tenants in self._classes.values() for jobs in tenants.values())
 
     def close(self) -> list[Job[P, R]]:
         """Take no more jobs; the ones still waiting are returned (their callers are told)."""
-        with self._ready:
+        with self._lock:
             self._closed = True
             left = [job for tenants in self._classes.values() for jobs in tenants.values() for job in jobs]
             for tenants in self._classes.values():
                 tenants.clear()
-            self._ready.notify_all()
+            self._wake_all()
             return left
 
     # -- the workers' side -----------------------------------------------------------------
 
     def take(self, classes: Sequence[WorkClass]) -> list[Job[P, R]] | None:
         """The next batch for a worker that serves `classes`, waiting for one; None once closed."""
-        with self._ready:
+        idle: _Idle | None = None
+        with self._lock:
             while True:
                 if self._closed:
                     return None
@@ -204,13 +225,31 @@ class WorkQueue(Generic[P, R]):
                     self.batches += 1
                     self.items += len(batch)
                     return batch
-                self._ready.wait(wait)
+                idle = idle or _Idle(tuple(classes), threading.Condition(self._lock))
+                self._idle.append(idle)
+                idle.wake.wait(wait)
+                if idle in self._idle:  # its wait ran out, or every worker was woken
+                    self._idle.remove(idle)
 
     def done(self) -> None:
-        """A worker finished its batch: what it left waiting may be taken now."""
-        with self._ready:
+        """A worker finished its batch: a partial batch held for company while it ran may be taken now."""
+        with self._lock:
             self.busy -= 1
-            self._ready.notify_all()
+            if any(self._classes.values()):
+                self._wake_all()
+
+    def _wake(self, work_class: WorkClass) -> None:
+        """Wake the most recently idle worker that takes `work_class` (a lane that takes interactive
+        work only is not woken for bulk work); none idle: a busy one finds the job when it is done."""
+        for k in range(len(self._idle) - 1, -1, -1):
+            if work_class in self._idle[k].classes:
+                self._idle.pop(k).wake.notify()
+                return
+
+    def _wake_all(self) -> None:
+        for idle in self._idle:
+            idle.wake.notify()
+        self._idle.clear()
 
     def _next(self, classes: Sequence[WorkClass]) -> tuple[list[Job[P, R]], float | None]:
         """The batch to run now (empty: none), else how long to wait before looking again."""
