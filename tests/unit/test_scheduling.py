@@ -12,6 +12,7 @@ import threading
 import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -445,3 +446,19 @@ async def test_a_bulk_job_wakes_a_worker_that_takes_bulk_work_though_a_lane_went
         assert await job(queue, item) == item * 10  # bulk: the lane is not woken, and the job not lost
         await until(lambda: queue.idle_workers == 2)
     assert model.threads[2] == model.threads[3] == "model-0"
+
+
+async def test_a_workers_thread_is_named_where_the_system_shows_it() -> None:
+    queue: WorkQueue[int, int] = WorkQueue("test")
+    seen: list[str] = []
+
+    def run(items: list[int]) -> list[int]:
+        seen.append(Path(f"/proc/self/task/{threading.get_native_id()}/comm").read_text().strip())
+        return items
+
+    workers = Workers(queue, run, roles=roles(1), name="model-u2netp-onnxruntime")
+    try:
+        assert await job(queue, 1) == 1
+    finally:
+        workers.close()
+    assert seen == ["model-u2netp-on"]  # the first 15 bytes of "model-u2netp-onnxruntime-0"

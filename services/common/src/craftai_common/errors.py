@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, ParamSpec, TypeVar, cast
 
@@ -84,11 +85,32 @@ def resource_exhausted(
 
 
 async def abort(context: grpc.aio.ServicerContext[Any, Any], error: ServiceError) -> NoReturn:
-    """Answer the error; trailing metadata already set (the request id) is kept beside its details."""
+    """Answer the error; trailing metadata already set (the request id) is kept beside its details.
+
+    The error, and the one being handled (what failed, which the abort's own error is chained to),
+    let go of their tracebacks first: their frames hold the request's locals, a decoded picture
+    among them, and gRPC keeps the aborted call's error for as long as it keeps the call, which
+    outlives the answer. A picture held that way would be counted against the decode budget, and
+    kept in memory, long after its request was answered."""
     status = error.to_status()
     kept = tuple(context.trailing_metadata() or ())
+    let_go(error)
+    let_go(sys.exception())
     await context.abort(status.code, status.details, kept + tuple(status.trailing_metadata))
     raise AssertionError("abort returned")  # pragma: no cover
+
+
+def let_go(error: BaseException | None) -> None:
+    """Drop the tracebacks of `error` and of every error it was raised from or while handling."""
+    waiting = [error]
+    seen: set[int] = set()
+    while waiting:
+        current = waiting.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        current.__traceback__ = None
+        waiting += [current.__cause__, current.__context__]
 
 
 def _internal(exc: BaseException) -> ServiceError:

@@ -114,6 +114,7 @@ class DecodeBudget:
         self.refused_total = 0
         self.over_total = 0  # refused at once: larger than the whole budget
         self.waited_total = 0
+        self.trims_total = 0  # the heaps given back to the system, once the budget stayed idle
         self._queues: dict[WorkClass, collections.deque[_Waiter]] = {c: collections.deque() for c in WorkClass}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._idle_since = 0.0
@@ -194,6 +195,7 @@ class DecodeBudget:
             asyncio.get_running_loop().call_later(TRIM_AFTER_IDLE_SECONDS - idle, self._trim)
             return
         self._trim_due = False
+        self.trims_total += 1
         asyncio.get_running_loop().run_in_executor(None, trim)  # off the event loop: a trim walks every heap
 
     def _admit_waiting(self) -> None:

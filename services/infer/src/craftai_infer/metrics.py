@@ -155,6 +155,11 @@ class InferCollector(Collector):
             yield CounterMetricFamily(
                 "craftai_infer_decode_refused", "Requests refused MEMORY_BUDGET after their wait", value=b.refused_total
             )
+            yield CounterMetricFamily(
+                "craftai_infer_memory_trims",
+                "Times the heaps' free memory was given back to the system, the decode budget having stayed idle",
+                value=b.trims_total,
+            )
         yield from _gpu_memory(self.routes.device.gpu_available)
 
 

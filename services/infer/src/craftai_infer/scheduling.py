@@ -334,6 +334,16 @@ def lower_priority(niceness: int) -> None:
         log.debug("thread priority not lowered: %s", exc)
 
 
+def name_native_thread(name: str) -> None:
+    """This thread's name where the system shows it (Linux: `top -H`, `ps -L`, /proc/PID/task/*/comm,
+    at most 15 bytes), so a process's CPU time and memory faults can be told apart by worker."""
+    with (
+        contextlib.suppress(OSError),  # not Linux, or /proc not mounted
+        open(f"/proc/self/task/{threading.get_native_id()}/comm", "w") as comm,
+    ):
+        comm.write(name.encode()[:15].decode(errors="ignore"))
+
+
 def made_at_lower_priority(niceness: int, make: Callable[[], T]) -> T:
     """`make()` on a thread of its own whose priority is lowered by `niceness`: what it starts (an
     onnxruntime session's thread pool, made with the session) keeps that priority. For engines
@@ -389,6 +399,7 @@ class Workers(Generic[P, R]):
         return len(self._threads)
 
     def _serve(self, role: Role) -> None:
+        name_native_thread(threading.current_thread().name)
         lower_priority(role.niceness)
         while (batch := self.queue.take(role.classes)) is not None:
             try:
