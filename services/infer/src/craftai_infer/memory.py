@@ -16,7 +16,8 @@ CRAFTAI_DECODE_BUDGET_BYTES:
 
 The cost is given back when the decoded array is freed (whoever drops it last: a request that
 finished, or a model worker that finished a cancelled request's picture), or when the request ends
-where nothing holds it, so the budget follows the memory actually held.
+where nothing holds it, so the budget follows the memory actually held (a refusal's traceback
+would hold it for as long as gRPC keeps the call: craftai_common.errors.abort lets go of it).
 
 Given back to the system: glibc keeps freed memory in its heaps (Pillow decodes in blocks of 16 MB,
 under glibc's growing mmap threshold), so a burst of large pictures left the process gigabytes
