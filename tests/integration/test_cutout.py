@@ -12,9 +12,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import re
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -79,9 +77,7 @@ def _rgba(result: MatteOutput) -> npt.NDArray[np.uint8]:
 
 
 def _bytes_kept(process: servers.Process) -> float:
-    with urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return float(re.search(r"^craftai_infer_session_bytes (\S+)$", text, re.M)[1])  # type: ignore[index]
+    return process.metrics()["craftai_infer_session_bytes"]
 
 
 def _region(ai: AiClient, session_id: str, point: tuple[float, float]) -> npt.NDArray[np.bool_]:

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import collections
 import io
-import re
 import statistics
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
@@ -53,7 +51,13 @@ def _by_thread(pid: int) -> collections.Counter[str]:
 
 
 def _trims(process: servers.Process) -> float:
-    return _metric(process, "craftai_infer_memory_trims_total")
+    return process.metrics()["craftai_infer_memory_trims_total"]
+
+
+def _faults_of_one_matte(ai: AiClient, data: bytes, pid: int) -> int:
+    before = _minor_faults(pid)
+    ai.remove_background(data, outputs="matte")
+    return _minor_faults(pid) - before
 
 
 def test_a_steady_stream_of_mattes_faults_in_no_fresh_memory(
@@ -66,15 +70,9 @@ def test_a_steady_stream_of_mattes_faults_in_no_fresh_memory(
         # then until two in a row stay under the bound (a thread the machine's load brought in)
         warm: list[int] = []
         while len(warm) < MOST_WARM_CALLS and (len(warm) < 3 or max(warm[-2:]) >= MOST_FAULTS_PER_CALL):
-            before = _minor_faults(pid)
-            ai.remove_background(data, outputs="matte")
-            warm.append(_minor_faults(pid) - before)
-        counts = []
+            warm.append(_faults_of_one_matte(ai, data, pid))
         threads_before, trims_before = _by_thread(pid), _trims(matte_server)
-        for _ in range(CALLS):
-            before = _minor_faults(pid)
-            ai.remove_background(data, outputs="matte")
-            counts.append(_minor_faults(pid) - before)
+        counts = [_faults_of_one_matte(ai, data, pid) for _ in range(CALLS)]
         by_thread = _by_thread(pid) - threads_before
         trims = _trims(matte_server) - trims_before
     # The median: a trim the machine's load let in between two calls (idle 0.5 s), or a call that
@@ -83,14 +81,6 @@ def test_a_steady_stream_of_mattes_faults_in_no_fresh_memory(
     seen = f"each {counts} after warm calls {warm}; by thread {dict(by_thread.most_common(6))}; trims {trims:.0f}"
     print(f"minor page faults a call: median {per_call:.0f}, {seen}")
     assert per_call < MOST_FAULTS_PER_CALL, seen
-
-
-def _metric(process: servers.Process, name: str) -> float:
-    with urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    found = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
-    assert found, f"no {name} in the metrics"
-    return float(found.group(1))
 
 
 def test_a_request_refused_after_its_picture_was_decoded_gives_the_budget_back(
@@ -111,6 +101,6 @@ def test_a_request_refused_after_its_picture_was_decoded_gives_the_budget_back(
                 ai.transport.result(calls.MATTE, request, None, [], "refusal")
             assert refused.value.code == grpc.StatusCode.INVALID_ARGUMENT, refused.value
         deadline = time.monotonic() + 20  # the release is handed to the event loop: a bound, not a time
-        while (held := _metric(matte_server, "craftai_infer_decode_bytes")) and time.monotonic() < deadline:
+        while (held := matte_server.metrics()["craftai_infer_decode_bytes"]) and time.monotonic() < deadline:
             time.sleep(0.1)
     assert held == 0, f"{held:,.0f} bytes still counted after the refusals"

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import time
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,18 +19,6 @@ from craftai_common.auth import INTERNAL_APP_ID
 from craftai_dev import servers
 from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
-
-
-def _metrics(process: servers.Process) -> dict[str, float]:
-    """Each sample line of /metrics as `name{labels}` -> value."""
-    with urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    samples = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            samples[name] = float(value)
-    return samples
 
 
 def _matching(samples: dict[str, float], name: str, **labels: str) -> list[float]:
@@ -60,7 +47,7 @@ def _metrics_once(process: servers.Process, settled: Callable[[dict[str, float]]
     before that call is counted."""
     deadline = time.monotonic() + 10
     while True:
-        samples = _metrics(process)
+        samples = process.metrics()
         if settled(samples) or time.monotonic() > deadline:
             return samples
         time.sleep(0.02)
@@ -74,7 +61,7 @@ def client(matte_server: servers.Process) -> AiClient:
 def test_metrics_per_rpc_and_app_and_the_services_own(
     matte_server: servers.Process, client: AiClient, photos: dict[str, Path]
 ) -> None:
-    before = _metrics(matte_server)
+    before = matte_server.metrics()
     client.remove_background(photos["chelsea.png"], outputs="matte")
     client.remove_background(photos["chelsea.png"], outputs="matte")
     with pytest.raises(CraftAiError):
@@ -107,7 +94,7 @@ def test_a_refused_call_is_counted_by_reason(matte_server: servers.Process) -> N
         infer_pb2_grpc.InferServiceStub(channel).GetRuntime(
             infer_pb2.GetRuntimeRequest(), metadata=(("craftai-app-id", "observed-app"),), timeout=10
         )
-    samples = _metrics(matte_server)
+    samples = matte_server.metrics()
     assert _sample(samples, "craftai_requests_refused_total", method="GetRuntime", reason="MISSING_APP_KEY") >= 1
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -48,17 +47,6 @@ def server(sam_store: SetUpStore, tmp_path_factory: pytest.TempPathFactory) -> I
 def _editor(server: servers.Process) -> AiClient:
     """An app with a key of its own (it pins the local server's certificate itself)."""
     return AiClient("editor", target=server.address, app_key=EDITOR_KEY, root_certificates=local_tls.certificate_file())
-
-
-def _samples(process: servers.Process) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{process.metrics_address}/metrics", timeout=10) as reply:
-        text = reply.read().decode()
-    return {
-        name: float(value)
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-        for name, _, value in [line.rpartition(" ")]
-    }
 
 
 def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
@@ -97,7 +85,7 @@ def test_a_click_is_answered_before_another_apps_queued_session_opens(
         for thread in threads:
             thread.start()
         _wait_for(
-            lambda: _sum(_samples(server), "craftai_infer_model_queue_depth", recipe="sam2.1-hiera-tiny") >= OPENS / 2,
+            lambda: _sum(server.metrics(), "craftai_infer_model_queue_depth", recipe="sam2.1-hiera-tiny") >= OPENS / 2,
             "the other app's opens queued for the encoder",
         )
         answer = picture.segment(points=CLICK)
@@ -110,7 +98,7 @@ def test_a_click_is_answered_before_another_apps_queued_session_opens(
     # First come, first served, the click waited for the open running and every one queued before
     # it (3 or more); interactive first, for the one running at most.
     assert done_before_the_click <= 1, f"the click waited for {done_before_the_click} of {OPENS} opens"
-    samples = _samples(server)
+    samples = server.metrics()
     waits = "craftai_infer_queue_wait_seconds_count"
     queue = "sam2.1-hiera-tiny/onnxruntime"
     assert _sum(samples, waits, queue=queue, app="editor", **{"class": "interactive"}) >= 2

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -64,6 +65,17 @@ class Process:
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def metrics(self) -> dict[str, float]:
+        """Each sample line of its Prometheus port's /metrics as `name{labels}` -> value."""
+        with urllib.request.urlopen(f"http://{self.metrics_address}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+        return {
+            name: float(value)
+            for line in text.splitlines()
+            if line and not line.startswith("#")
+            for name, _, value in [line.rpartition(" ")]
+        }
 
     def stop(self, timeout: float = 30.0) -> int:
         if self.popen.poll() is None:
