@@ -417,14 +417,27 @@ def rembg_recipes(runs: Runs) -> list[str]:
 
 
 def cutout(runs: Runs) -> list[str]:
-    r = runs["run"]
-    summary = r["summary"]
-    merge = summary["stages_ms"]["merge"]
-    click = summary["round_trip_ms"]
+    """The cutout bench on 2 CPU cores (run "run", and "page": the page's click in Chromium) and,
+    where a run "gpu" measured it, on the GPU machine beside it (the page's click there: no browser)."""
+    measured = [runs["run"], *([runs["gpu"]] if "gpu" in runs else [])]
+
+    def p50_p90(key: str) -> list[str]:
+        return [_ms(r["summary"][key][q]) for r in measured for q in ("p50", "p90")]
+
+    server = []
+    for r in measured:
+        stages = [r["summary"]["stages_ms"][name]["p50"] for name in ("model", "merge", "encode")]
+        total = r["summary"]["server_ms"]
+        server += [f"{_ms(total['p50'])} ({' + '.join(_ms(v) for v in stages)})", _ms(total["p90"])]
+    first = runs["run"]
+    clicks = first["summary"]["round_trip_ms"]["n"]
     rows = [
-        [f"open a {r['settings']['size']} cutout session (matte, SAM's encoder, outputs)", _ms(r["open_ms"]), ""],
-        [f"one keep click, round trip ({click['n']:.0f} clicks)", _ms(click["p50"]), _ms(click["p90"])],
-        ["… of which the merge (regions, colours, outputs made)", _ms(merge["p50"]), _ms(merge["p90"])],
+        [
+            f"open a {first['settings']['size']} cutout session (matte, SAM's encoder, outputs)",
+            *[c for r in measured for c in (_ms(r["open_ms"]), "")],
+        ],
+        [f"one keep click, round trip ({clicks:.0f} clicks)", *p50_p90("round_trip_ms")],
+        ["… the server's part: SAM's decoder + the merge (regions, colours, outputs) + the PNG", *server],
     ]
     if "page" in runs:
         page = runs["page"]["click_to_picture_ms"]
@@ -434,9 +447,13 @@ def cutout(runs: Runs) -> list[str]:
                 "asks for the cutout, the matte and the mask)",
                 _ms(page["p50"]),
                 _ms(page["p90"]),
+                *(["not measured (no browser there)", ""] if len(measured) > 1 else []),
             ]
         )
-    return _table(["through `craftai serve`, 2 CPU cores", "p50 ms", "p90 ms"], rows)
+    header = ["through `craftai serve`", "2 CPU cores, p50 ms", "p90 ms"]
+    if len(measured) > 1:
+        header += ["the GPU machine (run gpu), p50 ms", "p90 ms"]
+    return _table(header, rows)
 
 
 def _frames_peer(r: dict[str, Any]) -> tuple[str, str]:

@@ -76,9 +76,12 @@ def throughput(make_call: Callable[[int], Callable[[], Any]], concurrency: int, 
 
 
 @contextlib.contextmanager
-def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harness.Served]:
+def sam_served(
+    device: str, env: dict[str, str] | None = None, arguments: tuple[str, ...] = ()
+) -> Iterator[harness.Served]:
     """`craftai serve` with the SAM 2.1 fixture pinned as sam2-hiera-tiny (downloaded from
-    loopback by its prepare service) and its torch route set up; `env` added to the server's."""
+    loopback by its prepare service) and its torch route set up; `env` added to the server's,
+    `arguments` to its command line (e.g. --gpus)."""
     from craftai_dev import sam21, segment
 
     fixture = sam21.ensure_fixture()
@@ -86,7 +89,10 @@ def sam_served(device: str, env: dict[str, str] | None = None) -> Iterator[harne
         pins = {"sam2-hiera-tiny": segment.fixture_pins(fixture, url)}
         recipes = harness.pinned_catalogue(work / "recipes.toml", pins)
         full = {"CRAFTAI_RECIPES": str(recipes), "CRAFTAI_DEVICE": device, **(env or {})}
-        with harness.serve_process(work, full) as served, AiClient(app_id="bench", target=served.address) as ai:
+        with (
+            harness.serve_process(work, full, arguments) as served,
+            AiClient(app_id="bench", target=served.address) as ai,
+        ):
             list(ai.setup("image.segment", "sam2-hiera-tiny", "torch"))
             yield served
 

@@ -51,7 +51,8 @@ run fusion 420 python3 -m tools.gpu.decoder_fusion --out "$out/fusion" --budget 
 run jpeg 180 python3 -m tools.gpu.jpeg_decode --out "$out/jpeg"
 # The cutout's foreground colours on CUDA: pymatting's raster order (wavefront) against the red-black sweep.
 run foreground 400 python3 -m tools.gpu.foreground_order --out "$out/foreground"
-run sam_load 300 python3 -m tools.gpu.sam_throughput --out "$out/sam_load"
+# The SAM encoder at concurrency 32 through one server process, and through 2 and 4 on the one GPU.
+run sam_load 480 bash -c 'for r in '"${SAM_REPLICAS:-1 2 4}"'; do python3 -m tools.gpu.sam_throughput --replicas $r --out '"$out"'/sam_load/r$r || exit; done'
 # Shared fairly: a click loop beside 8 segment-everything callers and 32 encoders (target: p99 <= 3x alone).
 # FAIRLY_ROUNDS: the click loop's rounds alone and loaded (a p99 of 30 is the slowest round or two).
 run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --everything 8 --large 0 \

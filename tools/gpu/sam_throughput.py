@@ -3,8 +3,12 @@ concurrency 32 by clients laid out three ways (32 threads in one process, as run
 does; 4 processes x 8 threads; 8 x 4: each process its own GIL), with the mean encoder batch and
 the server's stage times under load, and, when py-spy is installed, a profile of the server during
 the load (every thread, and the GIL holder alone) summarised as the frames that cost the most.
+`--replicas N` serves with `craftai serve --gpus 0 --replicas-per-gpu N`: N infer processes share
+the one GPU, each with its own event loop, and the clients reach them all through one target
+(sessions stay on the replica that opened them: docs/DEPLOY.md, Scaling).
 
     python3 -m tools.gpu.sam_throughput --out DIR                  # the GPU machine (STEPS=sam_load)
+    python3 -m tools.gpu.sam_throughput --replicas 2 --out DIR     # two server processes on the GPU
     python3 -m tools.gpu.sam_throughput --tiny --device cpu --out DIR   # here: every part at a tiny size
 
 Writes sam_throughput.json and sam_throughput.md (and py-spy's raw stacks) under --out.
@@ -17,9 +21,11 @@ import multiprocessing
 import statistics
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from craftai_dev.servers import free_ports_in_a_row, infer_target
 from tools.bench import harness
 from tools.gpu import pyspy
 
@@ -27,9 +33,17 @@ LAYOUTS = ((1, 32), (4, 8), (8, 4))  # (processes, threads each): 32 requests in
 TINY_LAYOUTS = ((1, 2), (2, 1))
 
 
-def client_process(address: str, picture: bytes, threads: int, seconds: float, queue: Any) -> None:
-    """`threads` clients, each opening and closing sessions for `seconds` (at least one each);
-    puts (opened, the OpenSession stage times) on the queue."""
+@dataclass(frozen=True)
+class Reach:
+    """Where the clients call: the server's address, and the infer target over its replicas."""
+
+    address: str
+    infer: str
+
+
+def client_process(reach: Reach, picture: bytes, threads: int, seconds: float, queue: Any) -> None:
+    """`threads` clients, each opening and closing sessions for `seconds` (at least one each) on
+    `reach`'s infer target; puts (opened, the OpenSession stage times) on the queue."""
     from craftai import AiClient
 
     stages: list[dict[str, float]] = []
@@ -37,7 +51,7 @@ def client_process(address: str, picture: bytes, threads: int, seconds: float, q
     start = threading.Barrier(threads)
 
     def worker(i: int) -> None:
-        with AiClient(app_id=f"load-{i}", target=address) as ai:
+        with AiClient(app_id=f"load-{i}", target=reach.address, infer=reach.infer) as ai:
             ai.open_session(picture, "sam2-hiera-tiny", "torch").close()  # the channel made, not counted
             start.wait()
             stop = time.monotonic() + seconds
@@ -57,12 +71,11 @@ def client_process(address: str, picture: bytes, threads: int, seconds: float, q
     queue.put((sum(counts), stages))
 
 
-def measure(address: str, picture: bytes, processes: int, threads: int, seconds: float) -> dict[str, Any]:
+def measure(reach: Reach, picture: bytes, processes: int, threads: int, seconds: float) -> dict[str, Any]:
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
     workers = [
-        context.Process(target=client_process, args=(address, picture, threads, seconds, queue))
-        for _ in range(processes)
+        context.Process(target=client_process, args=(reach, picture, threads, seconds, queue)) for _ in range(processes)
     ]
     started = time.monotonic()
     for w in workers:
@@ -84,8 +97,11 @@ def measure(address: str, picture: bytes, processes: int, threads: int, seconds:
 
 
 def report(results: dict[str, Any]) -> str:
+    replicas = results.get("replicas", 1)
+    served = "one server process" if replicas == 1 else f"{replicas} infer processes on the one device"
     lines = [
-        f"SAM encoder through gRPC, {results['picture']} on {results['device']}, {results['seconds']} s a layout",
+        f"SAM encoder through gRPC, {results['picture']} on {results['device']}, {served}, "
+        f"{results['seconds']} s a layout",
         "",
         "| clients (processes x threads) | pictures/s | mean encoder batch | server stages, median ms |",
         "|---|---|---|---|",
@@ -97,13 +113,29 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _counts(address: str, addresses: list[str]) -> tuple[int, int]:
+    """The torch route's (requests, batches), added up over the infer replicas at `addresses`."""
+    from craftai import AiClient
+
+    requests = batches = 0
+    for replica in addresses:
+        with AiClient(app_id="bench", target=address, infer=replica) as ai:
+            for r in ai.runtime().loaded:
+                if r.route.engine == "torch":
+                    requests, batches = requests + r.requests, batches + r.batches
+    return requests, batches
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--replicas", type=int, default=1, help="infer processes on the device (--replicas-per-gpu)")
     parser.add_argument("--tiny", action="store_true")
     options = parser.parse_args(argv)
+    if options.replicas < 1:
+        parser.error("--replicas takes 1 or more")
     options.out.mkdir(parents=True, exist_ok=True)
     from craftai import AiClient
     from tools.bench import run
@@ -111,19 +143,37 @@ def main(argv: list[str] | None = None) -> int:
     size = (256, 192) if options.tiny else (2048, 1536)
     seconds = 0.0 if options.tiny else options.seconds
     picture = harness.jpeg(size)
-    results: dict[str, Any] = {"picture": f"{size[0]}x{size[1]} JPEG", "seconds": seconds, "layouts": []}
-    with run.sam_served(options.device) as served, AiClient(app_id="bench", target=served.address) as ai:
-        ai.open_session(picture, "sam2-hiera-tiny", "torch").close()  # loads and warms the route
-        results["device"] = ai.runtime().device
+    results: dict[str, Any] = {
+        "picture": f"{size[0]}x{size[1]} JPEG",
+        "seconds": seconds,
+        "replicas": options.replicas,
+        "layouts": [],
+    }
+    env: dict[str, str] = {}
+    arguments: tuple[str, ...] = ()
+    if options.replicas > 1:
+        port = free_ports_in_a_row(options.replicas)
+        env["CRAFTAI_PORT"] = str(port)
+        arguments = ("--gpus", "0", "--replicas-per-gpu", str(options.replicas))
+    with run.sam_served(options.device, env, arguments) as served:
+        addresses = [served.address]
+        if options.replicas > 1:
+            host = served.address.rpartition(":")[0]
+            addresses = [f"{host}:{port + rank}" for rank in range(options.replicas)]
+        reach = Reach(served.address, infer_target(addresses))
+        for replica in addresses:  # each replica loads and warms its route (the others start after the first)
+            with AiClient(app_id="bench", target=served.address, infer=replica) as ai:
+                _until_serving(ai)
+                ai.open_session(picture, "sam2-hiera-tiny", "torch").close()
+                results["device"] = ai.runtime().device
         for k, (processes, threads) in enumerate(TINY_LAYOUTS if options.tiny else LAYOUTS):
-            before = {(r.route.engine): (r.requests, r.batches) for r in ai.runtime().loaded}
+            before = _counts(served.address, addresses)
             spies = []
             if k == 1 and not options.tiny:  # the multi-process layout: the client's GIL out of the way
                 spies = [pyspy.record(served.pid, seconds, options.out, gil) for gil in (False, True)]
-            measured = measure(served.address, picture, processes, threads, seconds)
-            after = {(r.route.engine): (r.requests, r.batches) for r in ai.runtime().loaded}
-            requests = after["torch"][0] - before.get("torch", (0, 0))[0]
-            batches = after["torch"][1] - before.get("torch", (0, 0))[1]
+            measured = measure(reach, picture, processes, threads, seconds)
+            after = _counts(served.address, addresses)
+            requests, batches = after[0] - before[0], after[1] - before[1]
             measured["mean_batch"] = requests / batches if batches else 0.0
             results["layouts"].append(measured)
             print(measured, flush=True)
@@ -131,8 +181,24 @@ def main(argv: list[str] | None = None) -> int:
                 if spy is not None:
                     spy.wait(seconds + 60)
     results["profiles"] = pyspy.summaries(options.out)
-    harness.write_report(options.out, "sam_throughput", results, report(results))
+    name = "sam_throughput" if options.replicas == 1 else f"sam_throughput-{options.replicas}"
+    harness.write_report(options.out, name, results, report(results))
     return 0
+
+
+def _until_serving(ai: Any, patience: float = 300.0) -> None:
+    """Waits for the replica `ai` reaches to answer (`craftai serve` starts the others after its own)."""
+    from craftai import CraftAiError
+
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            ai.runtime()
+            return
+        except CraftAiError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 if __name__ == "__main__":

@@ -19,8 +19,10 @@ noise="is ignored: it is neither a file nor a directory"
     pydantic pydantic-core pydantic-settings python-dotenv annotated-types typing-inspection \
     simplejpeg isal prometheus-client filelock cryptography cffi pycparser 2> >(grep -v "$noise" >&2)
 # `craftai web` (the page's gateway, which tools/bench/cutout.py --web times there) and what it
-# imports beyond the image's httpx (anyio, h11 and idna there already).
+# imports beyond the image's httpx (anyio, h11 and idna there already; fastapi imports
+# opentelemetry-api and annotated-doc at its top: "No module named 'opentelemetry'" there, 2026-12-07).
 "${pip[@]}" fastapi fastapi-offline starlette uvicorn python-multipart click typing-extensions websockets \
+    opentelemetry-api annotated-doc \
     2> >(grep -v "$noise" >&2)
 # Test tools and test-only references (transparent-background imports gdown and wget at its top; nobg: BiRefNet's reference network; there, transformers 5.17
 # and torchvision are in the image; nobg asks for datasets and loadimg, which the network never imports).
