@@ -76,6 +76,11 @@ run fairly_video 300 python3 -m tools.bench.interactive --device cuda --encoders
 # The same with the interactive apps on an infer process of their own (docs/DEPLOY.md), the video on a second.
 run fairly_video_apart 300 python3 -m tools.bench.interactive --device cuda --encoders 0 --everything 0 --large 0 --videos 1 \
     --gpus 0 --replicas-per-gpu 2 --apart --rounds "${FAIRLY_ROUNDS:-30}" --settle 5 --json "$out/interactive-video-gpu-apart.json"
+# rembg's recipes against rembg's own sessions on onnxruntime's CUDA provider (not in the default steps:
+# onnxruntime-gpu must first be brought in parts on calls back to back: tools/gpu/ort_gpu.sh), ours on
+# onnxruntime and torch. u2net_human_seg's stand-in is U²-Net (u2net's own file cannot be fetched there).
+run rembg_recipes_gpu 580 bash -c 'eval "$(bash tools/gpu/ort_gpu.sh env)" && python3 -m tools.bench.rembg_recipes --device cuda --torch \
+    --recipes "${REMBG_RECIPES:-u2net_human_seg,isnet-general-use,isnet-anime,birefnet-general}" --out '"$out"'/rembg_recipes'
 # Two GPUs (not in the default steps: a machine of two GPUs): one replica against two, and a failover.
 run two_gpus 600 python3 -m tools.gpu.two_gpus --out "$out"
 # The device tool brings back at most 8 files: on that machine ($OUT set), everything in one archive.
