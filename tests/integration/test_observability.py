@@ -21,20 +21,9 @@ from craftai_wire.local_tls import loopback_channel
 from craftai_wire.v1 import infer_pb2, infer_pb2_grpc
 
 
-def _matching(samples: dict[str, float], name: str, **labels: str) -> list[float]:
-    """The values of the samples of `name` whose labels include `labels`."""
-    found = []
-    for key, value in samples.items():
-        base, _, rest = key.partition("{")
-        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-        if base == name and all(have.get(k) == v for k, v in labels.items()):
-            found.append(value)
-    return found
-
-
 def _sample(samples: dict[str, float], name: str, **labels: str) -> float:
     """The sum of the samples of `name` whose labels include `labels`."""
-    found = _matching(samples, name, **labels)
+    found = servers.labelled(samples, name, **labels)
     assert found, f"no sample {name} {labels}"
     return sum(found)
 
@@ -68,7 +57,7 @@ def test_metrics_per_rpc_and_app_and_the_services_own(
         client.remove_background(b"not a picture", outputs="matte")
     matte = {"service": "craftai.v1.InferService", "method": "Matte", "app": "observed-app"}
     after = _metrics_once(
-        matte_server, lambda s: sum(_matching(s, "craftai_request_duration_seconds_count", **matte)) >= 3
+        matte_server, lambda s: sum(servers.labelled(s, "craftai_request_duration_seconds_count", **matte)) >= 3
     )
     assert _sample(after, "craftai_requests_total", code="OK", **matte) == 2
     assert _sample(after, "craftai_requests_total", code="INVALID_ARGUMENT", **matte) == 1

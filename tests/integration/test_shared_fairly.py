@@ -11,7 +11,6 @@ tenant of every such id).
 
 from __future__ import annotations
 
-import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -50,13 +49,8 @@ def _editor(server: servers.Process) -> AiClient:
 
 
 def _sum(samples: dict[str, float], name: str, **labels: str) -> float:
-    total = 0.0
-    for key, value in samples.items():
-        base, _, rest = key.partition("{")
-        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
-        if base == name and all(have.get(k) == v for k, v in labels.items()):
-            total += value
-    return total
+    """The sum of the samples of `name` whose labels include `labels` (0 where none is yet)."""
+    return sum(servers.labelled(samples, name, **labels))
 
 
 def _wait_for(condition: Callable[[], bool], what: str, seconds: float = 120.0) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -48,6 +49,17 @@ def keys_beside_the_local_one(folder: Path, **apps: str) -> Path:
 def app_metadata(app_id: str = "tests") -> tuple[tuple[str, str], ...]:
     """gRPC metadata of a request from `app_id` with the local key, for tests that call the stubs."""
     return (("craftai-app-id", app_id), ("craftai-app-key", ensure_local_key()))
+
+
+def labelled(samples: dict[str, float], name: str, **labels: str) -> list[float]:
+    """The values of `samples` (Process.metrics) of the metric `name` whose labels include `labels`."""
+    found = []
+    for key, value in samples.items():
+        base, _, rest = key.partition("{")
+        have = dict(re.findall(r'(\w+)="([^"]*)"', rest))
+        if base == name and all(have.get(k) == v for k, v in labels.items()):
+            found.append(value)
+    return found
 
 
 @dataclass
