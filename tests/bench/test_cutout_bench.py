@@ -57,3 +57,20 @@ def test_a_tiny_page_run_times_each_click_to_the_new_cutout_drawn(tmp_path: Path
     assert len(report["clicks_ms"]) == 2 and all(ms > 0 for ms in report["clicks_ms"])
     stats = report["click_to_picture_ms"]
     assert stats["n"] == 2 and 0 < stats["p50"] <= stats["p90"]
+
+
+def test_the_merge_steps_tool_times_each_step_for_each_region(tmp_path: Path) -> None:
+    """tools/gpu/cutout_steps.py, tiny on the CPU: each region changes pixels, more for a larger one,
+    and each step of the merge is timed."""
+    from tools.gpu import cutout_steps
+
+    assert cutout_steps.main(["--tiny", "--device", "cpu", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "cutout_steps.json").read_text())
+    runs = report["runs"]
+    assert [r["region_share"] for r in runs] == [0.66, 0.2, 0.05]
+    changed = [r["pixels_changed"] for r in runs]
+    assert changed == sorted(changed, reverse=True) and changed[-1] > 0, changed
+    for r in runs:
+        assert set(r["median_ms"]) == {"upload", "merge", "colours", "outputs"}
+        assert all(v >= 0 for v in r["median_ms"].values())
+    assert "| 0.05 |" in (tmp_path / "cutout_steps.md").read_text()

@@ -10,7 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out/gpu}
 mkdir -p "$out"
-steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,frames,frames_raw,frames_inspyrenet,frames_birefnet,fairly_video,fairly_video_apart}
+steps=${STEPS:-env,u2netp,sam,sam_predictor,amg,inspyrenet,matte,outputs,birefnet,birefnet_hr,birefnet_general,birefnet_dynamic,bench,foreground,fairly,cutout,cutout_steps,frames,frames_raw,frames_inspyrenet,frames_birefnet,fairly_video,fairly_video_apart}
 
 wheels=$(ls .whl/*.whl 2>/dev/null || true)
 if [ -n "$wheels" ]; then
@@ -59,6 +59,8 @@ run fairly 300 python3 -m tools.bench.interactive --device cuda --encoders 32 --
     --rounds "${FAIRLY_ROUNDS:-30}" --settle 15 --json "$out/interactive-gpu.json" ${FAIRLY_ARGS:-}
 # Fixing a cutout: keep clicks on a 2048x1536 cutout session, through gRPC and through the web gateway.
 run cutout 420 python3 -m tools.bench.cutout --device cuda --web --out "$out/cutout.json"
+# The same refinement's merge step by step (copies, feathering, colours, outputs), for three region sizes.
+run cutout_steps 240 python3 -m tools.gpu.cutout_steps --device cuda --out "$out/cutout_steps"
 # A video's frames through one MatteFrames stream: u2netp on torch, 1080p raw frames (rembg: CPU only, not here).
 run frames 300 python3 -m tools.bench.frames --device cuda --size 1920x1080 --frames 120 --in-flight 16 --no-rembg --stabilize 0.8 \
     --out "$out/frames.json"
