@@ -95,6 +95,25 @@ def test_remove_background_answers_the_services_own_bytes(
     assert Image.open(io.BytesIO(result.cutout_png)).mode == "RGBA"
 
 
+def test_the_blocking_client_reads_a_stream_on_the_callers_own_thread(
+    matte_server: servers.Process, photos: dict[str, Path]
+) -> None:
+    """No thread is started to read a server stream: gRPC's default reader would hand each message
+    over from the channel's polling thread (a thread switch a message, most of a click's cost)."""
+    from craftai import AiClient
+
+    with AiClient("tests", target=matte_server.address) as ai:
+        ai.remove_background(photos["chelsea.png"], recipe="u2netp")  # the channel made and reached
+        before = {t.ident for t in threading.enumerate()}
+        started: list[set[int | None]] = []  # threads alive while each event is read, not there before
+        ai.remove_background(
+            photos["chelsea.png"],
+            recipe="u2netp",
+            on_progress=lambda _p: started.append({t.ident for t in threading.enumerate()} - before),
+        )
+    assert started and not any(started), started
+
+
 def test_an_array_or_a_pillow_image_answers_what_its_file_answers(
     matte_ai: Any, matte_server: servers.Process, photos: dict[str, Path]
 ) -> None:
