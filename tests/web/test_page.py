@@ -227,6 +227,52 @@ def test_the_matte_options_a_composite_over_a_colour(page: Page, photo: Path, sd
     page.select_option("#background", "none")
 
 
+# The page's own composites held back: recompose asks createImageBitmap for the last cutout with no
+# options (draw() passes its options and goes through). `__release()` lets them finish and resolves
+# once they have, a few turns of the event loop later.
+HOLD_PAGE_COMPOSITES = """() => {
+    const original = window.createImageBitmap.bind(window);
+    const held = [];
+    window.createImageBitmap = (source, ...options) => {
+        if (options.length) return original(source, ...options);
+        return new Promise((done, failed) => held.push(() => original(source).then(done, failed)));
+    };
+    window.__held = () => held.length;
+    window.__release = async () => {
+        window.createImageBitmap = original;
+        for (const go of held.splice(0)) go();
+        for (let turn = 0; turn < 5; turn++) await new Promise((next) => setTimeout(next, 0));
+    };
+}"""
+
+
+def test_a_composite_the_page_was_still_making_does_not_cover_a_new_removals(
+    page: Page, photo: Path, sdk: AiClient
+) -> None:
+    """A background chosen just before "Remove" starts the page composing the last cutout over it;
+    the new removal's composite, the service's, is what stays shown, whichever finishes last."""
+    _choose(page, photo)
+    page.select_option("#background", "none")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    page.evaluate(HOLD_PAGE_COMPOSITES)
+    page.select_option("#background", "color")  # the page composes the last cutout: held
+    page.fill("#bg-color", "#2a6df4")
+    page.wait_for_function("() => window.__held() >= 1")
+    page.evaluate("() => { delete document.body.dataset.cutout; }")
+    page.click("#remove")
+    page.wait_for_selector("body[data-cutout=shown]", timeout=60_000)
+    composed = _composed(page)
+    page.evaluate("() => window.__release()")  # the page's composites finish after the removal's
+    expected = sdk.remove_background(photo, outputs="composite", bg_color="#2a6df4", recipe="u2netp").composite
+    assert expected is not None
+    composite = np.asarray(Image.open(io.BytesIO(expected.data)).convert("RGB"))
+    np.testing.assert_array_equal(_pixels(page, "composite")[..., :3], composite)  # opaque: exact
+    assert _composed(page) == composed  # none of the held ones was drawn or linked
+    page.select_option("#background", "none")
+
+
 def _covering_click(session: SegmentSession) -> tuple[tuple[float, float], tuple[float, float]]:
     """A click whose mask (random-weight SAM fixture) covers it, and a background click that
     changes that mask: found on the service itself (the page's session), then clicked in the page."""

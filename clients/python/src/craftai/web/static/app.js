@@ -39,7 +39,7 @@ const state = {
   fixSequence: 0,
   fixed: 0, // cutouts shown in fix mode (tests wait on body[data-fixed])
   composed: 0, // composites made in the page (tests wait on body[data-composed])
-  composing: 0, // the latest background change: only its composite is drawn and linked
+  composing: 0, // the latest background change or removal: only its composite is drawn and linked
   camera: null, // camera mode: {media, video, capture, socket, sent, pending, ahead, shown, sending, drawing}
 };
 
@@ -493,6 +493,7 @@ async function draw(canvas, blob) {
 
 async function removeBackground() {
   leaveFix(); // a new cutout: the one fixed so far is forgotten on the server
+  state.composing += 1; // a composite the page is still making of the last cutout gives way to this one's
   await busy(async () => {
     const backdrop = backgroundPicture();
     if ($("background").value === "picture" && !backdrop) throw new Error("choose the background picture first");
