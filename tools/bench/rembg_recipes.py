@@ -123,7 +123,7 @@ def measure(rounds: int, recipes: list[str] | None = None, device: str = "cpu", 
                     "rembg_s": 1 / run.median_rate("rembg") / len(PHOTOS),
                     "ours_s": 1 / run.median_rate("ours") / len(PHOTOS),
                     "ours_per_rembg_speed": run.median_ratio("ours"),
-                    "routes": {f"{r.route.engine}": r.device for r in ai.runtime().loaded if r.route.recipe == recipe},
+                    "routes": {r.route.engine: r.device for r in ai.runtime().loaded if r.route.recipe == recipe},
                 }
                 if "ours_torch" in contenders:
                     found["ours_torch_s"] = 1 / run.median_rate("ours_torch") / len(PHOTOS)

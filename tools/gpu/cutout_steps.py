@@ -5,7 +5,7 @@ alpha (cutout_merge.merged), the colours estimated again on the changed pixels' 
 the device synchronised, the pipeline's own functions called as refined() calls them.
 
 The picture is a sample photo resized; the matte a soft ellipse; the region a keep mask of the
-size asked (`--region`, a share of the picture: 0.66 is what the cutout bench's random SAM
+size asked (`--regions`, shares of the picture: 0.66 is what the cutout bench's random SAM
 finds for any click, a real click's object is smaller), so that the figures can be read against
 the region's size.
 
